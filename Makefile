@@ -1,0 +1,53 @@
+# mlsys-flows: `make run` runs the main job, `make test` the whole suite. Both set up .venv first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup run test test-unit test-flows test-integration test-load bench system-deps clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: a CPU wheel is cached on these machines, and installing it before the
+# project keeps the `torch>=2.2` requirement from pulling gigabytes of CUDA packages.
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+# Debian's Chromium for the browser test of the Prefect UI (never `playwright install`).
+system-deps:
+	@if command -v chromium >/dev/null 2>&1; then echo "chromium present"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null)) \
+		&& echo "installed chromium" || echo "WARNING: could not install chromium; the browser test will be skipped"; \
+	else echo "WARNING: chromium missing and not root; the browser test will be skipped"; fi
+
+run: setup
+	$(VENV)/bin/mlsys-flows run recd --scale quick
+
+test: setup system-deps
+	$(PY) -m pytest -q --durations=20 $(PYTEST_ARGS)
+
+test-unit: setup
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+test-flows: setup
+	$(PY) -m pytest -q tests/flows $(PYTEST_ARGS)
+
+test-integration: setup system-deps
+	$(PY) -m pytest -q tests/integration $(PYTEST_ARGS)
+
+test-load: setup
+	$(PY) -m pytest -q -m load $(PYTEST_ARGS)
+
+bench: setup
+	$(VENV)/bin/mlsys-flows bench all --scale quick --json benchmarks/results/all-quick.json
+
+clean:
+	rm -rf .mlsys-flows .pytest_cache .hypothesis

@@ -1,0 +1,110 @@
+"""ResourcePool: GPUs, FPGAs or CPU slots that tasks claim, on Dask and in Prefect."""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Iterator, Literal
+
+from prefect.blocks.core import Block
+from pydantic import Field, model_validator
+
+log = logging.getLogger("mlsys_flows.resources")
+
+_RESOURCE_NAMES = {"gpu": "GPU", "fpga": "FPGA", "cpu": "CPU"}
+
+
+class ResourcePool(Block):
+    """A pool of devices that tasks claim: ``kind`` gpu, fpga or cpu, its ``devices`` and each
+    task's ``per_task`` demand.
+
+    It becomes (1) Dask worker ``resources`` (``worker_resources()``) plus
+    ``dask.annotate(resources=...)`` around the submissions that need a device (``annotate()``),
+    so only workers that own a device run them; and (2) a Prefect global concurrency limit of
+    ``len(devices)`` slots (``claim()``), so no more tasks hold a device than exist. A GPU pool
+    on a machine without CUDA falls back to the CPU with a logged warning; an FPGA pool uses the
+    software device backend unless a board driver is configured.
+
+    Example:
+        ```python
+        from mlsys_flows.blocks import ResourcePool
+
+        ResourcePool(kind="gpu", devices=["cuda:0", "cuda:1"]).save("lab-gpus")
+        pool = ResourcePool.load("lab-gpus")
+        with pool.annotate():
+            future = train.submit(...)
+        ```
+    """
+
+    _block_type_name = "mlsys ResourcePool"
+    _block_type_slug = "mlsys-resource-pool"
+    _description = "GPU/FPGA/CPU device inventory mapped to Dask worker resources and a Prefect concurrency limit."
+
+    kind: Literal["gpu", "fpga", "cpu"] = Field(default="gpu", description="Device kind: gpu, fpga or cpu.")
+    devices: list[str] = Field(default_factory=lambda: ["cuda:0"], min_length=1,
+                               description="Device inventory, e.g. ['cuda:0', 'cuda:1'] or ['fpga:0'].")
+    per_task: float = Field(default=1.0, gt=0, description="Devices one task claims (Dask resource units).")
+    name: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]*$",
+                      description="Pool name, part of the Prefect concurrency limit's name.")
+
+    @model_validator(mode="after")
+    def _demand_fits(self) -> "ResourcePool":
+        if self.per_task > len(self.devices):
+            raise ValueError(f"per_task ({self.per_task}) exceeds the pool's {len(self.devices)} devices")
+        return self
+
+    @property
+    def resource_name(self) -> str:
+        return _RESOURCE_NAMES[self.kind]
+
+    @property
+    def concurrency_limit_name(self) -> str:
+        return f"mlsys-{self.kind}-{self.name}"
+
+    def worker_resources(self) -> dict[str, float]:
+        """Resources a Dask worker that owns this pool's devices advertises (``--resources``)."""
+        return {self.resource_name: float(len(self.devices))}
+
+    def annotate(self):
+        """``dask.annotate`` context: submissions inside it need ``per_task`` of this resource."""
+        import dask
+
+        return dask.annotate(resources={self.resource_name: self.per_task})
+
+    def ensure_concurrency_limit(self) -> None:
+        """Create or update the Prefect global concurrency limit (slots = number of devices)."""
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
+        from prefect.exceptions import ObjectNotFound
+
+        slots = len(self.devices)
+        with get_client(sync_client=True) as client:
+            try:
+                current = client.read_global_concurrency_limit_by_name(self.concurrency_limit_name)
+                if current.limit != slots or not current.active:
+                    client.update_global_concurrency_limit(
+                        self.concurrency_limit_name, GlobalConcurrencyLimitUpdate(limit=slots, active=True))
+            except ObjectNotFound:
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=self.concurrency_limit_name, limit=slots, active=True))
+
+    @contextmanager
+    def claim(self) -> Iterator[str]:
+        """Inside a task: hold one slot of the Prefect limit and yield the torch device to use."""
+        from prefect.concurrency.sync import concurrency
+
+        with concurrency(self.concurrency_limit_name, occupy=1, strict=False):
+            yield self.device()
+
+    def device(self) -> str:
+        """The device a task should use; falls back to the CPU (with a warning) when absent."""
+        if self.kind == "gpu":
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    return "cuda"
+            except ImportError:
+                pass
+            log.warning("ResourcePool %r: no CUDA device on this worker; falling back to CPU", self.name)
+            return "cpu"
+        return "fpga-sw" if self.kind == "fpga" else "cpu"

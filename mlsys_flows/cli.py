@@ -1,0 +1,151 @@
+"""The ``mlsys-flows`` command line."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mlsys_flows import registry
+from mlsys_flows.runner import RunError, parse_param, run_system, validate, write_report
+from mlsys_flows.systems.common.params import SCALES, ParamsError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Published ML-systems techniques as Prefect flows: run, benchmark and deploy them.")
+blocks_app = typer.Typer(no_args_is_help=True, help="Prefect blocks of mlsys-flows.")
+app.add_typer(blocks_app, name="blocks")
+console = Console()
+err = Console(stderr=True)
+
+RESULTS = Path("benchmarks/results")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _check_scale(scale: str) -> str:
+    if scale not in SCALES:
+        _fail(f"--scale must be one of {', '.join(SCALES)} (got {scale!r})")
+    return scale
+
+
+@app.command("list")
+def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table.")) -> None:
+    """List every system: family, paper, status and the paper's headline claim."""
+    rows = [s.as_dict() for s in registry.SYSTEMS]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"mlsys-flows systems ({sum(r['status'] == 'implemented' for r in rows)}/{len(rows)} implemented)")
+    for col in ("name", "family", "status", "paper", "headline claim"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        c = r["claim"]
+        paper = f"{c['paper_ratio']}x" if c["paper_ratio"] else "-"
+        table.add_row(r["name"], r["family"], r["status"], r["paper"],
+                      f"{c['metric']} {c['technique']} vs {c['baseline']} ({c['better']} is better): paper {paper}")
+    console.print(table)
+
+
+def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], cluster: Optional[str]):
+    overrides = dict(parse_param(p) for p in params)
+    validate(name, scale, overrides)  # before any work: names the bad system or field
+    started = time.perf_counter()
+    with console.status(f"[bold]running {name}[/bold] at scale {scale} (Prefect flow on Dask)...", spinner="dots"):
+        report = run_system(name, scale, overrides, storage=storage, cluster=cluster)
+    console.print(f"{name} finished in {time.perf_counter() - started:.1f} s")
+    return report
+
+
+def _print_report(report) -> None:
+    h = report.headline
+    table = Table(title=f"{report.title} [{report.scale}]")
+    for col in ("comparison", "baseline", "technique", "measured", "paper"):
+        table.add_column(col)
+    for r in [h, *report.ratios]:
+        table.add_row(f"{r.metric}: {r.technique} vs {r.baseline}", f"{r.baseline_value:.4g}", f"{r.technique_value:.4g}",
+                      f"[bold]{r.measured_ratio:.2f}x[/bold]", f"{r.paper_ratio:.2f}x" if r.paper_ratio else "n/a")
+    console.print(table)
+    for note in report.notes:
+        console.print(f"- {note}", highlight=False)
+
+
+def _guard(fn):
+    """Turn known user errors into one line on stderr and a non-zero exit, no traceback."""
+    try:
+        return fn()
+    except (registry.UnknownSystem, ParamsError, RunError) as exc:
+        _fail(str(exc))
+    except ValueError as exc:  # e.g. a block's own validation
+        _fail(str(exc).splitlines()[0])
+
+
+@app.command()
+def run(name: str = typer.Argument(..., help="System name (see `mlsys-flows list`)."),
+        scale: str = typer.Option("quick", help="smoke | quick | full"),
+        param: List[str] = typer.Option([], "--param", "-p", help="Parameter override key=value (repeatable)."),
+        storage: Optional[str] = typer.Option(None, help="Name of a saved ObjectStorage block."),
+        cluster: Optional[str] = typer.Option(None, help="Name of a saved DaskCluster block.")) -> None:
+    """Run one system's flow locally and print its report."""
+    _check_scale(scale)
+    report = _guard(lambda: _run_one(name, scale, param, storage, cluster))
+    _print_report(report)
+
+
+@app.command()
+def bench(name: str = typer.Argument(..., help="System name, or 'all' for every implemented system."),
+          scale: str = typer.Option("quick", help="smoke | quick | full"),
+          json_path: Optional[Path] = typer.Option(None, "--json", help="Write the RunReport JSON here "
+                                                   "(for 'all': a JSON list of reports)."),
+          storage: Optional[str] = typer.Option(None, help="Name of a saved ObjectStorage block."),
+          cluster: Optional[str] = typer.Option(None, help="Name of a saved DaskCluster block.")) -> None:
+    """Run systems and compare the measured ratio with the paper's claim."""
+    _check_scale(scale)
+    names = [s.name for s in registry.implemented()] if name == "all" else [name]
+    if not names:
+        _fail("no system is implemented yet")
+    reports = []
+    for n in names:
+        report = _guard(lambda: _run_one(n, scale, [], storage, cluster))
+        write_report(report, RESULTS / f"{n}-{scale}.json")
+        reports.append(report)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        payload = [r.model_dump(mode="json") for r in reports]
+        json_path.write_text(json.dumps(payload[0] if name != "all" else payload, indent=2))
+    table = Table(title=f"paper claim vs measured ({scale})")
+    for col in ("system", "metric", "technique vs baseline", "measured", "paper"):
+        table.add_column(col)
+    for r in reports:
+        h = r.headline
+        table.add_row(r.system, h.metric, f"{h.technique} vs {h.baseline}", f"[bold]{h.measured_ratio:.2f}x[/bold]",
+                      f"{h.paper_ratio:.2f}x" if h.paper_ratio else "n/a")
+    console.print(table)
+
+
+@blocks_app.command("register")
+def blocks_register() -> None:
+    """Register the block types with the Prefect API (like `prefect block register -m mlsys_flows.blocks`)."""
+    from mlsys_flows.settings import configure_prefect_home
+
+    configure_prefect_home()
+    from mlsys_flows.blocks import CheckpointStore, DaskCluster, ObjectStorage, ResourcePool
+
+    for block in (ObjectStorage, CheckpointStore, DaskCluster, ResourcePool):
+        block.register_type_and_schema()
+        console.print(f"registered {block.get_block_type_slug()}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

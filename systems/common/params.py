@@ -1,0 +1,58 @@
+"""Typed, validated parameters shared by every system.
+
+Each system subclasses :class:`SystemParams`, declares its own fields with limits and
+descriptions, and fills ``PRESETS`` with the values of each scale. ``for_scale`` merges a
+preset with user overrides and validates the result before any work starts; a bad value
+raises :class:`ParamsError` naming the field.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Scale = Literal["smoke", "quick", "full"]
+SCALES: tuple[str, ...] = get_args(Scale)
+
+
+class ParamsError(ValueError):
+    """A parameter set was rejected; ``field`` names the offending parameter."""
+
+    def __init__(self, system: str, field: str, problem: str):
+        self.system, self.field, self.problem = system, field, problem
+        super().__init__(f"{system}: parameter '{field}': {problem}")
+
+
+class SystemParams(BaseModel):
+    """Parameters every system has. Subclasses add their own fields and ``PRESETS``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    SYSTEM: ClassVar[str] = "system"
+    # scale -> field values; fields absent from a preset keep their declared default.
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    scale: Scale = Field("quick", description="Workload size: smoke (seconds), quick (~2 min on 2 cores), full (GPU or cluster).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random generator in the run.")
+
+    @classmethod
+    def for_scale(cls, scale: str = "quick", **overrides: Any):
+        """Preset of ``scale`` with ``overrides`` on top, validated; raises ParamsError."""
+        if scale not in SCALES:
+            raise ParamsError(cls.SYSTEM, "scale", f"must be one of {', '.join(SCALES)} (got {scale!r})")
+        known = set(cls.model_fields)
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ParamsError(cls.SYSTEM, unknown[0], f"unknown parameter; known: {', '.join(sorted(known - {'scale'}))}")
+        values = {**cls.PRESETS.get(scale, {}), **overrides, "scale": scale}
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err.get("loc", ())) or "parameters"
+            raise ParamsError(cls.SYSTEM, field, f"{err['msg']} (got {err.get('input')!r})") from None
+
+    @classmethod
+    def describe(cls) -> dict[str, str]:
+        """Field name -> description, for CLI help and docs."""
+        return {name: (f.description or "") for name, f in cls.model_fields.items()}

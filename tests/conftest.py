@@ -1,0 +1,62 @@
+"""Fixtures shared by every test layer.
+
+- ``prefect_api``: one Prefect test harness (a real temporary API) per session; flow tests use it.
+- ``dask_cluster``: a module-scoped ``LocalCluster(dashboard_address=None)`` wrapped in a
+  ``DaskCluster`` block pointing at its address.
+- ``local_storage``: an ``ObjectStorage`` on a temporary folder.
+- ``s3``/``s3_storage``: a real SeaweedFS S3 server on 127.0.0.1 (session) and a fresh bucket.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    home = tmp_path_factory.mktemp("prefect-home")
+    os.environ["PREFECT_HOME"] = str(home)
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    from distributed import LocalCluster
+
+    from mlsys_flows.blocks import DaskCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, processes=True) as cluster:
+        yield DaskCluster(address=cluster.scheduler_address)
+
+
+@pytest.fixture
+def local_storage(tmp_path):
+    from mlsys_flows.blocks import ObjectStorage
+
+    return ObjectStorage(url=(tmp_path / "storage").as_uri()).check()
+
+
+@pytest.fixture(scope="session")
+def s3():
+    from mlsys_flows.local_s3 import SeaweedS3
+
+    with SeaweedS3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_storage(s3):
+    from mlsys_flows.blocks import ObjectStorage
+
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(bucket)
+    return ObjectStorage(url=f"s3://{bucket}/data", endpoint_url=s3.endpoint_url, region="us-east-1",
+                         access_key_id=s3.access_key, secret_access_key=s3.secret_key).check()

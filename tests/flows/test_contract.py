@@ -1,0 +1,47 @@
+"""The contract every implemented system meets, parametrized over the registry: its flow runs at
+smoke scale on Dask, returns a RunReport with a finite, measured headline oriented by the
+registry's claim, saves JSON and PNG on the storage block and publishes Prefect artifacts."""
+import math
+
+import pytest
+
+from mlsys_flows import registry
+from mlsys_flows.runner import run_system
+from mlsys_flows.systems.common.report import oriented_ratio
+
+IMPLEMENTED = [s.name for s in registry.implemented()]
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_smoke_run_meets_the_contract(name, dask_cluster, local_storage):
+    spec = registry.get(name)
+    report = run_system(name, "smoke", storage=local_storage, cluster=dask_cluster)
+    h, claim = report.headline, spec.claim
+    assert (h.metric, h.baseline, h.technique, h.better) == (claim.metric, claim.baseline, claim.technique, claim.better)
+    assert math.isfinite(h.measured_ratio) and h.measured_ratio > 0
+    assert h.measured_ratio == pytest.approx(oriented_ratio(report.variants[h.baseline][h.metric],
+                                                            report.variants[h.technique][h.metric], h.better))
+    assert h.paper_ratio == claim.paper_ratio
+    assert report.parameters["scale"] == "smoke"
+    assert report.environment.cores >= 1 and report.wall_time_s > 0
+    base = f"reports/{name}/{report.run_id}"
+    assert local_storage.read_json(f"{base}.json")["headline"]["measured_ratio"] == h.measured_ratio
+    assert local_storage.read_bytes(f"{base}.png")[:4] == b"\x89PNG"
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+        keys = {a.key for a in client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"{name}-report", f"{name}-summary"])))}
+    assert keys == {f"{name}-report", f"{name}-summary"}
+
+
+def test_bad_parameters_fail_before_the_flow_starts(local_storage):
+    for name in IMPLEMENTED[:1]:
+        from mlsys_flows.systems.common.params import ParamsError
+
+        with pytest.raises(ParamsError, match="no_such_field"):
+            run_system(name, "smoke", overrides={"no_such_field": 1}, storage=local_storage)
+        assert local_storage.list() == []

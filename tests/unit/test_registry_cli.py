@@ -1,0 +1,68 @@
+import json
+import re
+
+from typer.testing import CliRunner
+
+from mlsys_flows import registry
+from mlsys_flows.cli import app
+
+runner = CliRunner()
+
+
+def test_registry_lists_every_system_once():
+    names = [s.name for s in registry.SYSTEMS]
+    assert len(names) == len(set(names)) == 26
+    for s in registry.SYSTEMS:
+        assert re.fullmatch(r"[a-z][a-z0-9]*", s.name)
+        c = s.claim
+        assert c.better in ("higher", "lower") and c.baseline != c.technique
+        assert c.paper_ratio is None or c.paper_ratio > 0
+
+
+def test_implemented_systems_have_params_and_flow():
+    for s in registry.implemented():
+        params = s.params_model()
+        assert params.SYSTEM == s.name
+        for scale in ("smoke", "quick", "full"):
+            params.for_scale(scale)  # every preset validates
+
+
+def test_cli_list_json():
+    out = runner.invoke(app, ["list", "--json"])
+    assert out.exit_code == 0
+    rows = json.loads(out.stdout)
+    assert len(rows) == 26
+    for row in rows:
+        assert {"name", "family", "status", "paper", "entrypoint", "claim"} <= set(row)
+        assert row["status"] in ("implemented", "planned")
+        assert {"metric", "baseline", "technique", "better", "paper_ratio"} <= set(row["claim"])
+
+
+def test_cli_list_table():
+    out = runner.invoke(app, ["list"])
+    assert out.exit_code == 0 and "recd" in out.stdout and "swiftmoe" in out.stdout
+
+
+def _one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    text = result.output.strip()
+    assert "Traceback" not in text and len(text.splitlines()) <= 3, text  # rich may wrap one line
+    for needle in needles:
+        assert needle in text, text
+
+
+def test_cli_unknown_system():
+    _one_line_error(runner.invoke(app, ["run", "nosuch"]), "unknown system 'nosuch'")
+
+
+def test_cli_bad_scale():
+    _one_line_error(runner.invoke(app, ["bench", "recd", "--scale", "huge"]), "--scale")
+
+
+def test_cli_bad_param_syntax_and_unknown_param():
+    name = (registry.implemented() or [None])[0]
+    if name is None:
+        _one_line_error(runner.invoke(app, ["run", "recd"]), "planned")
+        return
+    _one_line_error(runner.invoke(app, ["run", name.name, "--param", "novalue"]), "key=value")
+    _one_line_error(runner.invoke(app, ["run", name.name, "--param", "no_such_param=3"]), "no_such_param")
