@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-unit test-flows test-integration test-load bench system-deps clean
+.PHONY: setup run test test-unit test-flows test-integration test-load test-airflow test-faults bench system-deps clean
 
 setup: $(STAMP)
 
@@ -44,7 +44,15 @@ test-integration: setup system-deps
 	$(PY) -m pytest -q tests/integration $(PYTEST_ARGS)
 
 test-load: setup
-	$(PY) -m pytest -q -m load $(PYTEST_ARGS)
+	$(PY) -m pytest -q -s -m load $(PYTEST_ARGS)
+
+# `airflow dags test` with Airflow 3.3.2 in its own venv (.venv-airflow; built on first use, minutes)
+test-airflow: setup
+	MLSYS_FLOWS_AIRFLOW_VENV=1 $(PY) -m pytest -q tests/integration/test_airflow_dags.py $(PYTEST_ARGS)
+
+# Worker SIGKILL and flow-process crash/resume for every implemented system (`make test` runs one).
+test-faults: setup
+	MLSYS_FAULTS=all $(PY) -m pytest -q tests/integration/test_worker_faults.py tests/integration/test_flow_crash_resume.py $(PYTEST_ARGS)
 
 bench: setup
 	$(VENV)/bin/mlsys-flows bench all --scale quick --json benchmarks/results/all-quick.json

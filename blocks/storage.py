@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from prefect.blocks.core import Block
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator
 
 from mlsys_flows.settings import default_storage_url
 
@@ -49,6 +49,14 @@ class ObjectStorage(Block):
     secret_access_key: SecretStr | None = Field(default=None, description="S3 secret access key (kept secret, never logged).")
     max_attempts: int = Field(default=3, ge=1, le=20, description="Attempts per S3 request before a write or read fails.")
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="Connect and read timeout of one S3 request, seconds.")
+    # One S3 client per storage object: building one costs ~0.3-1 s. Not pickled (see __getstate__).
+    _fs_cache: Any = PrivateAttr(default=None)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        private = dict(state.get("__pydantic_private__") or {})
+        private["_fs_cache"] = None  # a live client (event loop, sockets) must not travel to Dask workers
+        return {**state, "__pydantic_private__": private}
 
     @field_validator("url")
     @classmethod
@@ -73,6 +81,11 @@ class ObjectStorage(Block):
 
     def filesystem(self):
         """(fsspec filesystem, root path without scheme)."""
+        if self._fs_cache is None:
+            self._fs_cache = self._make_filesystem()
+        return self._fs_cache
+
+    def _make_filesystem(self):
         parsed = urlparse(self.root_url)
         if parsed.scheme == "s3":
             import s3fs

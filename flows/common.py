@@ -69,13 +69,14 @@ class RunContext:
     cluster: DaskCluster
     gpus: ResourcePool
     run_id: str
-    run_key: str = ""  # names a training run across flow runs (default: the run id); checkpoints live under it
+    # Names a resumable training run across flow runs; None (the default) means not resumable.
+    run_key: str | None = None
 
     @property
     def checkpoints(self) -> CheckpointStore:
-        """Checkpoints of this system on the run's storage. A training task saves with
-        ``ctx.checkpoints.save(ctx.run_key, step, state)`` and starts with
-        ``ctx.checkpoints.resume(ctx.run_key, default)``, so a rerun with the same run key
+        """Checkpoints of this system on the run's storage. When ``run_key`` is set, a training
+        task starts with ``ctx.checkpoints.resume(ctx.run_key, default)`` and saves with
+        ``ctx.checkpoints.save(ctx.run_key, step, state)``, so a rerun with the same run key
         continues from the last complete checkpoint."""
         return CheckpointStore(storage=self.storage, prefix=f"checkpoints/{self.spec.name}")
 
@@ -118,7 +119,7 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             dask_cluster = resolve_cluster(cluster)
             run_id = str(flow_run.get_id() or uuid.uuid4())
             ctx = RunContext(spec=spec, params=params, storage=store, cluster=dask_cluster,
-                             gpus=ResourcePool(kind="gpu"), run_id=run_id, run_key=run_key or run_id)
+                             gpus=ResourcePool(kind="gpu"), run_id=run_id, run_key=run_key)
             logger.info("%s at scale %s on %s cluster; storage %s", name, scale, dask_cluster.mode, store.root_url)
             started = time.perf_counter()
             with shared_api():

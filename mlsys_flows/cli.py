@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mlsys_flows import registry
+from mlsys_flows import platform_cli, registry
 from mlsys_flows.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common.params import SCALES, ParamsError
 
@@ -37,11 +37,15 @@ def _check_scale(scale: str) -> str:
 
 
 @app.command("list")
-def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table.")) -> None:
+def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+                 markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table (README).")) -> None:
     """List every system: family, paper, status and the paper's headline claim."""
     rows = [s.as_dict() for s in registry.SYSTEMS]
     if as_json:
         print(json.dumps(rows, indent=2))
+        return
+    if markdown:
+        print(registry.markdown_table())
         return
     table = Table(title=f"mlsys-flows systems ({sum(r['status'] == 'implemented' for r in rows)}/{len(rows)} implemented)")
     for col in ("name", "family", "status", "paper", "headline claim"):
@@ -54,12 +58,13 @@ def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSO
     console.print(table)
 
 
-def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], cluster: Optional[str]):
+def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], cluster: Optional[str],
+             run_key: Optional[str] = None):
     overrides = dict(parse_param(p) for p in params)
     validate(name, scale, overrides)  # before any work: names the bad system or field
     started = time.perf_counter()
     with console.status(f"[bold]running {name}[/bold] at scale {scale} (Prefect flow on Dask)...", spinner="dots"):
-        report = run_system(name, scale, overrides, storage=storage, cluster=cluster)
+        report = run_system(name, scale, overrides, storage=storage, cluster=cluster, run_key=run_key)
     console.print(f"{name} finished in {time.perf_counter() - started:.1f} s")
     return report
 
@@ -92,10 +97,12 @@ def run(name: str = typer.Argument(..., help="System name (see `mlsys-flows list
         scale: str = typer.Option("quick", help="smoke | quick | full"),
         param: List[str] = typer.Option([], "--param", "-p", help="Parameter override key=value (repeatable)."),
         storage: Optional[str] = typer.Option(None, help="Name of a saved ObjectStorage block."),
-        cluster: Optional[str] = typer.Option(None, help="Name of a saved DaskCluster block.")) -> None:
+        cluster: Optional[str] = typer.Option(None, help="Name of a saved DaskCluster block."),
+        run_key: Optional[str] = typer.Option(None, "--run-key", help="Make training resumable: a rerun with the "
+                                              "same key continues from its last complete checkpoint.")) -> None:
     """Run one system's flow locally and print its report."""
     _check_scale(scale)
-    report = _guard(lambda: _run_one(name, scale, param, storage, cluster))
+    report = _guard(lambda: _run_one(name, scale, param, storage, cluster, run_key))
     _print_report(report)
 
 
@@ -141,6 +148,9 @@ def blocks_register() -> None:
     for block in (ObjectStorage, CheckpointStore, DaskCluster, ResourcePool):
         block.register_type_and_schema()
         console.print(f"registered {block.get_block_type_slug()}")
+
+
+platform_cli.register(app)  # server, deploy, webhooks (mlsys_flows/platform_cli.py)
 
 
 def main() -> None:

@@ -72,7 +72,9 @@ class SeaweedS3:
         master, volume, filer = free_port(), free_port(), free_port()
         cmd = [weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.workdir / 'data'}",
                f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
-               "-s3", f"-s3.port={self.port}", f"-s3.config={cfg}", "-volume.max=0", "-master.volumeSizeLimitMB=64"]
+               "-s3", f"-s3.port={self.port}", f"-s3.config={cfg}", "-volume.max=0", "-master.volumeSizeLimitMB=64",
+               # fixed default ports (8181, 9101) would stop a second instance from starting: off
+               "-s3.port.iceberg=0", "-s3.port.lance=0"]
         self._log = open(self.workdir / "weed.log", "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s

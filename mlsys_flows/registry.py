@@ -165,3 +165,13 @@ def get(name: str) -> SystemSpec:
 
 def implemented() -> list[SystemSpec]:
     return [s for s in SYSTEMS if s.status == "implemented"]
+
+
+def markdown_table() -> str:
+    """The system table of the README (kept in sync by a test)."""
+    lines = ["| system | family | status | paper | headline claim (paper) |", "|---|---|---|---|---|"]
+    for s in SYSTEMS:
+        c = s.claim
+        doc = f"[{s.name}](docs/{s.name}.md)" if s.status == "implemented" else s.name
+        lines.append(f"| {doc} | {s.family} | {s.status} | {s.paper} | {c.statement} |")
+    return "\n".join(lines)

@@ -39,8 +39,9 @@ def validate(name: str, scale: str, overrides: dict[str, Any]):
 
 
 def run_system(name: str, scale: str = "quick", overrides: dict[str, Any] | None = None,
-               storage: Any = None, cluster: Any = None):
-    """Validate, run the flow, return its RunReport."""
+               storage: Any = None, cluster: Any = None, run_key: str | None = None):
+    """Validate, run the flow, return its RunReport. ``run_key`` makes a training run resumable:
+    a rerun with the same key continues from its last complete checkpoint."""
     overrides = dict(overrides or {})
     spec, _ = validate(name, scale, overrides)
     configure_prefect_home()
@@ -53,7 +54,8 @@ def run_system(name: str, scale: str = "quick", overrides: dict[str, Any] | None
     if storage is not None:
         storage.check()
     flow = spec.load_flow()
-    state = flow(scale=scale, overrides=overrides, storage=storage, cluster=cluster, return_state=True)
+    state = flow(scale=scale, overrides=overrides, storage=storage, cluster=cluster, run_key=run_key,
+                 return_state=True)
     if not state.is_completed():
         raise RunError(f"{name} flow run ended {state.type.value}: {state.message}")
     return RunReport.model_validate(state.result())

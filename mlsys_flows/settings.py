@@ -23,3 +23,5 @@ def configure_prefect_home() -> None:
     os.environ.setdefault("PREFECT_HOME", str(home() / "prefect"))
     Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # The embedded API's SQLite migrations can take over a minute on a loaded 2-core machine.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

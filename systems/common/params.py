@@ -36,8 +36,12 @@ class SystemParams(BaseModel):
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random generator in the run.")
 
     @classmethod
-    def for_scale(cls, scale: str = "quick", **overrides: Any):
+    def for_scale(cls, scale: str | None = None, /, **overrides: Any):
         """Preset of ``scale`` with ``overrides`` on top, validated; raises ParamsError."""
+        if scale is None:
+            scale = overrides.pop("scale", "quick")
+        elif "scale" in overrides:  # e.g. --param scale=...: the scale is chosen once, by its own option
+            raise ParamsError(cls.SYSTEM, "scale", "is chosen by the scale argument (--scale), not as a parameter override")
         if scale not in SCALES:
             raise ParamsError(cls.SYSTEM, "scale", f"must be one of {', '.join(SCALES)} (got {scale!r})")
         known = set(cls.model_fields)

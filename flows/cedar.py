@@ -1,0 +1,18 @@
+"""cedar flow: an image and a text pipeline, each run with torch DataLoader (its best num_workers),
+cedar as written and cedar optimized on the same data."""
+from __future__ import annotations
+
+from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
+from mlsys_flows.systems.cedar.bench import summarize
+from mlsys_flows.tasks import cedar as t
+
+
+@system_flow("cedar")
+def cedar(ctx: RunContext) -> SystemResult:
+    p = ctx.params
+    manifest = t.make_workload.submit(p, ctx.storage, ctx.key("data")).result()
+    # one pipeline after the other: each benchmark is timed and must not share the CPU with the next
+    results = {name: t.benchmark.submit(p, ctx.storage, manifest, name, ctx.key("cache", name)).result()
+               for name in ("image", "text")}
+    variants, ratios, curves, notes = summarize(results, ctx.spec.claim.paper_ratio)
+    return SystemResult(variants=variants, ratios=ratios, curves=curves, notes=notes)

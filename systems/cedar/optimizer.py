@@ -1,0 +1,550 @@
+"""cedar's profiler and optimizer (pure).
+
+The profiler runs a sample of the source through the operators and records, per operator, its
+latency, selectivity (outputs per input) and input/output sizes, plus the cost of serializing its
+outputs. The optimizer rewrites the plan from that profile with a cost model in seconds per epoch:
+
+1. reorder  - within runs of operators that commute (declared fields do not conflict), choose the
+              order of least expected cost sum(latency_i * prod(selectivity_j, j<i)): cheap,
+              size-reducing filters move ahead of expensive maps;
+2. fuse     - runs of per-sample operators between barriers (batch, shuffle, order-sensitive ops)
+              become one stage: no per-operator iterator hand-off per sample;
+3. cache    - the deterministic prefix of the first stage is written to a cache (local disk or
+              ObjectStorage) in the first epoch and read afterwards, at the cut where
+              (epochs-1) * (recompute - read) - write is largest (read and write are measured);
+4. offload  - a stage runs in local worker processes or on remote (Dask) workers when the
+              Amdahl estimate with measured serialization and round-trip costs says it pays;
+5. prefetch - a bounded buffer filled by a background thread when a consumer step time is given.
+
+Every decision is recorded with its estimated gain; ``explain()`` prints plan and decisions.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import os
+import pickle
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from mlsys_flows.systems.cedar.pipeline import (Cache, ChunkJob, Decision, Op, Plan, Source, Stage, _batches,
+                                                _run_chunk, _shuffled, apply_op, as_store, call_op, dumps, run_ops,
+                                                store_label)
+
+
+def nbytes(x: Any) -> int:
+    """Approximate in-memory payload size of a sample."""
+    if isinstance(x, np.ndarray):
+        return int(x.nbytes)
+    if isinstance(x, (bytes, bytearray, str)):
+        return len(x)
+    if isinstance(x, dict):
+        return sum(nbytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(nbytes(v) for v in x)
+    return 8
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    name: str
+    kind: str
+    calls: int
+    outputs: int
+    seconds: float
+    in_bytes: float   # mean per input
+    out_bytes: float  # mean per output
+    ser_s: float      # pickle dumps+loads per output
+
+    @property
+    def latency_s(self) -> float:
+        return self.seconds / max(self.calls, 1)
+
+    @property
+    def selectivity(self) -> float:
+        return self.outputs / max(self.calls, 1)
+
+
+@dataclass(frozen=True)
+class Profile:
+    sampled: int          # source items run
+    n_source: int
+    ops: tuple[OpProfile, ...]
+    source_ser_s: float   # serializing one source reference
+    samples_at: tuple     # the profiled items after each op (for cache probes and trials)
+    source_keys: tuple    # the source indices profiled
+
+    def by_name(self) -> dict[str, OpProfile]:
+        return {p.name: p for p in self.ops}
+
+    def table(self) -> str:
+        rows = [f"{'operator':<24}{'latency':>12}{'select.':>9}{'in B':>10}{'out B':>10}"]
+        for p in self.ops:
+            rows.append(f"{p.name:<24}{p.latency_s * 1e6:>10.1f}us{p.selectivity:>9.2f}{p.in_bytes:>10.0f}{p.out_bytes:>10.0f}")
+        return "\n".join(rows)
+
+
+def _ser_cost(items: list) -> float:
+    if not items:
+        return 0.0
+    t0 = time.perf_counter()
+    pickle.loads(dumps(items))
+    return (time.perf_counter() - t0) / len(items)
+
+
+def _thin(items: list, k: int) -> list:
+    return items if len(items) <= k else [items[i] for i in np.linspace(0, len(items) - 1, k).astype(int)]
+
+
+def profile(source: Source, ops: Sequence[Op], seed: int, sample: int = 32) -> Profile:
+    """Run about ``sample`` samples through ``ops`` in order. Source items are taken spread over
+    the source, only as many as the first operator needs to produce ``sample`` outputs (a
+    row-group reader yields hundreds per item); each later operator sees at most ``sample``
+    inputs, so profiling costs about ``sample`` samples whatever the fan-out."""
+    n = len(source.refs)
+    if n == 0:
+        raise ValueError("cannot profile an empty source")
+    order = list(dict.fromkeys(np.linspace(0, n - 1, min(sample, n)).astype(int).tolist()))
+    items = [((i,), source.refs[i]) for i in order]
+    stats, snaps = [], []
+    for pos, op in enumerate(ops):
+        t0 = time.perf_counter()
+        if op.kind == "batch":
+            nxt = list(_batches(op, iter(items)))
+        elif op.kind == "shuffle":
+            nxt = list(_shuffled(op, iter(items), seed, 0))
+        elif pos == 0:  # pull source items only until the first operator has produced enough
+            taken, nxt = [], []
+            for it in items:
+                taken.append(it)
+                nxt += apply_op(op, [it], seed, 0)
+                if len(nxt) >= sample:
+                    break
+            items = taken
+        else:
+            nxt = list(apply_op(op, items, seed, 0))
+        dt = time.perf_counter() - t0
+        if pos == 0:
+            order = order[:len(items)]
+        stats.append(OpProfile(op.name, op.kind, len(items), len(nxt), dt,
+                               float(np.mean([nbytes(x) for _, x in items])) if items else 0.0,
+                               float(np.mean([nbytes(x) for _, x in nxt])) if nxt else 0.0,
+                               _ser_cost(nxt[:sample])))
+        items = nxt if op.kind == "batch" else _thin(nxt, sample)
+        snaps.append(items)
+    src_ser = _ser_cost([((i,), source.refs[i]) for i in order])
+    return Profile(len(order), n, tuple(stats), src_ser, tuple(snaps), tuple(order))
+
+
+# ----- reordering -------------------------------------------------------------------------------
+
+def _order_cost(ops: Sequence[Op], prof: dict[str, OpProfile]) -> float:
+    cost, surv = 0.0, 1.0
+    for op in ops:
+        cost += prof[op.name].latency_s * surv
+        surv *= prof[op.name].selectivity
+    return cost
+
+
+def _legal(order: Sequence[Op], original: Sequence[Op]) -> bool:
+    """Every pair that does not commute keeps its original relative order."""
+    pos = {op.name: i for i, op in enumerate(original)}
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            if pos[a.name] > pos[b.name] and not a.commutes(b):
+                return False
+    return True
+
+
+def best_order(ops: Sequence[Op], prof: dict[str, OpProfile]) -> tuple[Op, ...]:
+    """Cheapest legal permutation of a run of reorderable operators (exhaustive up to 7 ops,
+    otherwise greedy: repeatedly take the legal next op with the best rank)."""
+    ops = tuple(ops)
+    if len(ops) <= 7:
+        best, best_cost = ops, _order_cost(ops, prof)
+        for perm in itertools.permutations(ops):
+            if _legal(perm, ops):
+                c = _order_cost(perm, prof)
+                if c < best_cost * (1 - 1e-3):
+                    best, best_cost = perm, c
+        return best
+    rest, chosen = list(ops), []
+    while rest:
+        ready = [o for o in rest if all(o.commutes(p) for p in rest[: rest.index(o)])]
+
+        def rank(o: Op) -> float:
+            p = prof[o.name]
+            return p.latency_s / max(1e-12, 1 - p.selectivity) if p.selectivity < 1 else float("inf")
+
+        nxt = min(ready, key=rank)
+        chosen.append(nxt)
+        rest.remove(nxt)
+    return tuple(chosen)
+
+
+def reorder(ops: Sequence[Op], prof: Profile) -> tuple[tuple[Op, ...], list[Decision]]:
+    p = prof.by_name()
+    out: list[Op] = []
+    decisions: list[Decision] = []
+    surv = 1.0  # items per source item entering the current position
+    i = 0
+    while i < len(ops):
+        if not ops[i].reorderable:
+            out.append(ops[i])
+            surv *= p[ops[i].name].selectivity
+            i += 1
+            continue
+        j = i
+        while j < len(ops) and ops[j].reorderable:
+            j += 1
+        run = ops[i:j]
+        best = best_order(run, p)
+        before, after = _order_cost(run, p), _order_cost(best, p)
+        gain = (before - after) * surv * prof.n_source
+        run = tuple(run)
+        if best != run:
+            moved = [o.name for k, o in enumerate(best) if k < run.index(o)]
+            decisions.append(Decision("reorder", True, f"{' -> '.join(o.name for o in run)} becomes "
+                                      f"{' -> '.join(o.name for o in best)} (moved: {', '.join(moved)}; "
+                                      f"cost {before * 1e6:.0f} -> {after * 1e6:.0f} us per sample)", gain))
+        elif len(run) > 1:
+            decisions.append(Decision("reorder", False, f"{' -> '.join(o.name for o in run)} is already the "
+                                      f"cheapest legal order", 0.0))
+        out.extend(best)
+        for o in run:
+            surv *= p[o.name].selectivity
+        i = j
+    if not any(o.reorderable for o in ops):
+        decisions.append(Decision("reorder", False, "no operator declares reads/writes, nothing may move", 0.0))
+    return tuple(out), decisions
+
+
+# ----- cost model helpers ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Costs:
+    """Seconds per epoch of each operator (at its position) and items flowing into it."""
+
+    op_s: dict[str, float]
+    into: dict[str, float]      # items per epoch entering the op
+    out: dict[str, float]       # items per epoch leaving the op
+
+
+def _costs(ops: Sequence[Op], prof: Profile) -> _Costs:
+    p = prof.by_name()
+    op_s, into, out = {}, {}, {}
+    flow = float(prof.n_source)
+    for op in ops:
+        into[op.name] = flow
+        op_s[op.name] = p[op.name].latency_s * flow
+        flow *= p[op.name].selectivity
+        out[op.name] = flow
+    return _Costs(op_s, into, out)
+
+
+@functools.lru_cache(maxsize=1)
+def _hop_cost(n: int = 5000) -> float:
+    """Measured cost of handing one item through one extra iterator (what fusion removes); once
+    per process."""
+    items = [((i,), i) for i in range(n)]
+    ident = Op("map", "_probe", lambda x: x)
+    t0 = time.perf_counter()
+    for _ in apply_op(ident, iter(items), 0, 0):
+        pass
+    t1 = time.perf_counter()
+    for key, x in items:
+        call_op(ident, key, x, 0, 0)
+    t2 = time.perf_counter()
+    return max(0.0, ((t1 - t0) - (t2 - t1)) / n)
+
+
+def _probe_store(store: Any, prefix: str, items: list) -> tuple[float, float]:
+    """Measured (write_s, read_s) per item of a cache shard holding ``items``."""
+    key = f"{prefix}/probe-{os.getpid()}.pkl"
+    t0 = time.perf_counter()
+    store.write_bytes(key, dumps(items))
+    t1 = time.perf_counter()
+    pickle.loads(store.read_bytes(key))
+    t2 = time.perf_counter()
+    return (t1 - t0) / max(len(items), 1), (t2 - t1) / max(len(items), 1)
+
+
+def _fingerprint(source: Source, ops: Sequence[Op], seed: int) -> str:
+    import cloudpickle
+
+    h = hashlib.sha256(source.fingerprint().encode())
+    h.update(cloudpickle.dumps([(o.name, o.kind, o.fn) for o in ops]))
+    h.update(str(seed).encode())
+    return h.hexdigest()[:16]
+
+
+def _roundtrip(submit, n: int = 8) -> float:
+    """Measured seconds of one no-op round trip to an executor (after a warm-up)."""
+    submit(int, 0).result()
+    t0 = time.perf_counter()
+    for f in [submit(int, i) for i in range(n)]:
+        f.result()
+    return (time.perf_counter() - t0) / n
+
+
+def _trial(submit, ops: tuple[Op, ...], items: list, seed: int, workers: int) -> tuple[float, float]:
+    """Measured seconds to run ``items`` through ``ops`` inline and on ``workers`` workers through
+    ``submit`` (IPC included), after a warm-up that loads the stage in a worker."""
+    import cloudpickle
+
+    t0 = time.perf_counter()
+    run_ops(ops, items, seed, 0)
+    inline = time.perf_counter() - t0
+    blob = cloudpickle.dumps(ChunkJob(ops, seed, None, 0))
+    blob_id = hashlib.sha1(blob).hexdigest()
+    size = max(1, -(-len(items) // (2 * workers)))
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    submit(_run_chunk, blob_id, blob, 0, chunks[0][:1], 0, False).result()
+    t0 = time.perf_counter()
+    for f in [submit(_run_chunk, blob_id, blob, i, c, 0, False) for i, c in enumerate(chunks)]:
+        f.result()
+    return inline, time.perf_counter() - t0
+
+
+def _trial_inputs(prof: Profile, source: Source, ops: Sequence[Op], stage_ops: tuple[Op, ...], cached: int,
+                  group: int, at_least: int) -> tuple[tuple[Op, ...], list]:
+    """The operators a stage runs in a phase and profiled inputs for a trial of them: source items
+    (at least ``at_least``, spread over the source) for a first stage, otherwise the profiled
+    samples entering the operators."""
+    run = stage_ops[cached:]
+    if group == 0 and not cached:
+        keys = prof.source_keys
+        if len(keys) < at_least:
+            keys = tuple(dict.fromkeys(np.linspace(0, prof.n_source - 1, min(at_least, prof.n_source)).astype(int).tolist()))
+        return run, [((i,), source.refs[i]) for i in keys]
+    return run, list(prof.samples_at[ops.index(run[0]) - 1]) if run else []
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _amdahl(stage_s: float, main_s: float, ipc_main_s: float, ipc_worker_s: float, workers: int,
+            cores: int | None) -> float:
+    """Epoch time with a stage on ``workers`` processes: the main process's serial part, the
+    workers' share, and (when they share ``cores`` with the main process) the total CPU work."""
+    bounds = [main_s + ipc_main_s, (stage_s + ipc_worker_s) / workers]
+    if cores is not None:
+        bounds.append((main_s + ipc_main_s + stage_s + ipc_worker_s) / cores)
+    return max(bounds)
+
+
+# ----- optimize -------------------------------------------------------------------------------------
+
+Mode = Literal["cost", "always"]
+
+
+def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, workers: int | None = None,
+             remote: Any = None, remote_workers: int = 0, consumer_s: float = 0.0, chunk: int = 0,
+             min_speedup: float = 1.2, mode: Mode = "cost"):
+    """Profile ``pipeline`` and return a copy with an optimized plan.
+
+    epochs: how many passes the consumer will make (caching pays only when > 1).
+    cache: folder path or ObjectStorage-like store for the deterministic prefix (None: no caching).
+    workers: local worker processes for offloading (default: the cores this process may use).
+    remote, remote_workers: an executor with ``submit(fn, *args)`` (a distributed.Client) and its
+        worker count, for offloading to Dask workers.
+    consumer_s: the consumer's time per output item (a training step), enables prefetching.
+    chunk: source items per unit of work and cache shard (0: ~25 ms of work, >= 4 per worker).
+    mode: "cost" applies a rewrite when the cost model says it pays; "always" applies every legal
+        rewrite (for testing and debugging; it offloads when workers > 1 or remote is given).
+    """
+    from mlsys_flows.systems.cedar.api import Pipeline
+
+    if epochs < 1 or sample < 1 or chunk < 0:
+        raise ValueError(f"epochs and sample must be >= 1, chunk >= 0 (got {epochs}, {sample}, {chunk})")
+    if remote is not None and not callable(getattr(remote, "submit", None)):
+        raise TypeError(f"remote must have submit(fn, *args) (a distributed.Client); got {type(remote).__name__}")
+    cores = _cores()
+    workers = workers or cores
+    source, seed = pipeline.source, pipeline.seed
+    first = profile(source, pipeline.ops, seed, sample)
+    ops, decisions = reorder(pipeline.ops, first)
+    prof = profile(source, ops, seed, sample) if ops != pipeline.ops else first  # costs at new positions
+    p = prof.by_name()
+    cost = _costs(ops, prof)
+
+    # fuse: maximal runs of per-sample operators between barriers
+    groups: list[list[Op] | Op] = []
+    for op in ops:
+        if op.per_sample and groups and isinstance(groups[-1], list):
+            groups[-1].append(op)
+        elif op.per_sample:
+            groups.append([op])
+        else:
+            groups.append(op)
+    hop = _hop_cost()
+    for g in groups:
+        if isinstance(g, list) and len(g) > 1:
+            hops = sum(cost.out[o.name] for o in g[:-1])
+            decisions.append(Decision("fuse", True, f"{' + '.join(o.name for o in g)} into one stage "
+                                      f"({hop * 1e6:.2f} us per removed hand-off)", hops * hop))
+
+    # cache: the deterministic prefix of the first stage
+    cache_ops, cache_obj, cache_read_s = 0, None, 0.0
+    if groups and isinstance(groups[0], list):
+        det = list(itertools.takewhile(lambda o: o.deterministic, groups[0]))
+        if cache is None:
+            decisions.append(Decision("cache", False, "no cache location given", 0.0))
+        elif not det:
+            decisions.append(Decision("cache", False, "the first operator is not deterministic", 0.0))
+        elif epochs <= 1 and mode == "cost":
+            decisions.append(Decision("cache", False, "a single epoch never re-reads a cache", 0.0))
+        else:
+            store = as_store(cache)
+            fp = _fingerprint(source, det, seed)
+            prefix = f"cedar-cache/{fp}"
+            best = None
+            for k in range(1, len(det) + 1):
+                recompute = sum(cost.op_s[o.name] for o in det[:k])
+                w, r = _probe_store(store, prefix, list(prof.samples_at[ops.index(det[k - 1])]))
+                w, r = w * cost.out[det[k - 1].name], r * cost.out[det[k - 1].name]
+                gain = ((epochs - 1) * (recompute - r) - w) / epochs
+                if best is None or gain > best[0] or mode == "always":
+                    best = (gain, k, recompute, r, w)
+            gain, k, recompute, r, w = best
+            where = f"after {det[k - 1].name!r} on {store_label(store)}"
+            if gain > 0 or mode == "always":
+                cache_ops, cache_read_s = k, r
+                cache_obj = Cache(store, f"cedar-cache/{_fingerprint(source, det[:k], seed)}")
+                decisions.append(Decision("cache", True, f"{where}: recompute {recompute * 1e3:.0f} ms vs read "
+                                          f"{r * 1e3:.0f} ms per epoch, write {w * 1e3:.0f} ms once, {epochs} epochs",
+                                          max(gain, 0.0)))
+            else:
+                decisions.append(Decision("cache", False, f"{where} would not pay: recompute {recompute * 1e3:.0f} ms "
+                                          f"vs read {r * 1e3:.0f} ms per epoch", 0.0))
+
+    # chunks: ~25 ms of work each, at least 4 per worker per epoch, so workers stay busy
+    if chunk == 0:
+        per_item = sum(cost.op_s.values()) / prof.n_source
+        chunk = int(min(max(1, 0.025 / max(per_item, 1e-9)), max(1, prof.n_source // (4 * workers)), 1024))
+
+    # offload: Amdahl estimate per stage, cold (first epoch) and warm (cache complete)
+    remote_rt = _roundtrip(remote.submit) if remote is not None and remote_workers > 0 else None
+    local_rt = None
+    total_s = sum(cost.op_s.values())
+    steps: list[Stage | Op] = []
+    for gi, g in enumerate(groups):
+        if not isinstance(g, list):
+            steps.append(g)
+            continue
+        stage_ops = tuple(g)
+        cached = cache_ops if gi == 0 else 0
+        cold_s = sum(cost.op_s[o.name] for o in stage_ops)
+        warm_s = cold_s - sum(cost.op_s[o.name] for o in stage_ops[:cached]) + cache_read_s
+        main_s = total_s - cold_s  # everything outside this stage runs in the main process
+        last = p[stage_ops[-1].name]
+        out_items = cost.out[stage_ops[-1].name]
+        in_ser = (prof.source_ser_s if gi == 0 else p[ops[ops.index(stage_ops[0]) - 1].name].ser_s) * cost.into[stage_ops[0].name]
+        ipc = in_ser + last.ser_s * out_items  # both sides pay about half of dumps+loads
+        n_chunks = cost.into[stage_ops[0].name] / chunk
+        choice = {}
+        for phase, stage_s in (("cold", cold_s), ("warm", warm_s)):
+            if phase == "warm" and not cached:
+                choice["warm"] = choice["cold"]
+                continue
+            options = {"inline": (stage_s + main_s, "")}
+            if workers > 1:
+                if local_rt is None:
+                    local_rt = _roundtrip(pipeline.runtime.pool(workers).submit)
+                t = _amdahl(stage_s, main_s, ipc / 2 + n_chunks * local_rt, ipc / 2, workers, cores)
+                options["process"] = (t, f"{workers} local processes")
+            if remote_rt is not None:
+                t = _amdahl(stage_s, main_s, ipc / 2 + n_chunks * remote_rt / remote_workers, ipc / 2,
+                            remote_workers, None)
+                options["remote"] = (t, f"{remote_workers} remote workers")
+            serial = options["inline"][0]
+            best = min(options, key=lambda k: options[k][0])
+            if mode == "always" and len(options) > 1:  # prefer remote, then local processes
+                best = "remote" if "remote" in options else "process"
+            speedup = serial / options[best][0] if options[best][0] > 0 else 1.0
+            trial, why_not = "", ""
+            if best != "inline" and speedup >= min_speedup and mode == "cost":
+                # the model cannot see contention or IPC surprises: check with a short measured trial
+                n = workers if best == "process" else remote_workers
+                run, items = _trial_inputs(prof, source, ops, stage_ops, cached if phase == "warm" else 0, gi, 2 * n)
+                if not run:
+                    best, why_not = "inline", "only cache reads remain"
+                else:
+                    submit = pipeline.runtime.pool(workers).submit if best == "process" else remote.submit
+                    t_in, t_par = _trial(submit, run, items, seed, n)
+                    measured = t_in / t_par if t_par > 0 else 0.0
+                    trial = f"; trial on {len(items)} inputs measured {measured:.2f}x"
+                    if measured < min_speedup:
+                        best, why_not = "inline", f"Amdahl estimates {speedup:.2f}x{trial}"
+            if best != "inline" and (speedup >= min_speedup or mode == "always"):
+                choice[phase] = best
+                decisions.append(Decision("offload", True, f"{phase} stage [{' + '.join(o.name for o in stage_ops)}] "
+                                          f"to {options[best][1]}: parallel {stage_s * 1e3:.0f} ms, serial "
+                                          f"{main_s * 1e3:.0f} ms, IPC {ipc * 1e3:.0f} ms; Amdahl speedup {speedup:.2f}x{trial}",
+                                          serial - options[best][0]))
+            else:
+                choice[phase] = "inline"
+                alt = min((k for k in options if k != "inline"), key=lambda k: options[k][0], default=None)
+                why = (why_not if trial or why_not == "only cache reads remain" else
+                       f"best offload ({options[alt][1]}) estimates {serial / options[alt][0]:.2f}x < {min_speedup}x"
+                       if alt else "workers=1 and no remote executor")
+                decisions.append(Decision("offload", False, f"{phase} stage [{' + '.join(o.name for o in stage_ops)}] "
+                                          f"stays in the main process: {why}", 0.0))
+        steps.append(Stage(stage_ops, cold=choice["cold"], warm=choice["warm"], cache_ops=cached))
+    if local_rt is not None and not any(isinstance(s, Stage) and "process" in (s.cold, s.warm) for s in steps):
+        pipeline.runtime.close()
+
+    # prefetch: overlap the pipeline with the consumer
+    prefetch = 0
+    out_total = cost.out[ops[-1].name] if ops else float(prof.n_source)
+    if consumer_s > 0 or mode == "always":
+        prefetch = max(2, 2 * workers)
+        gain = min(consumer_s * out_total, total_s)
+        decisions.append(Decision("prefetch", True, f"bounded buffer of {prefetch} outputs filled by a background "
+                                  f"thread while the consumer works", gain))
+    else:
+        decisions.append(Decision("prefetch", False, "no consumer step time given: nothing to overlap "
+                                  "(offloaded stages already keep 2 chunks per worker in flight)", 0.0))
+
+    plan = Plan(tuple(steps), cache=cache_obj, prefetch=prefetch, chunk=chunk, workers=workers,
+                remote_workers=remote_workers, decisions=tuple(decisions), optimized=True)
+    new = Pipeline(source, ops, seed, plan=plan, remote=remote)
+    new.runtime.adopt(pipeline.runtime)  # the pool started for measuring moves along
+    new.profile_result = prof
+    return new
+
+
+def explain(pipeline) -> str:
+    plan: Plan = pipeline.plan
+    lines = [f"cedar plan ({'optimized' if plan.optimized else 'as written'}): source {pipeline.source.description}"]
+    for step in plan.steps:
+        if isinstance(step, Op):
+            lines.append(f"  {step.label()}" + ("  (in order, main process)" if step.per_sample is False
+                                                 and step.kind not in ("batch", "shuffle") else ""))
+            continue
+        if not step.fused:
+            lines.append(f"  {step.ops[0].label()}")
+            continue
+        where = step.cold if step.cold == step.warm else f"cold: {step.cold}, warm: {step.warm}"
+        lines.append(f"  stage [{where}, chunks of {plan.chunk}]:")
+        for k, op in enumerate(step.ops):
+            lines.append(f"    {op.label()}")
+            if plan.cache is not None and k + 1 == step.cache_ops:
+                lines.append(f"    == cache ({store_label(plan.cache.store)}) ==")
+    if plan.prefetch:
+        lines.append(f"  prefetch({plan.prefetch})")
+    if plan.decisions:
+        lines.append("decisions:")
+        lines += [f"  {d.line()}" for d in plan.decisions]
+    return "\n".join(lines)
+
+
+__all__ = ["profile", "optimize", "explain", "Profile", "OpProfile", "best_order", "reorder", "nbytes"]

@@ -1,0 +1,322 @@
+"""The trainer, the inline baseline, and DPP's master and controller (pure: no dask imports).
+
+DPP runs on any :class:`Executor` (the flow adapts a Dask client; tests use threads):
+- the master hands row-group work items to the active workers (``prefetch`` each), treats an
+  item as acknowledged once all its batches sit in the trainer's bounded queue, re-issues an
+  unacknowledged item when its worker disappears, its attempt fails or its lease expires, and
+  drops late duplicates, so every item reaches the trainer exactly once;
+- the controller adds a worker when the trainer's stall fraction over the last interval is
+  above ``stall_high`` and removes one when it is below ``stall_low`` with a nearly full queue,
+  within ``min_workers`` and ``min(max_workers, live workers)``.
+"""
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import torch
+from torch import nn
+
+from mlsys_flows.systems.common.dlrm import DLRM, Jagged, KeyedJaggedTensor
+
+from . import Params
+from .data import Batch, WorkItem, process_item
+
+
+class DPPError(RuntimeError):
+    """DPP could not deliver the dataset (an item failed ``max_attempts`` times, or no worker)."""
+
+
+class Handle(Protocol):
+    def done(self) -> bool: ...
+    def result(self, timeout: float | None = None) -> tuple[list[Batch], dict[str, float]]: ...
+    def cancel(self) -> Any: ...
+
+
+class Executor(Protocol):
+    def workers(self) -> list[str]: ...
+    def submit(self, item: WorkItem, worker: str) -> Handle: ...
+
+
+# ----- trainer ------------------------------------------------------------------------------
+class Trainer:
+    """The trainer: each step takes ``step_ms``, the accelerator's time per batch.
+
+    On a GPU (``device`` cuda) it is a real DLRM step on the batch, padded to ``step_ms``. On a
+    CPU-only machine the accelerator is emulated: the batch becomes the step's tensors (KJT,
+    dense, labels) and the trainer waits ``step_ms`` without using the host CPU, as it would
+    wait on a GPU. (A real CPU step would compete with preprocessing for the same cores, which
+    is not the paper's setting.)"""
+
+    def __init__(self, p: Params, used: list[str], device: str = "cpu"):
+        self.p, self.device = p, device
+        self.dense = [c for c in used if not c.startswith("sparse")]
+        self.sparse = [c for c in used if c.startswith("sparse")]
+        self.steps, self.samples, self.loss = 0, 0, math.nan
+        self.model = None
+        if device.startswith("cuda"):
+            torch.manual_seed(p.seed)
+            self.model = DLRM(len(self.dense), {c: p.table_rows for c in self.sparse}, 16,
+                              bottom=(32,), top=(32,)).to(device)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05)
+            self.loss_fn = nn.BCEWithLogitsLoss()
+
+    def loss_metric(self) -> dict[str, float]:
+        return {"final_loss": self.loss} if self.model is not None else {}
+
+    def step(self, b: Batch) -> None:
+        t0 = time.perf_counter()
+        kjt = KeyedJaggedTensor({c: Jagged.from_numpy(*b.sparse[c]) for c in self.sparse})
+        dense, labels = torch.from_numpy(b.dense), torch.from_numpy(b.labels)
+        if self.model is not None:
+            kjt, dense, labels = kjt.to(self.device), dense.to(self.device), labels.to(self.device)
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.loss_fn(self.model(dense, [kjt] if self.sparse else []), labels)
+            loss.backward()
+            self.opt.step()
+            self.loss = float(loss.detach())  # synchronizes with the GPU
+        self.steps, self.samples = self.steps + 1, self.samples + b.rows
+        left = self.p.step_ms / 1e3 - (time.perf_counter() - t0)
+        if left > 0:
+            time.sleep(left)
+
+
+def num_batches(items: list[WorkItem], batch_size: int) -> int:
+    return sum(math.ceil(it.rows / batch_size) for it in items)
+
+
+# ----- baseline -----------------------------------------------------------------------------
+def run_inline(items: list[WorkItem], open_file: Callable[[str], Any], used: list[str], p: Params,
+               device: str = "cpu") -> dict[str, float]:
+    """The trainer reads full rows and preprocesses each row group itself before its steps."""
+    trainer = Trainer(p, used, device)
+    data_s = bytes_read = calls = 0.0
+    t_start = time.perf_counter()
+    for item in items:
+        t0 = time.perf_counter()
+        batches, stats = process_item(item, open_file, used, p, projected=False)
+        data_s += time.perf_counter() - t0
+        bytes_read += stats["bytes_read"]
+        calls += stats["read_calls"]
+        for b in batches:
+            trainer.step(b)
+    total = time.perf_counter() - t_start
+    return {"trainer_samples_per_s": trainer.samples / total, "stall_fraction": data_s / total,
+            "bytes_read": bytes_read, "read_calls": calls, "samples": trainer.samples, "wall_s": total,
+            **trainer.loss_metric(), "workers_mean": 0.0}
+
+
+# ----- DPP ------------------------------------------------------------------------------------
+class Controller:
+    """Sizes the worker pool from the trainer's stall fraction over each interval."""
+
+    def __init__(self, p: Params):
+        self.p = p
+        self.target = p.start_workers
+        self.history: list[tuple[float, int]] = []
+
+    def decide(self, now: float, stall_fraction: float, queue_fill: float, live: int) -> int:
+        cap = max(1, min(self.p.max_workers, live))
+        if stall_fraction > self.p.stall_high and self.target < cap:
+            self.target += 1
+        elif stall_fraction < self.p.stall_low and queue_fill >= 0.75 and self.target > self.p.min_workers:
+            self.target -= 1
+        self.target = max(min(self.target, cap), min(self.p.min_workers, cap))
+        self.history.append((now, self.target))
+        return self.target
+
+
+@dataclass
+class _Attempt:
+    worker: str
+    handle: Handle
+    issued: float
+    renewed: bool = False  # its lease expired and a second copy was queued
+
+
+@dataclass
+class Master:
+    """Work-item bookkeeping; ``run`` is the master's loop (a thread beside the trainer)."""
+
+    items: list[WorkItem]
+    executor: Executor
+    p: Params
+    controller: Controller
+    out: "queue.Queue[Batch]"
+    stall: Callable[[], float]      # the trainer's cumulative stall seconds
+    pending: deque = field(init=False)
+    queued: set[int] = field(init=False)
+    attempts: dict[int, list[_Attempt]] = field(default_factory=dict)
+    tries: dict[int, int] = field(default_factory=dict)
+    acked: set[int] = field(default_factory=set)
+    delivered: list[int] = field(default_factory=list)
+    reissued: int = 0
+    duplicates: int = 0
+    bytes_read: float = 0.0
+    read_calls: float = 0.0
+    error: BaseException | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self):
+        self.pending = deque(self.items)
+        self.queued = {it.id for it in self.items}
+        self._live: list[str] = []
+        self._live_at = -1.0
+
+    def live_workers(self, now: float) -> list[str]:
+        if now - self._live_at > 0.2:  # asking the scheduler on every loop would flood it
+            self._live, self._live_at = sorted(self.executor.workers()), now
+        return self._live
+
+    def _requeue(self, item: WorkItem) -> None:
+        if item.id not in self.acked and item.id not in self.queued:
+            self.pending.appendleft(item)
+            self.queued.add(item.id)
+            self.reissued += 1
+
+    def _issue(self, item: WorkItem, worker: str, now: float) -> None:
+        self.tries[item.id] = self.tries.get(item.id, 0) + 1
+        if self.tries[item.id] > self.p.max_attempts:
+            raise DPPError(f"work item {item.id} ({item.key} row group {item.row_group}) failed "
+                           f"{self.p.max_attempts} times")
+        self.attempts.setdefault(item.id, []).append(_Attempt(worker, self.executor.submit(item, worker), now))
+
+    def _deliver(self, batches: list[Batch]) -> bool:
+        for b in batches:
+            while True:
+                if self.stop.is_set():
+                    return False
+                try:
+                    self.out.put(b, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+        return True
+
+    def step(self, now: float) -> None:
+        """One pass: retire dead workers' items, collect results, renew leases, assign work."""
+        live = self.live_workers(now)
+        by_id = {it.id: it for it in self.items}
+        for item_id, atts in list(self.attempts.items()):
+            for a in list(atts):
+                if a.worker not in live:  # the worker died or left: its unacknowledged item goes back
+                    a.handle.cancel()
+                    atts.remove(a)
+                elif a.handle.done():
+                    atts.remove(a)
+                    try:  # bounded: a result whose worker just died may never arrive
+                        batches, stats = a.handle.result(timeout=min(5.0, self.p.lease_s))
+                    except Exception:  # noqa: BLE001 - a failed or lost attempt is re-issued below
+                        continue
+                    self.bytes_read += stats["bytes_read"]
+                    self.read_calls += stats["read_calls"]
+                    if item_id in self.acked:
+                        self.duplicates += 1  # a late copy of a re-issued item: never delivered twice
+                        continue
+                    if not self._deliver(batches):
+                        return
+                    self.acked.add(item_id)
+                    self.delivered.append(item_id)
+                    for other in atts:
+                        other.handle.cancel()
+                    atts.clear()
+                elif now - a.issued > self.p.lease_s and not a.renewed:
+                    a.renewed = True
+                    self._requeue(by_id[item_id])  # lease expired: a second copy races the first
+            if not atts:
+                del self.attempts[item_id]
+                self._requeue(by_id[item_id])
+        active = live[:self.controller.target]
+        if not active:
+            return
+        load = {w: 0 for w in active}
+        for atts in self.attempts.values():
+            for a in atts:
+                if a.worker in load:
+                    load[a.worker] += 1
+        while self.pending:
+            worker = min(active, key=lambda w: load[w])
+            if load[worker] >= self.p.prefetch:
+                break
+            item = self.pending.popleft()
+            self.queued.discard(item.id)
+            if item.id in self.acked:
+                continue
+            self._issue(item, worker, now)
+            load[worker] += 1
+
+    def run(self) -> None:
+        start = last = time.perf_counter()
+        last_stall = self.stall()
+        self.controller.history.append((0.0, self.controller.target))
+        no_worker_since = None
+        try:
+            while len(self.acked) < len(self.items) and not self.stop.is_set():
+                now = time.perf_counter()
+                self.step(now)
+                if not self.live_workers(now):
+                    no_worker_since = no_worker_since or now
+                    if now - no_worker_since > self.p.lease_s:
+                        raise DPPError(f"no DPP worker alive for {self.p.lease_s:.0f} s")
+                else:
+                    no_worker_since = None
+                if now - last >= self.p.control_interval_s:
+                    stall = self.stall()
+                    self.controller.decide(now - start, (stall - last_stall) / (now - last),
+                                           self.out.qsize() / self.p.queue_depth, len(self.live_workers(now)))
+                    last, last_stall = now, stall
+                time.sleep(0.005)
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer thread
+            self.error = exc
+
+
+def run_dpp(items: list[WorkItem], executor: Executor, used: list[str], p: Params,
+            on_batch: Callable[[Batch], None] | None = None, device: str = "cpu") -> tuple[dict[str, float], dict[str, Any]]:
+    """Train on batches that DPP workers prepare; returns (metrics, details)."""
+    trainer = Trainer(p, used, device)
+    out: queue.Queue[Batch] = queue.Queue(maxsize=p.queue_depth)
+    stall = [0.0]
+    controller = Controller(p)
+    master = Master(items, executor, p, controller, out, stall=lambda: stall[0])
+    thread = threading.Thread(target=master.run, name="dpp-master", daemon=True)
+    expected = num_batches(items, p.batch_size)
+    consumed: list[tuple[int, int]] = []
+    t_start = time.perf_counter()
+    thread.start()
+    try:
+        while len(consumed) < expected:
+            t0 = time.perf_counter()
+            while True:
+                try:
+                    b = out.get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    if master.error is not None:
+                        raise master.error
+                    if not thread.is_alive():
+                        raise DPPError(f"the master stopped after {len(consumed)} of {expected} batches")
+                    if time.perf_counter() - t0 > 2 * p.lease_s:
+                        raise DPPError(f"no batch for {2 * p.lease_s:.0f} s after {len(consumed)} of {expected}")
+            stall[0] += time.perf_counter() - t0
+            trainer.step(b)
+            consumed.append((b.item, b.index))
+            if on_batch is not None:
+                on_batch(b)
+        total = time.perf_counter() - t_start
+    finally:
+        master.stop.set()
+        thread.join(timeout=10)
+    hist = controller.history + [(total, controller.target)]
+    area = sum((t1 - t0) * w for (t0, w), (t1, _) in zip(hist[:-1], hist[1:]))
+    metrics = {"trainer_samples_per_s": trainer.samples / total, "stall_fraction": stall[0] / total,
+               "bytes_read": master.bytes_read, "read_calls": master.read_calls, "samples": trainer.samples,
+               "wall_s": total, **trainer.loss_metric(), "workers_mean": area / total,
+               "workers_max": float(max(w for _, w in hist)), "reissued_items": float(master.reissued),
+               "duplicates_dropped": float(master.duplicates)}
+    details = {"workers_over_time": hist, "consumed": consumed, "delivered_items": master.delivered}
+    return metrics, details

@@ -1,0 +1,107 @@
+"""MoETuner (arXiv 2502.06643): ILP expert placement from profiled routing, vs contiguous and greedy."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+
+from .evaluate import CostModel, Topology, evaluate
+from .placement import check_placement, contiguous, greedy, moetuner
+from .trace import Profile, RoutingTrace, TraceError, profile, synthetic_trace
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "moetuner"
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(tokens=16_384, layers=4, num_experts=8, gpus_per_node=2, batch_tokens=1024,
+                      ilp1_time_limit_s=1.0, ilp2_time_limit_s=1.0, ilp2_window=3),
+        "quick": dict(tokens=131_072, layers=16, num_experts=16, gpus_per_node=4, batch_tokens=4096,
+                      ilp1_time_limit_s=5.0, ilp2_time_limit_s=20.0, ilp2_window=3),
+        "full": dict(tokens=1_048_576, layers=32, num_experts=64, gpus_per_node=8, batch_tokens=16_384,
+                     ilp1_time_limit_s=10.0, ilp2_time_limit_s=600.0, ilp2_window=1),
+    }
+
+    # workload: synthetic routing trace (ignored where trace_key names a recorded one)
+    trace_key: str | None = Field(None, min_length=1, max_length=500, description="Storage key of a recorded trace (.npz with int array experts[tokens, layers, k], optional num_experts); overrides tokens, layers, num_experts, top_k.")
+    tokens: int = Field(131_072, ge=1024, le=8_388_608, description="Tokens in the synthetic routing trace.")
+    layers: int = Field(16, ge=2, le=128, description="MoE layers.")
+    num_experts: int = Field(16, ge=2, le=256, description="Experts per MoE layer; a multiple of 2 * gpus_per_node.")
+    top_k: int = Field(2, ge=1, le=8, description="Experts per token per layer.")
+    zipf_s: float = Field(0.8, ge=0.0, le=3.0, description="Zipf exponent of expert popularity within a layer.")
+    affinity: float = Field(0.8, ge=0.0, le=1.0, description="Share of a token's next-layer routing that follows its current experts' successors.")
+    fanout: int = Field(2, ge=1, le=256, description="Successors per expert in the next layer (sparsity of transitions).")
+    profile_fraction: float = Field(0.25, ge=0.01, le=0.9, description="Share of tokens profiled; the rest is held out for evaluation.")
+    # hardware model (defaults: Mixtral-8x7B-like expert FFN and hidden size on H100-class GPUs)
+    gpus_per_node: int = Field(4, ge=2, le=16, description="GPUs per node: the single-node setup uses one node, the multi-node setup two.")
+    batch_tokens: int = Field(4096, ge=64, le=1_048_576, description="Tokens per served batch.")
+    expert_us_per_token: float = Field(0.9, gt=0.0, le=1000.0, description="Expert FFN time per (token, expert) on one GPU, microseconds.")
+    non_moe_us_per_token: float = Field(0.3, ge=0.0, le=1000.0, description="Non-MoE time per token per layer on one GPU (attention etc.), microseconds.")
+    token_bytes: int = Field(8192, ge=2, le=1 << 20, description="Bytes of one token's hidden state (4096 x bf16).")
+    intra_node_gb_s: float = Field(100.0, gt=0.0, le=10_000.0, description="Bandwidth of one GPU pair inside a node, GB/s.")
+    inter_node_gb_s: float = Field(6.25, gt=0.0, le=10_000.0, description="Bandwidth of one GPU pair across nodes, GB/s.")
+    # solver
+    ilp1_time_limit_s: float = Field(5.0, ge=0.05, le=600.0, description="HiGHS time limit of ILP 1, per layer.")
+    ilp1_follow_routing: bool = Field(False, description="ILP 1 second phase: among load-optimal clusterings, keep each layer's clusters in step with the previous layer's routing.")
+    ilp1_load_slack: float = Field(0.0, ge=0.0, le=0.5, description="Relative max-load slack the second phase of ILP 1 may spend on routing locality.")
+    ilp2_time_limit_s: float = Field(20.0, ge=0.1, le=3600.0, description="HiGHS time limit of ILP 2, per setup (split over windows).")
+    ilp2_window: int = Field(3, ge=1, le=127, description="Layer transitions ILP 2 optimizes jointly.")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.num_experts % (2 * self.gpus_per_node):
+            raise ValueError(f"num_experts ({self.num_experts}) must be a multiple of 2 * gpus_per_node "
+                             f"({2 * self.gpus_per_node}) so every GPU of both setups holds equally many experts")
+        if self.top_k > self.num_experts or self.fanout > self.num_experts:
+            raise ValueError("top_k and fanout must not exceed num_experts")
+        if self.tokens * (1 - self.profile_fraction) < self.batch_tokens:
+            raise ValueError("batch_tokens exceeds the held-out tokens (tokens * (1 - profile_fraction))")
+        return self
+
+    def topologies(self) -> dict[str, Topology]:
+        return {n: Topology(nodes, self.gpus_per_node, self.intra_node_gb_s, self.inter_node_gb_s)
+                for n, nodes in (("1node", 1), ("2node", 2))}
+
+    def cost_model(self) -> CostModel:
+        return CostModel(self.expert_us_per_token, self.non_moe_us_per_token, self.token_bytes, self.batch_tokens)
+
+    def make_trace(self) -> RoutingTrace:
+        return synthetic_trace(self.tokens, self.layers, self.num_experts, self.top_k, self.zipf_s,
+                               self.affinity, self.fanout, self.seed)
+
+
+def check_trace_fits(trace: RoutingTrace, p: Params) -> None:
+    """A recorded trace must split evenly over both setups and leave a batch of held-out tokens."""
+    if trace.num_experts % (2 * p.gpus_per_node):
+        raise TraceError("num_experts", f"{trace.num_experts} experts do not split evenly over 1 and 2 nodes "
+                                        f"of {p.gpus_per_node} GPUs (set gpus_per_node)")
+    if trace.tokens * (1 - p.profile_fraction) < p.batch_tokens:
+        raise TraceError("experts", f"{trace.tokens} tokens leave fewer than batch_tokens={p.batch_tokens} held out")
+
+
+def plan_and_evaluate(p: Params, trace: RoutingTrace, setup: str) -> dict:
+    """Profile on a share of tokens, place experts with each policy for one setup ('1node' or '2node'),
+    evaluate every placement on the held-out tokens. Returns {variant: evaluation} plus plan stats."""
+    topo = p.topologies()[setup]
+    prof_trace, held_out = trace.split(p.profile_fraction, p.seed)
+    prof = profile(prof_trace)
+    plans = {"contiguous": contiguous(trace.layers, trace.num_experts, topo.gpus),
+             "greedy": greedy(prof, topo.gpus)}
+    tuned = moetuner(prof, topo.pair_weight(), ilp1_time_limit_s=p.ilp1_time_limit_s,
+                     ilp2_time_limit_s=p.ilp2_time_limit_s, ilp2_window=p.ilp2_window,
+                     symmetric=topo.nodes == 1, seed=p.seed, follow_routing=p.ilp1_follow_routing,
+                     load_slack=p.ilp1_load_slack)
+    plans["moetuner"] = tuned.gpu_of
+    out = {}
+    for name, gpu_of in plans.items():
+        check_placement(gpu_of, topo.gpus)
+        out[name] = evaluate(held_out, gpu_of, topo, p.cost_model())
+        out[name]["plan"] = gpu_of
+    out["moetuner"]["metrics"].update(tuned.stats)
+    return out
+
+
+__all__ = ["Params", "RoutingTrace", "TraceError", "Profile", "Topology", "CostModel", "profile",
+           "synthetic_trace", "evaluate", "contiguous", "greedy", "moetuner", "check_placement",
+           "check_trace_fits", "plan_and_evaluate"]

@@ -1,0 +1,196 @@
+"""RecD's reader and trainer, with the KJT baseline beside them.
+
+Preprocessing (the reader): parquet record batches -> dense log1p transform, sigrid-hashed ids
+-> a :class:`Batch`. Without dedup every user list of every sample is hashed and shipped as a
+KJT; with dedup (RecD) the repeats of each user list are found first (on session-clustered
+data they are adjacent: one comparison pass), only the distinct lists are hashed, and they
+ship as an IKJT. Item features vary per sample and stay KJTs in both.
+
+Training: two identical DLRMs (same init, same batches, same Adagrad, the optimizer of
+production DLRMs) alternate in chunks of
+``chunk_steps`` so that machine noise hits both alike; one consumes KJT batches, the other the
+IKJT batches of the same samples. Same math, so the loss curves agree to float rounding.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch import nn
+
+from mlsys_flows.systems.common.dlrm import DLRM, Jagged, KeyedJaggedTensor, feature_salt, sigrid_hash
+from mlsys_flows.systems.common.timing import Stopwatch, interleaved, median
+
+from . import Params
+from .ikjt import InverseKeyedJaggedTensor, dedup_consecutive
+from .workload import Schema, check_dataset
+
+Sparse = KeyedJaggedTensor | InverseKeyedJaggedTensor
+
+
+@dataclass
+class Batch:
+    dense: torch.Tensor    # float32 [B, dense_features]
+    sparse: list[Sparse]   # item KJT, user KJT or IKJT
+    labels: torch.Tensor   # float32 [B]
+
+    @property
+    def size(self) -> int:
+        return self.labels.numel()
+
+    def to(self, device) -> "Batch":
+        return Batch(self.dense.to(device), [s.to(device) for s in self.sparse], self.labels.to(device))
+
+
+def _lists(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    return col.flatten().to_numpy(), np.diff(col.offsets.to_numpy())
+
+
+def preprocess(rb: pa.RecordBatch, schema: Schema, table_rows: int, dedup: bool) -> Batch:
+    """Decode one record batch into tensors (the reader's transform step)."""
+    dense = np.stack([rb.column(c).to_numpy() for c in schema.dense], axis=1)
+    dense = np.log1p(np.maximum(dense, 0.0, dtype=np.float32))
+    items = {}
+    for c in schema.item:
+        values, lengths = _lists(rb.column(c))
+        items[c] = Jagged.from_numpy(sigrid_hash(values, feature_salt(c), table_rows), lengths)
+    users: Sparse
+    if dedup:
+        unique, inverse = {}, {}
+        for c in schema.user:
+            values, lengths, inv = dedup_consecutive(*_lists(rb.column(c)))
+            unique[c] = Jagged.from_numpy(sigrid_hash(values, feature_salt(c), table_rows), lengths)
+            inverse[c] = torch.from_numpy(inv)
+        users = InverseKeyedJaggedTensor(unique, inverse)
+    else:
+        users = KeyedJaggedTensor({c: Jagged.from_numpy(sigrid_hash(v, feature_salt(c), table_rows), l)
+                                   for c in schema.user for v, l in [_lists(rb.column(c))]})
+    return Batch(torch.from_numpy(dense), [KeyedJaggedTensor(items), users],
+                 torch.from_numpy(rb.column(schema.label).to_numpy().astype(np.float32)))
+
+
+def open_dataset(data: bytes, schema: Schema, where: str) -> pq.ParquetFile:
+    pf = pq.ParquetFile(pa.BufferReader(data))
+    check_dataset(pf.schema_arrow.names, pf.metadata.num_rows, schema, where)
+    return pf
+
+
+def read_batches(data: bytes, p: Params, dedup: bool, where: str = "dataset", limit: int | None = None) -> Iterator[Batch]:
+    """Parquet bytes -> preprocessed batches, in file order."""
+    schema = Schema.of(p)
+    pf = open_dataset(data, schema, where)
+    cols = [schema.label, *schema.dense, *schema.sparse]
+    for i, rb in enumerate(pf.iter_batches(batch_size=p.batch_size, columns=cols, use_threads=False)):
+        if limit is not None and i >= limit:
+            return
+        yield preprocess(rb, schema, p.table_rows, dedup)
+
+
+def preprocess_throughput(sources: dict[str, tuple[bytes, bool]], p: Params, limit: int | None = None) -> dict[str, float]:
+    """Batches/s of the reader per variant ``name -> (parquet bytes, dedup)``, measured interleaved."""
+    def measure(data: bytes, dedup: bool):
+        def run() -> float:
+            t0 = time.perf_counter()
+            n = sum(1 for _ in read_batches(data, p, dedup, limit=limit))
+            return n / (time.perf_counter() - t0)
+        return run
+
+    runs = interleaved({name: measure(*src) for name, src in sources.items()}, p.preprocess_repeats)
+    return {name: median(v) for name, v in runs.items()}
+
+
+def build_model(p: Params) -> DLRM:
+    schema = Schema.of(p)
+    torch.manual_seed(p.seed)
+    return DLRM(p.dense_features, {k: p.table_rows for k in schema.sparse}, p.embedding_dim, pooling="mean")
+
+
+def _step(model: DLRM, opt: torch.optim.Optimizer, loss_fn: nn.Module, b: Batch) -> torch.Tensor:
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(b.dense, b.sparse), b.labels)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = "cpu",
+                      state: dict[str, Any] | None = None,
+                      checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
+                      checkpoint_every: int = 1) -> dict[str, dict]:
+    """Train one DLRM per variant (same init, same samples), alternating ``chunk_steps`` at a time.
+
+    Returns per variant: ``samples_per_s`` (the first chunk, a warm-up, is not counted),
+    ``losses`` (one per step), ``chunk_rates`` (samples/s of each turn) and ``samples``.
+    With ``checkpoint``, ``checkpoint(turn, state)`` runs after every ``checkpoint_every`` turns and
+    after the last, outside the timed steps; training given that ``state`` continues after ``turn``
+    exactly as if it had never stopped (models, optimizers, losses and timings so far).
+    """
+    names = list(batches)
+    steps = len(batches[names[0]])
+    if any(len(b) != steps for b in batches.values()):
+        raise ValueError("every variant must train on the same number of batches")
+    if device == "cpu":
+        torch.set_num_threads(p.train_threads)
+    base = build_model(p)
+    models = {n: copy.deepcopy(base).to(device) for n in names}
+    torch.sparse.check_sparse_tensor_invariants.disable()  # Adagrad's sparse path; silences a warning
+    opts = {n: torch.optim.Adagrad(models[n].parameters(), lr=p.lr) for n in names}
+    loss_fn = nn.BCEWithLogitsLoss()
+    staged = {n: [b.to(device) for b in batches[n]] for n in names}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    watches = {n: Stopwatch() for n in names}
+    losses: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    timed_samples = {n: 0 for n in names}
+    chunk_rates: dict[str, list[float]] = {n: [] for n in names}
+    first_turn = 0
+    if state is not None:
+        first_turn = state["turn"] + 1
+        for n in names:
+            models[n].load_state_dict(state["models"][n])
+            opts[n].load_state_dict(state["opts"][n])
+            losses[n] = list(state["losses"][n].to(device).unbind())
+            chunk_rates[n] = list(state["chunk_rates"][n])
+            watches[n].seconds, timed_samples[n] = state["seconds"][n], state["timed_samples"][n]
+    turns = list(enumerate(range(0, steps, p.chunk_steps)))
+    for turn, start in turns[first_turn:]:
+        order = names if turn % 2 == 0 else names[::-1]  # neither variant always goes first
+        for n in order:
+            chunk = staged[n][start:start + p.chunk_steps]
+            sync()
+            t0 = time.perf_counter()
+            for b in chunk:
+                losses[n].append(_step(models[n], opts[n], loss_fn, b))
+            sync()
+            seconds, samples = time.perf_counter() - t0, sum(b.size for b in chunk)
+            chunk_rates[n].append(samples / max(seconds, 1e-9))
+            if turn > 0 or steps <= p.chunk_steps:  # the first turn warms up caches and allocators
+                watches[n].seconds += seconds
+                timed_samples[n] += samples
+        if checkpoint is not None and ((turn + 1) % checkpoint_every == 0 or turn == len(turns) - 1):
+            checkpoint(turn, {"turn": turn, "models": {n: models[n].state_dict() for n in names},
+                              "opts": {n: opts[n].state_dict() for n in names},
+                              "losses": {n: torch.stack(losses[n]).cpu() for n in names},
+                              "chunk_rates": chunk_rates, "seconds": {n: watches[n].seconds for n in names},
+                              "timed_samples": timed_samples})
+    return {n: {"samples_per_s": timed_samples[n] / max(watches[n].seconds, 1e-9),
+                "losses": torch.stack(losses[n]).float().cpu().tolist(), "chunk_rates": chunk_rates[n],
+                "samples": sum(b.size for b in batches[n])} for n in names}
+
+
+def final_loss(losses: list[float]) -> float:
+    """Mean loss of the last tenth of training."""
+    tail = losses[-max(1, len(losses) // 10):]
+    return float(np.mean(tail))
+
+
+def parquet_bytes(table: pa.Table, row_group_size: int) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", row_group_size=row_group_size)
+    return buf.getvalue()

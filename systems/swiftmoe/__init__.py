@@ -1,0 +1,80 @@
+"""SwiftMoE (arXiv 2504.19925): decoupled, statically sharded expert optimizer state with
+per-iteration expert replication, against DeepSpeed-MoE and FlexMoE-style placement (pure)."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.moe.model import MoEConfig
+
+from .policies import POLICIES
+
+SYSTEM = "swiftmoe"
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = SYSTEM
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(iterations=30, batch=16, workers=4, n_experts=8, slots_per_worker=3, d_model=32, d_ff=64,
+                      vocab=256, seq_len=16, n_eval=32, eval_every=10, replace_every=10, drift_period=40,
+                      profile_repeats=3, target_gap=3.0),
+        "quick": dict(),
+        "full": dict(iterations=4000, batch=128, workers=16, n_experts=16, slots_per_worker=2, d_model=256,
+                      d_ff=1024, n_layers=4, n_heads=8, vocab=4096, regimes=16, seq_len=128, n_eval=256,
+                      eval_every=50, replace_every=50, drift_period=2000, link_gbps=100.0, profile_repeats=20),
+    }
+
+    # model
+    vocab: int = Field(256, ge=16, le=65536, description="Vocabulary size of the synthetic language.")
+    d_model: int = Field(64, ge=8, le=4096, description="Model width.")
+    n_heads: int = Field(4, ge=1, le=64, description="Attention heads (must divide d_model).")
+    n_layers: int = Field(2, ge=1, le=24, description="Transformer blocks, each with an MoE FFN.")
+    n_experts: int = Field(8, ge=2, le=128, description="Experts per MoE layer.")
+    d_ff: int = Field(256, ge=8, le=16384, description="Hidden width of each expert FFN.")
+    top_k: int = Field(1, ge=1, le=2, description="Experts per token (top-1 Switch or top-2 gating).")
+    seq_len: int = Field(32, ge=4, le=2048, description="Tokens per training sequence.")
+    # training
+    batch: int = Field(32, ge=2, le=4096, description="Sequences per iteration (split evenly over the workers).")
+    iterations: int = Field(150, ge=5, le=200_000, description="Training iterations per policy.")
+    lr: float = Field(5e-3, gt=0, le=1.0, description="Adam learning rate (dense and experts).")
+    eval_every: int = Field(5, ge=1, le=10_000, description="Iterations between held-out evaluations.")
+    n_eval: int = Field(64, ge=4, le=100_000, description="Held-out sequences (all regimes evenly).")
+    target_gap: float = Field(0.4, gt=0, le=10.0, description="Target loss = Bayes loss of the held-out set + this gap (nats).")
+    # workload
+    regimes: int = Field(8, ge=2, le=256, description="Token regimes (disjoint vocabulary blocks, one Markov chain each).")
+    branching: int = Field(4, ge=1, le=64, description="Successors of each token in its regime's chain.")
+    segment_len: int = Field(16, ge=1, le=2048, description="Tokens per regime walk inside a sequence.")
+    skew: float = Field(2.0, ge=0, le=20, description="Concentration of the regime mix (0 = uniform).")
+    drift_period: float = Field(300, gt=0, le=1e7, description="Iterations for the popular regimes to rotate once.")
+    # cluster and policies
+    workers: int = Field(16, ge=2, le=256, description="Simulated workers (expert-parallel ranks).")
+    slots_per_worker: int = Field(1, ge=1, le=64, description="Expert replicas a worker can hold (SwiftMoE, FlexMoE).")
+    capacity_factor: float = Field(1.0, gt=0, le=16, description="DeepSpeed capacity factor; overflow tokens are dropped.")
+    replace_every: int = Field(50, ge=1, le=100_000, description="FlexMoE re-placement period (iterations).")
+    link_gbps: float = Field(4.0, gt=0, le=10_000, description="Simulated per-worker link bandwidth (Gbit/s).")
+    profile_repeats: int = Field(15, ge=1, le=1000, description="Repeats of each compute timing (the fastest is kept).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Params":
+        if self.d_model % self.n_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
+        if self.n_experts % self.workers and self.workers % self.n_experts:
+            raise ValueError(f"workers ({self.workers}) must divide or be a multiple of n_experts ({self.n_experts}) for DeepSpeed's fixed placement")
+        if self.slots_per_worker * self.workers < self.n_experts:
+            raise ValueError(f"slots_per_worker x workers ({self.slots_per_worker * self.workers}) must hold all {self.n_experts} experts")
+        if self.slots_per_worker > self.n_experts:
+            raise ValueError(f"slots_per_worker ({self.slots_per_worker}) must not exceed n_experts ({self.n_experts})")
+        if self.batch % self.workers:
+            raise ValueError(f"workers ({self.workers}) must divide batch ({self.batch})")
+        if self.vocab % self.regimes or self.vocab // self.regimes < self.branching:
+            raise ValueError(f"regimes ({self.regimes}) must divide vocab ({self.vocab}) into blocks of at least branching ({self.branching}) tokens")
+        return self
+
+    def moe_config(self) -> MoEConfig:
+        return MoEConfig(vocab=self.vocab, d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
+                         n_experts=self.n_experts, d_ff=self.d_ff, top_k=self.top_k, seq_len=self.seq_len)
+
+
+__all__ = ["Params", "SYSTEM", "POLICIES"]

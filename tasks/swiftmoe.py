@@ -1,0 +1,50 @@
+"""Prefect tasks of the SwiftMoE flow: generate the token stream, measure compute, train a policy."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import torch
+from prefect import get_run_logger, task
+
+from mlsys_flows.blocks import ObjectStorage, ResourcePool
+from mlsys_flows.systems.swiftmoe import Params
+from mlsys_flows.systems.swiftmoe.cost import Profile
+from mlsys_flows.systems.swiftmoe.train import build_workload, measure_profile, train_policy
+from mlsys_flows.systems.swiftmoe.workload import Workload
+
+
+@task(name="swiftmoe-workload")
+def make_workload(p: Params, storage: ObjectStorage, key: str) -> dict:
+    """The drifting, skewed token stream and the held-out set, stored once for every policy."""
+    t0 = time.perf_counter()
+    wl = build_workload(p)
+    storage.write_bytes(key, wl.to_bytes())
+    get_run_logger().info("swiftmoe workload: %d iterations x %d sequences x %d tokens, eval Bayes loss %.3f (%.1f s)",
+                          p.iterations, p.batch, p.seq_len, wl.bayes_loss, time.perf_counter() - t0)
+    return {"key": key, "bayes_loss": wl.bayes_loss}
+
+
+@task(name="swiftmoe-profile")
+def profile(p: Params, gpus: ResourcePool) -> dict:
+    """Measure one expert call (by rows) and one worker's dense part on this worker's device.
+    Runs alone: every policy's time model uses this one measurement."""
+    torch.set_num_threads(1)  # a simulated worker is one core
+    prof = measure_profile(p, gpus.device())
+    get_run_logger().info("swiftmoe profile on %s: expert call %.3f ms + %.4f ms/row, dense %.2f ms per micro-batch",
+                          prof.device, prof.call_s * 1e3, prof.row_s * 1e3, prof.dense_s * 1e3)
+    return asdict(prof)
+
+
+@task(name="swiftmoe-train")
+def train(name: str, p: Params, storage: ObjectStorage, data: dict, prof: dict, gpus: ResourcePool) -> dict:
+    """Train the tiny MoE for real under one policy; simulated time comes from the profile, so
+    policies may train concurrently without distorting each other's numbers."""
+    log = get_run_logger()
+    torch.set_num_threads(1)
+    wl = Workload.from_bytes(storage.read_bytes(data["key"]))
+    run = train_policy(name, p, wl, Profile(**prof), gpus.device(), log=log.info)
+    log.info("swiftmoe %s: time to target %.2f s (reached: %s), %.1f%% tokens dropped, %.2f MB expert traffic/iter",
+             name, run.metrics["time_to_target_s"], bool(run.metrics["reached_target"]),
+             100 * run.metrics["tokens_dropped_frac"], run.metrics["expert_bytes_moved_per_iter"] / 1e6)
+    return asdict(run)

@@ -1,0 +1,35 @@
+"""The DSI flow at smoke scale on Dask: a RunReport with the measured headline, DPP reading fewer
+bytes; an empty or incomplete dataset fails before any training."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mlsys_flows.flows.dsi import dsi
+from mlsys_flows.systems.dsi import Params
+from mlsys_flows.systems.dsi import data as d
+
+
+def test_dsi_smoke_flow(dask_cluster, local_storage):
+    report = dsi(scale="smoke", cluster=dask_cluster, storage=local_storage)
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"]) == ("trainer_samples_per_s", "inline", "dpp")
+    assert math.isfinite(h["measured_ratio"]) and h["measured_ratio"] > 0
+    v = report["variants"]
+    assert v["dpp"]["samples"] == v["inline"]["samples"] > 0
+    assert v["dpp"]["bytes_read"] < v["inline"]["bytes_read"]
+    assert 0 <= v["dpp"]["stall_fraction"] <= 1 and 1 <= v["dpp"]["workers_mean"] <= v["dpp"]["workers_max"]
+    assert report["curves"][0]["series"]["dpp"][1], "workers over time"
+    assert local_storage.read_json(f"reports/dsi/{report['run_id']}.json")["headline"] == h
+
+
+def test_dsi_empty_or_incomplete_dataset_fails_before_training(dask_cluster, local_storage):
+    with pytest.raises(d.DatasetError, match="empty dataset"):
+        dsi(scale="smoke", overrides={"dataset": "nothing/here"}, cluster=dask_cluster, storage=local_storage)
+    local_storage.write_bytes("mine/part-0.parquet", d.to_parquet(d.generate_file(
+        Params.for_scale("smoke"), 0), 256))
+    with pytest.raises(d.DatasetError, match="'dense_99'"):
+        dsi(scale="smoke", overrides={"dataset": "mine", "features": ["dense_0", "dense_99"]},
+            cluster=dask_cluster, storage=local_storage)
+    assert not [k for k in local_storage.list("reports")]

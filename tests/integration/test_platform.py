@@ -1,0 +1,218 @@
+"""The whole platform, as a user runs it: `mlsys-flows server` (real Prefect server + process work
+pool + worker + blocks), `mlsys-flows deploy` (prefect deploy --all on prefect.yaml), a run
+triggered by a signed webhook and one by the Airflow operator, both completing on the worker,
+then the Prefect UI in headless Chromium showing the deployment, the run and its RunReport."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import psutil
+import pytest
+import yaml
+from webhook_fixtures import ServerThread
+
+from mlsys_flows import deploy, registry
+from mlsys_flows.prefect_rest import PrefectREST
+from mlsys_flows.server import WORK_POOL, free_port, state_file
+from mlsys_flows.webhooks import WebhookConfig, create_app, signed_headers
+
+pytestmark = pytest.mark.integration
+CHROMIUM = "/usr/bin/chromium"
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+
+def system() -> str:
+    names = [s.name for s in registry.implemented()]
+    if not names:
+        pytest.skip("no system is implemented yet")
+    return "recd" if "recd" in names else names[0]
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    """`mlsys-flows server` as a user starts it; stopped with Ctrl-C (SIGINT) at the end, after
+    which no process it started may remain."""
+    root = tmp_path_factory.mktemp("platform") / ".mlsys-flows"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["MLSYS_FLOWS_HOME"] = str(root)
+    log = root.parent / "server-cli.log"
+    cli = subprocess.Popen([str(Path(sys.executable).parent / "mlsys-flows"), "server", "--port", str(port),
+                            "--worker-query-seconds", "1"], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                           start_new_session=True)  # its own group: SIGINT reaches it alone, like Ctrl-C
+    state = state_file(root)
+    deadline = time.monotonic() + 300
+    while not state.exists():
+        assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    info = json.loads(state.read_text())
+    family = psutil.Process(cli.pid).children(recursive=True)
+    assert len(family) >= 2  # server and worker (and their children)
+    try:
+        yield SimpleNamespace(api_url=info["api_url"], ui_url=info["ui_url"], root=root)
+    finally:
+        os.killpg(cli.pid, signal.SIGINT)
+        try:
+            cli.wait(timeout=90)
+        except subprocess.TimeoutExpired:  # a failed stop: clean up, then fail below
+            for p in [psutil.Process(cli.pid), *family]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.kill()
+            cli.wait(timeout=10)
+    assert cli.returncode == 0, log.read_text()[-3000:]
+    strays = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not strays, [p.cmdline() for p in strays]
+    assert not state.exists()
+
+
+@pytest.fixture(scope="module")
+def deployed(platform):
+    started = time.perf_counter()
+    names = deploy.deploy(platform.api_url)
+    print(f"\nprefect deploy --all: {len(names)} deployments in {time.perf_counter() - started:.1f} s")
+    return names
+
+
+@pytest.fixture(scope="module")
+def runs(platform, deployed):
+    """One run started by a signed webhook and one by the Airflow operator, concurrently."""
+    from prefect.blocks.system import Secret
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from mlsys_flows.blocks import DaskCluster
+
+    name = system()
+    secret = f"whsec-{uuid.uuid4().hex}"
+    with temporary_settings(updates={PREFECT_API_URL: platform.api_url}):
+        Secret(value=secret).save(f"mlsys-hook-{name}", overwrite=True)
+        # two runs at once on 2 cores: Dask threads instead of 2 worker processes per run
+        DaskCluster(processes=False, n_workers=1, threads_per_worker=2).save("threads", overwrite=True)
+    config = WebhookConfig.model_validate({"hooks": {name: {
+        "system": name, "secret_block": f"mlsys-hook-{name}",
+        "template": {"scale": "{{ body.scale }}", "cluster": "threads"}}}})
+    api = PrefectREST(platform.api_url)
+    hooks = ServerThread(create_app(config, api)).start()
+    out: dict = {"system": name}
+    try:
+        operator = threading.Thread(target=lambda: out.update(airflow=_run_operator(platform.api_url, name)))
+        operator.start()
+        body = b'{"scale": "smoke"}'
+        r = httpx.post(f"{hooks.url}/hooks/{name}", content=body, headers=signed_headers(secret, body, "e2e-1"), timeout=60)
+        assert r.status_code == 202, r.text
+        assert r.json()["parameters"] == {"scale": "smoke", "cluster": "threads"}
+        out["webhook"] = api.wait_for_final_state(r.json()["flow_run_id"], timeout_s=540, poll_s=1)
+        operator.join(timeout=540)
+    finally:
+        hooks.stop()
+    out["api"] = api
+    return out
+
+
+def _run_operator(api_url: str, name: str):
+    try:
+        from airflow.sdk.bases.operator import ExecutorSafeguard
+    except ImportError as exc:
+        return exc  # the test using it skips with the reason
+    from mlsys_flows.airflow_operator import MlsysFlowOperator
+
+    ExecutorSafeguard.test_mode = True  # execute() outside Airflow's task runner
+    op = MlsysFlowOperator(task_id=f"{name}_smoke", system=name, scale="smoke", api_url=api_url, cluster="threads",
+                           poll_interval_s=1, run_timeout_s=540)
+    ti = SimpleNamespace(dag_id="mlsys", task_id=op.task_id, try_number=1)
+    try:
+        return op.execute({"ti": ti, "run_id": f"manual__{uuid.uuid4().hex}"})
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        return exc
+
+
+def test_deploy_creates_every_deployment_from_prefect_yaml(platform, deployed):
+    declared = yaml.safe_load(deploy.PREFECT_YAML.read_text())["deployments"]
+    assert deployed == sorted(f"{d['name']}/{d['name']}" for d in declared)
+    with PrefectREST(platform.api_url) as api:
+        for d in declared:
+            dep = api.read_deployment(f"{d['name']}/{d['name']}")
+            assert dep["work_pool_name"] == WORK_POOL and dep["parameters"] == {"scale": "quick"}
+            assert dep["entrypoint"] == d["entrypoint"] and set(d["tags"]) <= set(dep["tags"])
+            assert all(not s["active"] for s in dep["schedules"]) and len(dep["schedules"]) == len(d.get("schedules", []))
+            assert Path(dep["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"]) == \
+                deploy.PREFECT_YAML.parent
+
+
+def test_webhook_run_completes_with_its_report(runs):
+    run, api = runs["webhook"], runs["api"]
+    assert run["state"]["type"] == "COMPLETED", run["state"]
+    assert run["parameters"] == {"scale": "smoke", "cluster": "threads"}
+    arts = api._call("POST", "artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
+    assert {a["key"] for a in arts} >= {f"{runs['system']}-report", f"{runs['system']}-summary"}
+
+
+def test_airflow_operator_runs_the_deployment(runs):
+    result = runs.get("airflow")
+    if isinstance(result, ImportError):
+        pytest.skip(f"apache-airflow-task-sdk not installed (pip install -e '.[airflow]'): {result}")
+    assert not isinstance(result, Exception), repr(result)
+    assert result["state"] == "COMPLETED"
+    run = runs["api"].read_flow_run(result["flow_run_id"])
+    assert run["state"]["type"] == "COMPLETED" and "airflow" in run["tags"]
+
+
+def test_airflow_operator_refuses_bad_parameters_before_any_run(platform, deployed):
+    pytest.importorskip("airflow.sdk", reason="apache-airflow-task-sdk not installed (pip install -e '.[airflow]')")
+    from airflow.sdk.bases.operator import ExecutorSafeguard
+    from airflow.sdk.exceptions import AirflowException
+
+    from mlsys_flows.airflow_operator import MlsysFlowOperator
+
+    ExecutorSafeguard.test_mode = True
+    name = system()
+    with PrefectREST(platform.api_url) as api:
+        dep = api.read_deployment(f"{name}/{name}")
+        before = api.count_flow_runs(dep["id"])
+        op = MlsysFlowOperator(task_id="bad", system=name, overrides={"no_such_param": 1}, api_url=platform.api_url)
+        with pytest.raises(AirflowException, match="no_such_param"):
+            op.execute({})
+        assert api.count_flow_runs(dep["id"]) == before
+
+
+def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install -y chromium; `make system-deps`)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+    name, run = runs["system"], runs["webhook"]
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # nothing leaves the machine: the UI's analytics calls are aborted
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(platform.ui_url)
+                       else route.abort())
+            page.goto(f"{platform.ui_url}/deployments", wait_until="domcontentloaded")
+            page.get_by_text(name, exact=False).first.wait_for(timeout=60_000)
+            page.screenshot(path=str(tmp_path / "deployments.png"))
+            page.goto(f"{platform.ui_url}/runs/flow-run/{run['id']}", wait_until="domcontentloaded")
+            page.get_by_text(run["name"]).first.wait_for(timeout=60_000)
+            page.get_by_text("Completed").first.wait_for(timeout=60_000)
+            page.get_by_text("Artifacts").first.click()
+            page.get_by_text(f"{name}-report").first.wait_for(timeout=60_000)
+            shot = tmp_path / "flow-run.png"
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("MLSYS_FLOWS_SAVE_SCREENSHOTS"):  # refresh the docs' picture
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, DOCS_IMG / "prefect-ui-flow-run.png")
+        shutil.copy(tmp_path / "deployments.png", DOCS_IMG / "prefect-ui-deployments.png")

@@ -1,0 +1,84 @@
+"""A real `dask worker` process SIGKILLed in the middle of a flow: the flow completes and its
+RunReport equals a fault-free run's in every deterministic field (``deterministic_metrics`` of the
+report: a system declares them in SystemResult.deterministic, else every metric whose name is not
+timing-like).
+
+Runs one representative system in `make test`; `make test-faults` (MLSYS_FAULTS=all) runs every
+implemented system.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from faultkit import DaskProcesses, deterministic_view, fault_systems, leaf_diff, reference_run
+
+from mlsys_flows import registry
+from mlsys_flows.blocks import DaskCluster, ObjectStorage
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def dask_procs(prefect_api):
+    from prefect.settings import PREFECT_API_URL
+
+    with DaskProcesses(n_workers=2, env={"PREFECT_API_URL": PREFECT_API_URL.value()}) as procs:
+        yield procs
+
+
+class WorkerKiller(threading.Thread):
+    """Waits until a task has been running on a worker for ``after_s``, SIGKILLs that worker's
+    process and starts a replacement worker."""
+
+    def __init__(self, procs: DaskProcesses, after_s: float = 0.5, timeout_s: float = 300):
+        super().__init__(daemon=True)
+        self.procs, self.after_s, self.timeout_s = procs, after_s, timeout_s
+        self.killed: tuple[str, str] | None = None  # (worker address, task key)
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with self.procs.client() as client:
+                pids = client.run(os.getpid)
+                deadline = time.monotonic() + self.timeout_s
+                seen: dict[tuple[str, str], float] = {}
+                while not self.stop.is_set() and time.monotonic() < deadline:
+                    now = time.monotonic()
+                    for addr, keys in client.processing().items():
+                        for key in keys:
+                            first = seen.setdefault((addr, key), now)
+                            if now - first >= self.after_s and addr in pids:
+                                os.kill(pids[addr], signal.SIGKILL)
+                                self.killed = (addr, key)
+                                self.procs.add_worker()
+                                return
+                    time.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", fault_systems())
+def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
+    flow = registry.get(name).load_flow()
+    cluster = DaskCluster(address=dask_procs.address)
+    reference, _ = reference_run(name)  # fault-free, on an embedded cluster
+
+    killer = WorkerKiller(dask_procs)
+    killer.start()
+    try:
+        faulted = flow(scale="smoke", cluster=cluster, storage=ObjectStorage(url=(tmp_path / "fault").as_uri()))
+    finally:
+        killer.stop.set()
+        killer.join(timeout=30)
+    assert killer.error is None, killer.error
+    assert killer.killed, "no task ran long enough on a worker to be killed mid-task"
+    assert dask_procs.workers[0].poll() is not None or dask_procs.workers[1].poll() is not None  # really dead
+    diff = leaf_diff(deterministic_view(faulted), deterministic_view(reference))
+    assert not diff, f"worker fault changed deterministic fields (faulted != reference): {diff}"
+    dask_procs.wait_for_workers(2)  # the replacement joined: later tests get a full cluster

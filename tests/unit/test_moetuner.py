@@ -1,0 +1,147 @@
+"""MoETuner: the ILPs' plans satisfy their constraints, are optimal on tiny instances (brute force),
+never lose to the baselines on the profiled objective; traces and parameters are validated."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.moetuner import (CostModel, Params, RoutingTrace, Topology, TraceError, check_placement,
+                                          contiguous, evaluate, greedy, plan_and_evaluate, profile, synthetic_trace)
+from mlsys_flows.systems.moetuner.placement import (PlanError, brute_force_clusters, brute_force_mapping,
+                                                    cluster_transitions, colocation_bound, greedy_layer,
+                                                    ilp1_clusters, ilp2_mapping, mapping_cost, max_cluster_load,
+                                                    moetuner, sequential_mapping)
+
+loads = st.lists(st.integers(0, 1000), min_size=6, max_size=6).map(lambda xs: np.array(xs, float))
+
+
+@settings(max_examples=25, deadline=None)
+@given(load=loads)
+def test_ilp1_is_balanced_and_matches_brute_force(load):
+    r = ilp1_clusters(load, 3, time_limit_s=10)
+    assert np.bincount(r.cluster_of, minlength=3).tolist() == [2, 2, 2]  # each expert once, 2 per cluster
+    assert r.gap == 0.0
+    assert r.max_load == pytest.approx(brute_force_clusters(load, 3))
+    assert r.max_load <= max_cluster_load(load, greedy_layer(load, 3), 3) + 1e-9
+    assert r.max_load <= max_cluster_load(load, contiguous(1, 6, 3)[0], 3) + 1e-9
+
+
+def _instance(seed: int, g: int, layers: int, experts: int):
+    trace = synthetic_trace(4000, layers, experts, 2, 1.0, 0.8, 2, seed)
+    prof = profile(trace)
+    clusters = np.stack([ilp1_clusters(prof.load[l], g, time_limit_s=5).cluster_of for l in range(layers)])
+    return prof, clusters, cluster_transitions(prof, clusters, g)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ilp2_single_node_matches_brute_force(seed):
+    topo = Topology(1, 3, 100.0, 10.0)
+    _, _, cc = _instance(seed, 3, 4, 6)
+    m = ilp2_mapping(cc, topo.pair_weight(), window=3, time_limit_s=30, symmetric=True, seed=seed)
+    for perm in m.perms:  # cluster -> GPU is a bijection in every layer
+        assert sorted(perm.tolist()) == [0, 1, 2]
+    assert m.cost == pytest.approx(brute_force_mapping(cc, topo.pair_weight()))
+    assert m.gap == pytest.approx(0.0, abs=1e-6)
+
+
+def test_ilp2_two_nodes_matches_brute_force_and_beats_sequential():
+    topo = Topology(2, 2, 100.0, 5.0)
+    w = topo.pair_weight()
+    _, _, cc = _instance(3, 4, 3, 8)
+    m = ilp2_mapping(cc, w, window=2, time_limit_s=60, symmetric=False)
+    assert all(sorted(p.tolist()) == [0, 1, 2, 3] for p in m.perms)
+    assert m.cost == pytest.approx(brute_force_mapping(cc, w))
+    assert m.bound <= m.cost + 1e-9 and m.gap == pytest.approx(1 - m.bound / m.cost)
+    assert sum(colocation_bound(c, w) for c in cc) <= m.cost + 1e-9  # a valid lower bound
+    assert m.cost <= mapping_cost(cc, w, sequential_mapping(cc, w, np.arange(4))) + 1e-9
+    assert m.cost <= mapping_cost(cc, w, np.tile(np.arange(4), (3, 1))) + 1e-9
+
+
+def test_windowed_ilp2_never_worse_than_its_warm_start():
+    topo = Topology(2, 2, 100.0, 5.0)
+    w = topo.pair_weight()
+    _, _, cc = _instance(4, 4, 6, 8)
+    m = ilp2_mapping(cc, w, window=2, time_limit_s=3, symmetric=False)
+    assert m.cost <= mapping_cost(cc, w, sequential_mapping(cc, w, np.arange(4))) + 1e-9
+    assert 0.0 <= m.gap <= 1.0 and m.bound <= m.cost + 1e-9
+
+
+@pytest.mark.parametrize("follow_routing", [False, True])
+def test_moetuner_plan_constraints_and_profiled_load_vs_baselines(follow_routing):
+    trace = synthetic_trace(8000, 4, 8, 2, 1.2, 0.8, 2, 7)
+    prof = profile(trace)
+    topo = Topology(2, 2, 100.0, 5.0)
+    plan = moetuner(prof, topo.pair_weight(), ilp1_time_limit_s=5, ilp2_time_limit_s=5, ilp2_window=3,
+                    symmetric=False, follow_routing=follow_routing)
+    check_placement(plan.gpu_of, 4)
+    for base in (contiguous(4, 8, 4), greedy(prof, 4)):
+        for l in range(4):
+            assert max_cluster_load(prof.load[l], plan.gpu_of[l], 4) <= max_cluster_load(prof.load[l], base[l], 4) + 1e-9
+
+
+def test_check_placement_rejects_unequal_split():
+    bad = contiguous(2, 8, 4)
+    bad[1, 0] = 3
+    with pytest.raises(PlanError, match="layer 1"):
+        check_placement(bad, 4)
+
+
+def test_evaluate_by_hand():
+    # 2 tokens, 2 layers, top-1, 2 experts on 2 GPUs: token 0 stays on GPU 0, token 1 crosses 0 -> 1
+    trace = RoutingTrace.from_arrays(np.array([[[0], [0]], [[0], [1]]]))
+    topo = Topology(1, 2, 1.0, 1.0)  # 1 GB/s
+    cost = CostModel(expert_us_per_token=1.0, non_moe_us_per_token=2.0, token_bytes=1000, batch_tokens=2)
+    r = evaluate(trace, np.array([[0, 1], [0, 1]]), topo, cost)["metrics"]
+    # layer 0: GPU 0 has 2 tokens (2 us); transfer 1 token 0->1 (1 us); non-MoE 2*2/2 = 2 us each layer
+    # layer 1: 1 token per GPU (1 us)
+    assert r["end_to_end_time_s"] == pytest.approx((2 + 1 + 2 + 1 + 2) * 1e-6)
+    assert r["communication_s"] == pytest.approx(1e-6)
+
+
+def test_synthetic_trace_has_sparse_transitions_and_skew():
+    trace = synthetic_trace(20000, 3, 16, 2, 1.0, 0.9, 2, 0)
+    prof = profile(trace)
+    assert prof.load[0].max() > 3 * prof.load[0].min()  # Zipf skew
+    rows = prof.transitions[0] / prof.transitions[0].sum(1, keepdims=True)
+    top4 = np.sort(rows, 1)[:, -4:].sum(1)  # a top-2 token's 2 experts x 2 successors each
+    assert np.median(top4) > 0.6
+
+
+def test_trace_validation_names_the_field():
+    with pytest.raises(TraceError, match="'experts'.*shape"):
+        RoutingTrace.from_arrays(np.zeros((4, 2)))
+    with pytest.raises(TraceError, match="'experts'.*distinct"):
+        RoutingTrace.from_arrays(np.zeros((4, 2, 2), int), num_experts=4)
+    with pytest.raises(TraceError, match="'experts'.*out of range"):
+        RoutingTrace.from_arrays(np.full((4, 2, 1), 5), num_experts=4)
+    with pytest.raises(TraceError, match="'experts'.*integer"):
+        RoutingTrace.from_arrays(np.zeros((4, 2, 1)))
+    t = synthetic_trace(100, 2, 4, 2, 1.0, 0.5, 1, 0)
+    back = RoutingTrace.from_npz(t.to_npz())
+    assert back.num_experts == 4 and np.array_equal(back.experts, t.experts)
+
+
+def test_params_reject_bad_values_by_field():
+    with pytest.raises(ParamsError, match="num_experts"):
+        Params.for_scale("smoke", num_experts=10)  # not a multiple of 2 * gpus_per_node = 4
+    with pytest.raises(ParamsError, match="'tokens'"):
+        Params.for_scale("quick", tokens=10**9)
+    with pytest.raises(ParamsError, match="'affinity'"):
+        Params.for_scale("quick", affinity=1.5)
+    with pytest.raises(ParamsError, match="'top_k'"):
+        Params.for_scale("quick", top_k=0)
+    assert Params.for_scale("quick").profile_fraction == 0.25
+
+
+def test_plan_and_evaluate_smoke_both_setups():
+    p = Params.for_scale("smoke", ilp2_time_limit_s=1.0)
+    trace = p.make_trace()
+    for setup, gpus in (("1node", 2), ("2node", 4)):
+        out = plan_and_evaluate(p, trace, setup)
+        assert set(out) == {"contiguous", "greedy", "moetuner"}
+        for r in out.values():
+            check_placement(r["plan"], gpus)
+            assert r["metrics"]["end_to_end_time_s"] > 0
