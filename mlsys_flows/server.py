@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mlsys_flows.prefect_rest import PrefectREST
 from mlsys_flows.procs import Proc, stop_all
@@ -134,15 +134,8 @@ class LocalPlatform:
         return self
 
     def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
         with PrefectREST(self.api_url) as api:
-            while not api.healthy():
-                server = self.procs[0]
-                if not server.alive():
-                    raise PlatformError(f"prefect server exited ({server.popen.returncode}):\n{server.tail()}")
-                if time.monotonic() > deadline:
-                    raise PlatformError(f"prefect server not healthy after {timeout_s:.0f} s:\n{server.tail()}")
-                time.sleep(0.5)
+            _wait_ready(self.procs[0], api.healthy, "healthy", timeout_s)
 
     def setup(self) -> None:
         """Create the process work pool and register the block types (idempotent)."""
@@ -155,17 +148,14 @@ class LocalPlatform:
                       env=self.env(), cwd=self.root.parent if self.root.parent.exists() else None,
                       log=self.dir / "worker.log")
         self.procs.append(worker)
-        deadline = time.monotonic() + timeout_s
+
+        def online(api: PrefectREST) -> bool:  # the worker has polled the pool
+            workers = api._call("POST", f"work_pools/{self.work_pool}/workers/filter", json={}).json()
+            return any(w.get("status") == "ONLINE" for w in workers)
+
         with PrefectREST(self.api_url) as api:
-            while True:  # ready once the worker has polled the pool
-                workers = api._call("POST", f"work_pools/{self.work_pool}/workers/filter", json={}).json()
-                if any(w.get("status") == "ONLINE" for w in workers):
-                    return worker
-                if not worker.alive():
-                    raise PlatformError(f"prefect worker exited ({worker.popen.returncode}):\n{worker.tail()}")
-                if time.monotonic() > deadline:
-                    raise PlatformError(f"prefect worker not online after {timeout_s:.0f} s:\n{worker.tail()}")
-                time.sleep(0.5)
+            _wait_ready(worker, lambda: online(api), "online", timeout_s)
+        return worker
 
     def stop(self) -> None:
         stop_all(self.procs)
@@ -179,6 +169,17 @@ class LocalPlatform:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: float) -> None:
+    """Poll ``ready`` until it holds; fail with the process's log tail if it exits or times out."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if not proc.alive():
+            raise PlatformError(f"prefect {proc.name} exited ({proc.popen.returncode}):\n{proc.tail()}")
+        if time.monotonic() > deadline:
+            raise PlatformError(f"prefect {proc.name} not {what} after {timeout_s:.0f} s:\n{proc.tail()}")
+        time.sleep(0.5)
 
 
 def ensure_work_pool(api_url: str, name: str = WORK_POOL, pool_type: str = "process",

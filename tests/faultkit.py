@@ -17,8 +17,6 @@ from typing import Any
 from mlsys_flows import registry
 
 BIN = Path(sys.executable).parent
-# One system keeps `make test` short; `make test-faults` (MLSYS_FAULTS=all) covers every one.
-REPRESENTATIVES = ("recd", "moetuner", "swiftmoe", "dsi", "cedar")
 
 
 def implemented() -> list[str]:
@@ -26,12 +24,14 @@ def implemented() -> list[str]:
 
 
 def fault_systems(names: list[str] | None = None) -> list[str]:
-    """``names`` (default: every implemented system) under MLSYS_FAULTS=all, else a representative."""
+    """``names`` (default: every implemented system), narrowed by MLSYS_FAULTS=name,name,... while
+    developing one system (`make test` leaves it unset: every system)."""
     names = implemented() if names is None else names
-    if os.environ.get("MLSYS_FAULTS") == "all":
-        return names
-    preferred = [n for n in REPRESENTATIVES if n in names] or names
-    return preferred[:1]
+    only = [n.strip() for n in os.environ.get("MLSYS_FAULTS", "").split(",") if n.strip()]
+    unknown = set(only) - set(implemented())
+    if unknown:
+        raise ValueError(f"MLSYS_FAULTS names unknown systems: {sorted(unknown)}")
+    return [n for n in names if n in only] if only else names
 
 
 # ----- RunReport: the fields that must not change when a fault is recovered -----------------------
@@ -82,6 +82,25 @@ def child_flow_runs(flow_run_id) -> list:
     with get_client(sync_client=True) as client:
         return client.read_flow_runs(flow_run_filter=FlowRunFilter(
             parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])))
+
+
+def body_task_durations(flow_run_id) -> dict[str, float]:
+    """Seconds each task function of a flow's body (its subflows, which run on the Dask cluster)
+    ran, its longest run, keyed by function name: the prefix of the task's Dask key."""
+    from distributed.utils import key_split
+
+    durations: dict[str, float] = {}
+    stack = [child.id for child in child_flow_runs(flow_run_id)]  # the outer flow's own tasks run in-process
+    while stack:
+        run_id = stack.pop()
+        children = child_flow_runs(run_id)
+        stack += [child.id for child in children]
+        subflow_calls = {child.parent_task_run_id for child in children}  # not tasks: subflows' stand-ins
+        for tr in task_runs_of(run_id):
+            if tr.id not in subflow_calls:
+                name, seconds = key_split(tr.task_key), tr.total_run_time.total_seconds()
+                durations[name] = max(seconds, durations.get(name, 0.0))
+    return durations
 
 
 # ----- real Dask processes on loopback -------------------------------------------------------------

@@ -2,8 +2,7 @@
 same run key: training resumes from the last complete checkpoint and loses no completed steps.
 
 Covers every implemented system whose flow checkpoints through ``ctx.checkpoints`` (the harness's
-CheckpointStore on the run's storage, keyed by the flow's ``run_key``): one in `make test`, all in
-`make test-faults`.
+CheckpointStore on the run's storage, keyed by the flow's ``run_key``).
 """
 from __future__ import annotations
 
