@@ -18,7 +18,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linear_sum_assignment
 
-from .milp import solve_min
+from mlsys_flows.systems.common.milp import solve_min
 from .trace import Profile
 
 

@@ -1,4 +1,5 @@
-"""A thin, time-limited HiGHS (highspy) MILP call on sparse matrices, with the gap reported."""
+"""A thin, time-limited HiGHS (highspy) MILP call on sparse matrices, with the gap reported (shared by the
+MILP-based systems: MoETuner, RecShard)."""
 from __future__ import annotations
 
 import math
@@ -20,11 +21,13 @@ class MilpResult:
 
 def solve_min(c: np.ndarray, a: sparse.spmatrix, row_lo: np.ndarray, row_hi: np.ndarray,
               col_lo: np.ndarray, col_hi: np.ndarray, integer: np.ndarray, *, time_limit_s: float,
-              seed: int = 0, start: np.ndarray | None = None, floor: float = 0.0) -> MilpResult:
+              seed: int = 0, start: np.ndarray | None = None, floor: float = 0.0,
+              mip_rel_gap: float = 1e-6) -> MilpResult:
     """Minimize ``c @ x`` s.t. ``row_lo <= a @ x <= row_hi``, ``col_lo <= x <= col_hi``, ``x[integer]``
     integral; ``floor`` is a known lower bound of the objective (0 for our nonnegative costs), used when
-    HiGHS stops before proving a bound. ``start`` (a feasible point) is handed to HiGHS as the first incumbent, so a time-limited
-    solve is never worse than it."""
+    HiGHS stops before proving a bound; the solve stops once within ``mip_rel_gap`` of the bound.
+    ``start`` (a feasible point) is handed to HiGHS as the first incumbent, so a time-limited solve is
+    never worse than it."""
     import highspy
 
     a = sparse.csc_matrix(a)
@@ -38,7 +41,7 @@ def solve_min(c: np.ndarray, a: sparse.spmatrix, row_lo: np.ndarray, row_hi: np.
     h = highspy.Highs()
     h.silent()
     for name, value in (("time_limit", float(time_limit_s)), ("threads", 1), ("random_seed", int(seed)),
-                        ("mip_rel_gap", 1e-6), ("presolve", "on")):
+                        ("mip_rel_gap", float(mip_rel_gap)), ("presolve", "on")):
         h.setOptionValue(name, value)
     h.passModel(lp)
     if start is not None:

@@ -1,0 +1,106 @@
+"""RecShard (Sethi et al., ASPLOS 2022): statistics-driven embedding sharding by MILP, vs greedy sharders."""
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+
+from .evaluate import gpu_times, metrics, replay
+from .sharding import (GREEDY_KEYS, Costs, MilpStats, Plan, PlanError, best_greedy, cdf_segments, check_plan, greedy,
+                       plan_costs, recshard)
+from .workload import Profile, TableSpec, build_table, profile_table, table_specs, tables_from_npz, tables_to_npz
+
+DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "recshard"
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(num_tables=16, gpus=4, rows_max=300_000, batch=2048, train_batches=16, eval_batches=8,
+                      cdf_segments=8, milp_time_limit_s=20.0, measure_repeats=5, slow_tier_mb=256),
+        "quick": dict(num_tables=48, gpus=8, rows_max=1_000_000, batch=4096, train_batches=32, eval_batches=16,
+                      cdf_segments=16, milp_time_limit_s=30.0, measure_repeats=7, slow_tier_mb=512),
+        "full": dict(num_tables=400, gpus=16, rows_max=10_000_000, batch=16_384, train_batches=32, eval_batches=32,
+                     cdf_segments=24, milp_time_limit_s=600.0, measure_repeats=11, slow_tier_mb=4096),
+    }
+
+    # workload (Criteo/production-like heterogeneous tables)
+    num_tables: int = Field(48, ge=2, le=2048, description="Embedding tables (sparse features).")
+    rows_min: int = Field(1000, ge=16, le=100_000_000, description="Rows of the smallest tables (rows are log-uniform in [rows_min, rows_max]).")
+    rows_max: int = Field(1_000_000, ge=16, le=100_000_000, description="Rows of the largest tables.")
+    dim_min: int = Field(16, ge=4, le=1024, description="Smallest embedding dim; dims are the powers of two in [dim_min, dim_max], fp32 rows.")
+    dim_max: int = Field(128, ge=4, le=1024, description="Largest embedding dim.")
+    pooling_max: float = Field(30.0, ge=1.0, le=256.0, description="Largest mean pooling factor (ids per sample); pooling is log-uniform in [1, pooling_max].")
+    coverage_min: float = Field(0.2, ge=0.01, le=1.0, description="Smallest share of a table's rows that hashing reaches (coverage is uniform in [coverage_min, 1]).")
+    hot_fraction: float = Field(0.07, ge=0.001, le=0.5, description="Share of a table's reachable rows that takes hot_share of its accesses (Zipf calibration; the papers measure 7%).")
+    hot_share: float = Field(0.76, ge=0.05, le=0.999, description="Share of accesses taken by the hot_fraction hottest rows (the papers measure 76%).")
+    batch: int = Field(4096, ge=64, le=1_048_576, description="Samples per batch (global batch; every GPU looks up its tables for all of it).")
+    train_batches: int = Field(32, ge=1, le=10_000, description="Batches of the profiled training trace.")
+    eval_batches: int = Field(16, ge=1, le=10_000, description="Batches of the held-out trace the plans are replayed on.")
+    # hardware
+    gpus: int = Field(8, ge=2, le=256, description="GPUs the tables are sharded over.")
+    hbm_fraction: float = Field(0.25, gt=0.0, le=1.0, description="HBM for embeddings over all GPUs, as a share of all tables' bytes (the rest must live in UVM).")
+    hbm_gb_s: float = Field(3350.0, gt=0.0, le=100_000.0, description="Assumed HBM bandwidth, GB/s (H100 SXM HBM3 datasheet peak); the planner's cost model.")
+    uvm_gb_s: float = Field(64.0, gt=0.0, le=10_000.0, description="Assumed UVM bandwidth, GB/s (PCIe Gen5 x16, one direction, peak); the planner's cost model.")
+    cost_source: Literal["measure", "assumed"] = Field("measure", description="Per-access costs behind embedding_throughput: measured in this run (GPU: HBM vs pinned host; CPU: cache-resident vs DRAM table) or the assumed bandwidths.")
+    measure_repeats: int = Field(7, ge=1, le=100, description="Interleaved repeats of each tier's gather timing (the median is kept).")
+    measure_gathers: int = Field(131_072, ge=1024, le=16_777_216, description="Rows gathered per timing.")
+    fast_tier_kb: int = Field(256, ge=4, le=65_536, description="CPU only: size of the cache-resident table timed as the fast tier, KiB.")
+    slow_tier_mb: int = Field(512, ge=16, le=65_536, description="Size of the table timed as the slow tier (and as HBM on a GPU), MiB.")
+    # solver
+    cdf_segments: int = Field(16, ge=2, le=256, description="Breakpoints of each table's piecewise-linear access CDF in the MILP.")
+    milp_time_limit_s: float = Field(30.0, ge=0.1, le=3600.0, description="HiGHS time limit of the RecShard MILP.")
+    milp_gap: float = Field(1e-3, ge=0.0, le=0.5, description="Relative MIP gap at which HiGHS stops.")
+    replay_shards: int = Field(2, ge=1, le=64, description="Tasks the held-out replay is split over (by table).")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.rows_min > self.rows_max:
+            raise ValueError(f"rows_min ({self.rows_min}) must not exceed rows_max ({self.rows_max})")
+        if self.dim_min > self.dim_max or not self.dims():
+            raise ValueError(f"dim_min..dim_max ({self.dim_min}..{self.dim_max}) must contain a power of two")
+        if self.hot_share <= self.hot_fraction:
+            raise ValueError(f"hot_share ({self.hot_share}) must exceed hot_fraction ({self.hot_fraction}): hot rows are skewed")
+        if self.uvm_gb_s >= self.hbm_gb_s:
+            raise ValueError(f"uvm_gb_s ({self.uvm_gb_s}) must be below hbm_gb_s ({self.hbm_gb_s}): UVM is the slow tier")
+        if self.replay_shards > self.num_tables:
+            raise ValueError(f"replay_shards ({self.replay_shards}) must not exceed num_tables ({self.num_tables})")
+        if self.fast_tier_kb * 1024 >= self.slow_tier_mb * (1 << 20):
+            raise ValueError("fast_tier_kb must be smaller than slow_tier_mb: the fast table stays in the caches")
+        return self
+
+    def dims(self) -> list[int]:
+        return [d for d in DIMS if self.dim_min <= d <= self.dim_max]
+
+    def specs(self) -> TableSpec:
+        return table_specs(self.num_tables, self.rows_min, self.rows_max, self.dims(), self.pooling_max,
+                           self.coverage_min, self.seed)
+
+    def capacity(self, prof: Profile) -> float:
+        """HBM bytes per GPU for embeddings."""
+        return self.hbm_fraction * float((prof.rows * prof.row_bytes).sum()) / self.gpus
+
+    def model_costs(self, dims: np.ndarray) -> Costs:
+        return Costs.from_bandwidth(dims, self.hbm_gb_s, self.uvm_gb_s)
+
+
+def make_plans(p: Params, prof: Profile) -> tuple[dict[str, Plan], str, MilpStats]:
+    """The greedy plans, the best greedy on the TRAINING profile (also RecShard's warm start) under the
+    name "greedy", and RecShard's MILP plan."""
+    cap, model = p.capacity(prof), p.model_costs(prof.dim)
+    best, plans = best_greedy(prof, p.gpus, cap, model, p.batch)
+    plan, stats = recshard(prof, p.gpus, cap, model, p.batch, segments=p.cdf_segments,
+                           time_limit_s=p.milp_time_limit_s, mip_gap=p.milp_gap, seed=p.seed, start=plans[best])
+    plans = {f"greedy_{k}": v for k, v in plans.items()}
+    plans["greedy"], plans["recshard"] = plans[f"greedy_{best}"], plan
+    for v in plans.values():
+        check_plan(v, prof, p.gpus, cap)
+    return plans, best, stats
+
+
+__all__ = ["Params", "Profile", "TableSpec", "Plan", "PlanError", "Costs", "MilpStats", "GREEDY_KEYS", "greedy",
+           "best_greedy", "recshard", "cdf_segments", "check_plan", "plan_costs", "replay", "metrics", "gpu_times",
+           "build_table", "profile_table", "tables_to_npz", "tables_from_npz", "make_plans"]

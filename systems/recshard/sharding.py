@@ -1,0 +1,233 @@
+"""Sharding plans: RecShard's MILP and the greedy TorchRec-style baselines.
+
+A plan puts every table on one GPU and keeps its ``hot_rows`` hottest rows (by training-trace
+frequency) in that GPU's HBM; the other rows live in UVM (host memory reached over PCIe). The cost
+of a GPU per batch is its tables' HBM accesses x HBM cost + UVM accesses x UVM cost; a batch takes
+as long as its slowest GPU (model-parallel embeddings: every GPU looks up its tables for the whole
+batch).
+
+- ``greedy``: tables sorted by size, by lookups or by size x lookups, each onto the least-loaded GPU
+  in that measure; a table lives wholly in HBM if it fits the GPU's remaining HBM, else in UVM.
+- ``recshard``: MILP (RecShard, Sethi et al., ASPLOS 2022): binary table->GPU assignment, per
+  (table, GPU) share of the table's touched rows kept in HBM, per-GPU HBM capacity, the access CDF
+  over rows as a concave piecewise-linear function (one upper-bounding line per segment), objective
+  the maximum per-GPU cost. Solved by HiGHS, warm-started with the best greedy plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from mlsys_flows.systems.common.milp import solve_min
+
+from .workload import Profile
+
+GREEDY_KEYS = ("size", "lookup", "size_lookup")
+
+
+class PlanError(AssertionError):
+    """A plan broke one of its constraints."""
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds per row access of each table in each tier (they depend on the table's row width)."""
+
+    hbm: np.ndarray  # [T]
+    uvm: np.ndarray  # [T]
+
+    @classmethod
+    def per_dim(cls, dims: np.ndarray, hbm: dict[int, float], uvm: dict[int, float]) -> "Costs":
+        return cls(np.array([hbm[int(d)] for d in dims]), np.array([uvm[int(d)] for d in dims]))
+
+    @classmethod
+    def from_bandwidth(cls, dims: np.ndarray, hbm_gb_s: float, uvm_gb_s: float) -> "Costs":
+        row_bytes = 4.0 * np.asarray(dims, float)
+        return cls(row_bytes / (hbm_gb_s * 1e9), row_bytes / (uvm_gb_s * 1e9))
+
+
+@dataclass(frozen=True)
+class Plan:
+    gpu: np.ndarray       # int64 [T]: the GPU of each table
+    hot_rows: np.ndarray  # int64 [T]: rows in HBM, the hottest first
+
+    def hbm_bytes(self, prof: Profile, gpus: int) -> np.ndarray:
+        return np.bincount(self.gpu, weights=self.hot_rows * prof.row_bytes, minlength=gpus)
+
+
+def check_plan(plan: Plan, prof: Profile, gpus: int, capacity: float) -> None:
+    if plan.gpu.shape != (prof.num_tables,) or plan.hot_rows.shape != (prof.num_tables,):
+        raise PlanError("a plan needs one GPU and one hot-row count per table")
+    if plan.gpu.min() < 0 or plan.gpu.max() >= gpus:
+        raise PlanError("GPU id out of range")
+    if (plan.hot_rows < 0).any() or (plan.hot_rows > prof.rows).any():
+        raise PlanError("hot rows outside [0, rows]")
+    used = plan.hbm_bytes(prof, gpus)
+    if (used > capacity * (1 + 1e-9)).any():
+        raise PlanError(f"HBM over capacity: {used.max():.4g} > {capacity:.4g} bytes")
+
+
+def _per_gpu(gpu: np.ndarray, per_table: np.ndarray, gpus: int | None) -> np.ndarray:
+    return np.bincount(gpu, weights=per_table, minlength=gpus or int(gpu.max()) + 1)
+
+
+def greedy(prof: Profile, gpus: int, capacity: float, key: str) -> Plan:
+    """Sort tables by ``key`` (size, lookup or size_lookup), heaviest first; each goes to the GPU with
+    the least of that measure so far, in HBM when it fits that GPU's remaining HBM, else in UVM."""
+    size = prof.rows * prof.row_bytes.astype(float)
+    lookups = prof.lookups_per_sample * prof.row_bytes  # bytes looked up per sample
+    weight = {"size": size, "lookup": lookups, "size_lookup": size * lookups}[key]
+    load, free = np.zeros(gpus), np.full(gpus, float(capacity))
+    gpu, hot = np.zeros(prof.num_tables, np.int64), np.zeros(prof.num_tables, np.int64)
+    for j in np.argsort(-weight, kind="stable"):
+        d = int(np.argmin(load))
+        gpu[j], load[d] = d, load[d] + weight[j]
+        if size[j] <= free[d]:
+            hot[j], free[d] = prof.rows[j], free[d] - size[j]
+    return Plan(gpu, hot)
+
+
+def best_greedy(prof: Profile, gpus: int, capacity: float, costs: Costs, batch: int) -> tuple[str, dict[str, Plan]]:
+    """All greedy plans and the name of the one with the lowest max per-GPU cost on the TRAINING profile."""
+    plans = {k: greedy(prof, gpus, capacity, k) for k in GREEDY_KEYS}
+    best = min(GREEDY_KEYS, key=lambda k: (_per_gpu(plans[k].gpu, _table_costs(plans[k], prof, costs, batch), gpus).max(),
+                                           GREEDY_KEYS.index(k)))
+    return best, plans
+
+
+def _table_costs(plan: Plan, prof: Profile, costs: Costs, batch: int) -> np.ndarray:
+    share = np.array([prof.hbm_share(j, k) for j, k in enumerate(plan.hot_rows)])
+    return batch * prof.lookups_per_sample * (share * costs.hbm + (1 - share) * costs.uvm)
+
+
+def plan_costs(plan: Plan, prof: Profile, costs: Costs, batch: int, gpus: int) -> np.ndarray:
+    """Per-GPU cost of one batch on the training profile (exact access CDF), seconds."""
+    return _per_gpu(plan.gpu, _table_costs(plan, prof, costs, batch), gpus)
+
+
+# ------------------------------------------------------------------------------------------ the MILP
+def cdf_segments(cdf: np.ndarray, touched: int, segments: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lines (slope a, intercept c) whose minimum is the piecewise-linear access CDF over x = the share
+    of the table's touched rows in HBM: breakpoints at geometrically spaced row counts (the CDF is
+    steepest in its first rows), plus the flat line 1. The CDF is concave (rows sorted hottest first),
+    so min over the lines equals the interpolation, which lies below the true CDF: the MILP never
+    overestimates HBM hits."""
+    ks = np.unique(np.concatenate([[0], np.round(np.geomspace(1, touched, segments)).astype(np.int64)]))
+    xs, fs = ks / touched, cdf[ks]
+    a = np.diff(fs) / np.diff(xs)
+    c = fs[:-1] - a * xs[:-1]
+    return np.append(a, 0.0), np.append(c, 1.0)
+
+
+@dataclass(frozen=True)
+class MilpStats:
+    max_cost_s: float    # max per-GPU cost per batch under the piecewise-linear CDF
+    objective_s: float   # the solver's objective: max_cost_s + a 1e-4/G-weighted total cost (tie-break)
+    bound_s: float       # HiGHS's proven lower bound of objective_s
+    gap: float
+    status: str
+    solve_s: float
+    optimal: bool        # proven within the asked gap (then the plan is reproducible)
+    start_objective_s: float
+
+
+def recshard(prof: Profile, gpus: int, capacity: float, costs: Costs, batch: int, *, segments: int,
+             time_limit_s: float, mip_gap: float, seed: int = 0, start: Plan | None = None) -> tuple[Plan, MilpStats]:
+    """Solve RecShard's MILP; ``start``: a feasible plan handed to HiGHS as the first incumbent."""
+    t, g = prof.num_tables, gpus
+    touched, row_bytes = prof.touched, prof.row_bytes.astype(float)
+    lookups = batch * prof.lookups_per_sample
+    u, h_ = lookups * costs.uvm, lookups * costs.hbm  # cost per batch of a table wholly in UVM / HBM
+    scale = max(u.sum() / g, 1e-30)  # costs in units of an even share of all-UVM cost: z is O(1)
+    u, h_ = u / scale, h_ / scale
+    P, X, H, Z = 0, t * g, 2 * t * g, 3 * t * g
+    idx = np.arange(t * g).reshape(t, g)
+    rows, cols, vals, lo, hi = [], [], [], [], []
+
+    def row(c, v, rlo, rhi):
+        rows.append(np.full(len(c), len(lo))), cols.append(np.asarray(c)), vals.append(np.asarray(v, float))
+        lo.append(rlo), hi.append(rhi)
+
+    for j in range(t):  # every table on exactly one GPU
+        row(P + idx[j], np.ones(g), 1.0, 1.0)
+    for d in range(g):  # HBM capacity (touched rows only: untouched rows stay in UVM for free)
+        row(X + idx[:, d], row_bytes * touched / capacity, -np.inf, 1.0)
+        # cost of GPU d <= z
+        row(np.concatenate([P + idx[:, d], H + idx[:, d], [Z]]), np.concatenate([u, -(u - h_), [-1.0]]), -np.inf, 0.0)
+    lines = []
+    for j in range(t):
+        a, c = cdf_segments(prof.cdf(j), int(touched[j]), segments) if touched[j] else (np.zeros(1), np.zeros(1))
+        lines.append((a, c))
+        for d in range(g):
+            row([X + idx[j, d], P + idx[j, d]], [1.0, -1.0], -np.inf, 0.0)  # HBM rows only where placed
+            for aa, cc in zip(a, c):  # HBM hit share h <= a x + c p on every segment line
+                row([H + idx[j, d], X + idx[j, d], P + idx[j, d]], [1.0, -aa, -cc], -np.inf, 0.0)
+    a_mat = sparse.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                              shape=(len(lo), Z + 1))
+    # objective: the max cost, plus a tiny pull towards less total cost, so GPUs below the max still
+    # use their spare HBM for hot rows
+    eps = 1e-4 / g
+    obj = np.zeros(Z + 1)
+    obj[Z] = 1.0
+    obj[P:X] = eps * np.repeat(u, g)
+    obj[H:Z] = -eps * np.repeat(u - h_, g)
+    # GPUs are identical: the i-th most expensive table may only open GPUs 0..i (keeps an optimum)
+    order = np.argsort(-u, kind="stable")
+    rank = np.empty(t, np.int64)
+    rank[order] = np.arange(t)
+    col_hi = np.ones(Z + 1)
+    col_hi[P:X] = (np.arange(g)[None, :] <= rank[:, None]).ravel()
+    col_hi[Z] = np.inf
+    integer = np.zeros(Z + 1, bool)
+    integer[P:X] = True
+    x0 = start_objective = None
+    if start is not None:
+        x0 = _start_point(start, order, touched, lines, u, h_, t, g)
+        start_objective = float(obj @ x0) * scale
+    res = solve_min(obj, a_mat, np.array(lo), np.array(hi), np.zeros(Z + 1), col_hi, integer,
+                    time_limit_s=time_limit_s, seed=seed, start=x0, mip_rel_gap=mip_gap)
+    p = res.x[P:X].reshape(t, g).round()
+    if (p.sum(1) != 1).any():
+        raise PlanError("MILP returned a table on other than one GPU")
+    gpu = p.argmax(1).astype(np.int64)
+    share = res.x[X:H].reshape(t, g)[np.arange(t), gpu].clip(0, 1)
+    hot = np.minimum(np.floor(share * touched + 1e-6).astype(np.int64), touched)
+    plan = _fit(Plan(gpu, hot), prof, g, capacity)
+    stats = MilpStats(max_cost_s=float(res.x[Z]) * scale, objective_s=res.objective * scale,
+                      bound_s=float(res.bound) * scale, gap=res.gap, status=res.status,
+                      solve_s=res.seconds, optimal=res.status == "Optimal",
+                      start_objective_s=float("nan") if start_objective is None else float(start_objective))
+    return plan, stats
+
+
+def _start_point(plan: Plan, order: np.ndarray, touched: np.ndarray, lines, u, h_, t: int, g: int) -> np.ndarray:
+    """``plan`` as a MILP point, its GPUs relabelled in order of first use along ``order`` (so it meets
+    the symmetry-breaking bounds)."""
+    relabel: dict[int, int] = {}
+    for j in order:
+        relabel.setdefault(int(plan.gpu[j]), len(relabel))
+    x = np.zeros(3 * t * g + 1)
+    cost = np.zeros(g)
+    for j in range(t):
+        d = relabel[int(plan.gpu[j])]
+        share = min(1.0, plan.hot_rows[j] / touched[j]) if touched[j] else 0.0
+        a, c = lines[j]
+        hit = float(np.clip(np.min(a * share + c), 0.0, 1.0)) if touched[j] else 0.0
+        x[j * g + d], x[t * g + j * g + d], x[2 * t * g + j * g + d] = 1.0, share, hit
+        cost[d] += u[j] - (u[j] - h_[j]) * hit
+    x[-1] = cost.max()
+    return x
+
+
+def _fit(plan: Plan, prof: Profile, gpus: int, capacity: float) -> Plan:
+    """Rounding guard: drop hot rows of a GPU's widest table until its HBM use fits (never needed
+    unless the solver's tolerance let the capacity row slip by a row)."""
+    hot = plan.hot_rows.copy()
+    used = Plan(plan.gpu, hot).hbm_bytes(prof, gpus)
+    for d in np.flatnonzero(used > capacity):
+        tables = np.flatnonzero((plan.gpu == d) & (hot > 0))
+        j = tables[np.argmax(prof.row_bytes[tables])]
+        hot[j] = max(0, hot[j] - int(np.ceil((used[d] - capacity) / prof.row_bytes[j])))
+    return Plan(plan.gpu, hot)

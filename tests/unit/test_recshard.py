@@ -1,0 +1,178 @@
+"""RecShard: the MILP's plans respect HBM capacity, match brute force on tiny instances and never lose
+to the greedy sharders on the profiled objective; the replay counts every access exactly once;
+parameters are validated naming the field."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.recshard import (GREEDY_KEYS, Costs, Params, Plan, PlanError, Profile, build_table,
+                                          cdf_segments, check_plan, greedy, make_plans, metrics, plan_costs,
+                                          profile_table, recshard, replay, tables_from_npz, tables_to_npz)
+from mlsys_flows.systems.recshard import tiers
+
+COSTS_BW = (3350.0, 64.0)
+
+
+def _profile(counts: list[list[int]], dims: list[int], samples: int = 10) -> Profile:
+    return Profile(dim=np.array(dims, np.int64), samples=samples, counts=[np.array(c, np.int32) for c in counts])
+
+
+def _exact_max_cost(plan: Plan, prof: Profile, costs: Costs, gpus: int) -> float:
+    return float(plan_costs(plan, prof, costs, 1, gpus).max())
+
+
+profiles = st.integers(2, 6).flatmap(lambda t: st.tuples(
+    st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=40), min_size=t, max_size=t),
+    st.lists(st.sampled_from([16, 32, 64, 128]), min_size=t, max_size=t)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 1000), min_size=1, max_size=300), segments=st.integers(2, 40))
+def test_cdf_lines_interpolate_the_concave_cdf_from_below(counts, segments):
+    prof = _profile([counts], [16])
+    touched = int(prof.touched[0])
+    if touched == 0:
+        return
+    cdf = prof.cdf(0)
+    a, c = cdf_segments(cdf, touched, segments)
+    k = np.arange(touched + 1)
+    pwl = np.min(a[:, None] * (k / touched)[None, :] + c[:, None], axis=0)
+    assert np.all(pwl <= cdf[: touched + 1] + 1e-9)  # never overestimates HBM hits
+    assert pwl[0] == pytest.approx(0.0, abs=1e-9) and pwl[-1] == pytest.approx(1.0)
+    ks = np.unique(np.round(np.geomspace(1, touched, segments)).astype(int))
+    assert pwl[ks] == pytest.approx(cdf[ks])  # exact at the breakpoints
+
+
+def _brute_force(prof: Profile, gpus: int, capacity: float, costs: Costs) -> float:
+    """Best max per-GPU cost over all table->GPU assignments and integer hot-row counts."""
+    t = prof.num_tables
+    best = np.inf
+    for gpu in itertools.product(range(gpus), repeat=t):
+        for hot in itertools.product(*[range(int(k) + 1) for k in prof.touched]):
+            plan = Plan(np.array(gpu), np.array(hot))
+            if (plan.hbm_bytes(prof, gpus) <= capacity).all():
+                best = min(best, _exact_max_cost(plan, prof, costs, gpus))
+    return best
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_milp_matches_brute_force_on_tiny_instances(seed):
+    rng = np.random.default_rng(seed)
+    counts = [np.sort(rng.integers(1, 30, size=rng.integers(2, 5)))[::-1] for _ in range(4)]
+    prof = _profile(counts, rng.choice([16, 64], 4).tolist())
+    costs = Costs.from_bandwidth(prof.dim, *COSTS_BW)
+    cap = 0.3 * float((prof.rows * prof.row_bytes).sum()) / 2
+    plan, stats = recshard(prof, 2, cap, costs, 1, segments=64, time_limit_s=30, mip_gap=0.0)
+    check_plan(plan, prof, 2, cap)
+    brute = _brute_force(prof, 2, cap, costs)
+    assert stats.optimal and stats.gap == pytest.approx(0.0, abs=1e-6)
+    # fractional hot rows make the MILP a relaxation of the integer problem (its objective adds a
+    # 1e-4/G-weighted total-cost tie-break to the max cost)
+    assert stats.bound_s <= brute * (1 + 2e-4) and stats.max_cost_s <= brute * (1 + 2e-4)
+    assert _exact_max_cost(plan, prof, costs, 2) >= brute * (1 - 1e-9)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=profiles, gpus=st.integers(2, 3), frac=st.floats(0.05, 0.9))
+def test_plans_fit_hbm_and_recshard_never_loses_to_greedy_on_the_profile(inst, gpus, frac):
+    counts, dims = inst
+    prof = _profile(counts, dims)
+    costs = Costs.from_bandwidth(prof.dim, *COSTS_BW)
+    cap = frac * float((prof.rows * prof.row_bytes).sum()) / gpus
+    greedy_plans = {k: greedy(prof, gpus, cap, k) for k in GREEDY_KEYS}
+    best = min(greedy_plans.values(), key=lambda pl: _exact_max_cost(pl, prof, costs, gpus))
+    plan, stats = recshard(prof, gpus, cap, costs, 1, segments=8, time_limit_s=10, mip_gap=1e-4, start=best)
+    for pl in [*greedy_plans.values(), plan]:
+        check_plan(pl, prof, gpus, cap)
+    for pl in greedy_plans.values():  # greedy keeps a table wholly in HBM or wholly in UVM
+        assert set(np.flatnonzero(pl.hot_rows)) == set(np.flatnonzero(pl.hot_rows == prof.rows))
+    # the MILP is warm-started with the greedy plan and the true CDF lies above its piecewise-linear one
+    assert _exact_max_cost(plan, prof, costs, gpus) <= _exact_max_cost(best, prof, costs, gpus) * (1 + 1e-3) + 1e-15
+    assert stats.bound_s <= stats.objective_s * (1 + 1e-9)
+
+
+def test_greedy_places_in_order_and_only_what_fits():
+    prof = _profile([[5] * 100, [1] * 10, [50] * 10, [2] * 50], [16, 16, 16, 16])  # 6.4 kB, 640, 640, 3.2 kB
+    by_size = greedy(prof, 2, capacity=4000.0, key="size")
+    assert by_size.gpu.tolist() == [0, 1, 1, 1]  # 6.4k on GPU 0, then everything onto the lighter GPU 1
+    assert by_size.hot_rows.tolist() == [0, 10, 0, 50]  # table 0 never fits; table 2 no longer fits on GPU 1
+    by_lookup = greedy(prof, 2, capacity=4000.0, key="lookup")  # lookups: 500, 10, 500, 100
+    assert by_lookup.gpu.tolist() == [0, 1, 1, 0]
+    with pytest.raises(PlanError):
+        check_plan(Plan(np.zeros(4, np.int64), prof.rows), prof, 2, 4000.0)
+
+
+def _small_params(**kw):
+    return Params.for_scale("smoke", num_tables=6, gpus=2, rows_max=20_000, batch=256, train_batches=4,
+                            eval_batches=3, **kw)
+
+
+def test_replay_counts_every_access_once_and_shards_add_up():
+    p = _small_params()
+    spec = p.specs()
+    tables = {j: build_table(spec, j, p.seed, p.hot_fraction, p.hot_share) for j in range(p.num_tables)}
+    prof = Profile(spec.dim, p.batch * p.train_batches,
+                   [profile_table(tables[j], j, p.batch * p.train_batches, p.seed) for j in tables])
+    all_hbm = Plan(np.zeros(6, np.int64), prof.rows)
+    none = Plan(np.zeros(6, np.int64), np.zeros(6, np.int64))
+    plans = {"all": all_hbm, "none": none, **make_plans(p, prof)[0]}
+    whole = replay(tables, prof, plans, p.batch, p.eval_batches, p.seed)
+    parts = [replay({j: tables[j] for j in js}, prof, plans, p.batch, p.eval_batches, p.seed) for js in ([0, 2, 4], [1, 3, 5])]
+    for name in plans:
+        np.testing.assert_array_equal(whole[name], parts[0][name] + parts[1][name])
+        np.testing.assert_array_equal(whole[name].sum(0), whole["all"].sum(0))  # hits + misses = lookups
+    assert whole["all"][1].sum() == 0 and whole["none"][0].sum() == 0
+    np.testing.assert_array_equal(whole["recshard"], replay(tables, prof, plans, p.batch, p.eval_batches, p.seed)["recshard"])
+    # the MILP keeps hot rows of every table in HBM: far fewer slow-memory accesses than greedy
+    assert whole["recshard"][1].sum() < whole["greedy"][1].sum()
+    blob = tables_from_npz(tables_to_npz(list(tables.values())))
+    assert all(np.array_equal(blob[j].probs, tables[j].probs) for j in tables)
+    assert all(np.array_equal(a, b) for a, b in zip(Profile.from_npz(prof.to_npz()).counts, prof.counts))
+
+
+def test_metrics_follow_the_slowest_gpu_per_batch():
+    prof = _profile([[1, 1], [1, 1]], [16, 16])
+    plan = Plan(np.array([0, 1]), np.array([2, 0]))
+    counts = np.array([[[4, 0], [2, 0]], [[0, 3], [0, 5]]])  # [hbm/uvm, batch, table]
+    costs = Costs(np.array([1.0, 1.0]), np.array([10.0, 10.0]))
+    m = metrics(plan, counts, prof, 2, 1e9, 8, costs, costs)
+    # batch 0: GPU0 4, GPU1 30 -> 30; batch 1: GPU0 2, GPU1 50 -> 50
+    assert m["embedding_throughput"] == pytest.approx(16 / 80)
+    assert m["load_imbalance"] == pytest.approx(80 / 43)
+    assert m["uvm_accesses_per_batch"] == 4 and m["hbm_accesses_per_batch"] == 3
+    assert m["tables_in_uvm"] == 1
+
+
+def test_tier_costs_are_measured_per_dim():
+    fast, slow, what = tiers.measure([16, 64], "cpu", gathers=4096, fast_kb=16, slow_mb=16, repeats=1, seed=0)
+    assert set(fast) == set(slow) == {16, 64} and all(v > 0 for v in [*fast.values(), *slow.values()])
+    assert "CPU" in what
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(rows_min=5000, rows_max=1000), "rows_min"),
+    (dict(dim_min=128, dim_max=16), "dim_min"),
+    (dict(dim_min=33, dim_max=63), "dim_max"),
+    (dict(hot_fraction=0.5, hot_share=0.4), "hot_share"),
+    (dict(uvm_gb_s=5000.0), "uvm_gb_s"),
+    (dict(replay_shards=20), "replay_shards"),
+    (dict(fast_tier_kb=65_536, slow_tier_mb=16), "slow_tier_mb"),
+    (dict(gpus=1), "gpus"),
+    (dict(milp_gap=0.9), "milp_gap"),
+])
+def test_bad_params_name_the_field(overrides, field):
+    with pytest.raises(ParamsError) as exc:
+        Params.for_scale("smoke", **overrides)
+    assert field in str(exc.value)
+
+
+@pytest.mark.parametrize("scale", ["smoke", "quick", "full"])
+def test_presets_validate(scale):
+    p = Params.for_scale(scale)
+    assert p.dims() == [16, 32, 64, 128] and p.replay_shards <= p.num_tables
