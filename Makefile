@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-unit test-flows test-integration test-load test-airflow test-faults bench system-deps clean
+.PHONY: setup run lint test test-unit test-flows test-integration test-load test-airflow test-faults bench system-deps clean
 
 setup: $(STAMP)
 
@@ -31,7 +31,11 @@ system-deps:
 run: setup
 	$(VENV)/bin/mlsys-flows run recd --scale quick
 
-test: setup system-deps
+# Import contracts (pyproject.toml [tool.importlinter]): `lint-imports` on the installed layout, see .ci/lint_imports.py.
+lint: setup
+	$(PY) .ci/lint_imports.py
+
+test: setup system-deps lint
 	$(PY) -m pytest -q --durations=20 $(PYTEST_ARGS)
 
 test-unit: setup

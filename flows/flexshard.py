@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.systems.common.report import Curve, param_assumptions
 from mlsys_flows.systems.flexshard import FIELDS, summarize
 from mlsys_flows.tasks import flexshard as t
 
@@ -20,9 +20,8 @@ def flexshard(ctx: RunContext) -> SystemResult:
     summary = {name: summarize(per_iteration[name]) | plans["stats"][name] for name in per_iteration}
     variants = {name: summary[name] for name in VARIANTS}
 
-    ratios = [ctx.ratio(variants, m, "rowwise", "flexshard", "lower", paper)
-              for m, paper in (("alltoall_inter_bytes", None), ("modeled_comm_latency_s", 6.0), ("comm_bytes", None),
-                               ("comm_inter_node_bytes", None))]
+    kinds = {m: "counted" for metrics in variants.values() for m in metrics} | {"modeled_comm_latency_s": "modelled"}
+    links = {"modeled_comm_latency_s": param_assumptions(p, "intra_node_gb_s", "inter_node_gb_s")}
 
     sweep = sorted((name for name in summary if name.startswith("sweep_")), key=lambda n: float(n[6:]))
     headroom = [100 * float(n[6:]) for n in sweep]
@@ -56,5 +55,5 @@ def flexshard(ctx: RunContext) -> SystemResult:
         "about once per device per iteration, whose replicas would cost more gradient all-reduce than the fetches they "
         "save. The share of such rows shrinks as batch_per_device x seq_len grows (the paper's production batches).",
     ]
-    return SystemResult(variants=variants, ratios=ratios, curves=curves, notes=notes,
+    return SystemResult(variants=variants, kinds=kinds, assumptions=links, curves=curves, notes=notes,
                         deterministic={m for metrics in variants.values() for m in metrics})

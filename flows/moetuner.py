@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.systems.common.report import Curve, param_assumptions
 from mlsys_flows.tasks import moetuner as t
 
 SUFFIX = {"1node": "", "2node": "_2node"}
+# times from the serving model in docs/moetuner.md, evaluated on held-out tokens of the trace
+MODELLED = ("end_to_end_time_s", "moe_compute_s", "communication_s", "non_moe_s", "token_p99_latency_s",
+            "token_p50_latency_s")
 
 
 @system_flow("moetuner")
@@ -16,13 +19,10 @@ def moetuner(ctx: RunContext) -> SystemResult:
     futures = {s: t.place_and_evaluate.submit(p, ctx.storage, trace, s, ctx.key(f"plans_{s}.npz")) for s in SUFFIX}
     results = {s: f.result() for s, f in futures.items()}
     variants = {name + SUFFIX[s]: r["metrics"] for s, res in results.items() for name, r in res.items()}
-    ratios = [
-        ctx.ratio(variants, "end_to_end_time_s", "contiguous_2node", "moetuner_2node", "lower", 1.175),
-        ctx.ratio(variants, "end_to_end_time_s", "greedy", "moetuner", "lower"),
-        ctx.ratio(variants, "end_to_end_time_s", "greedy_2node", "moetuner_2node", "lower"),
-        ctx.ratio(variants, "token_p99_latency_s", "contiguous", "moetuner", "lower", round(1 / (1 - 0.36), 4)),
-        ctx.ratio(variants, "token_p99_latency_s", "contiguous_2node", "moetuner_2node", "lower"),
-    ]
+    kinds = {m: "counted" for metrics in variants.values() for m in metrics}
+    kinds |= dict.fromkeys(MODELLED, "modelled") | {"ilp1_solve_s": "measured", "ilp2_solve_s": "measured"}
+    serving_model = param_assumptions(p, "expert_us_per_token", "non_moe_us_per_token", "token_bytes",
+                                      "batch_tokens", "intra_node_gb_s", "inter_node_gb_s")
     curves = [
         Curve(title=f"token latency CDF, {s}", x_label="token latency (ms)", y_label="fraction of tokens",
               series={name + SUFFIX[s]: ([v * 1e3 for v in r["latency_quantiles_s"]], t.LATENCY_QUANTILES.tolist())
@@ -50,5 +50,6 @@ def moetuner(ctx: RunContext) -> SystemResult:
         "and how layer-dependent this routing is.",
     ]
     # time-limited ILP solves may stop at different incumbents; the trace-derived non-MoE time does not
-    return SystemResult(variants=variants, ratios=ratios, curves=curves, notes=notes,
+    return SystemResult(variants=variants, kinds=kinds, assumptions=dict.fromkeys(MODELLED, serving_model),
+                        curves=curves, notes=notes,
                         deterministic={"non_moe_s"})

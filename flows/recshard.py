@@ -5,14 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.systems.common.report import Assumption, Curve, param_assumptions
 from mlsys_flows.systems.recshard import Costs, Plan, Profile, gpu_times, metrics
 from mlsys_flows.systems.recshard import tiers
 from mlsys_flows.tasks import recshard as t
 
-# from trace replay of the plans (and, for train_max_cost_ms, the training profile): exact counts
-COUNT_METRICS = {"modelled_throughput", "load_imbalance", "uvm_accesses_per_batch", "hbm_accesses_per_batch",
-                 "uvm_access_share", "hbm_used_fraction", "tables_in_uvm", "train_max_cost_ms"}
+# exact counts from replaying the plans on the held-out trace
+COUNTED = ("uvm_accesses_per_batch", "hbm_accesses_per_batch", "uvm_access_share", "hbm_used_fraction",
+           "tables_in_uvm", "milp_gap", "milp_optimal")
+# the planner's cost model (assumed HBM/UVM bandwidths) applied to those counts or the training profile
+BANDWIDTH_MODELLED = ("modelled_throughput", "load_imbalance", "train_max_cost_ms")
+KINDS = {**dict.fromkeys(COUNTED, "counted"), **dict.fromkeys(BANDWIDTH_MODELLED, "modelled"),
+         "embedding_throughput": "modelled", "milp_solve_s": "measured"}
 
 
 @system_flow("recshard")
@@ -41,13 +45,14 @@ def recshard(ctx: RunContext) -> SystemResult:
     milp = planned["milp"]
     variants["recshard"].update(milp_solve_s=milp["solve_s"], milp_gap=milp["gap"], milp_optimal=float(milp["optimal"]))
 
-    ratios = [
-        ctx.ratio(variants, "load_imbalance", "greedy", "recshard", "lower", 12.0),
-        ctx.ratio(variants, "uvm_accesses_per_batch", "greedy", "recshard", "lower", 87.0),
-        ctx.ratio(variants, "modelled_throughput", "greedy", "recshard", "higher", 6.0),
-        *[ctx.ratio(variants, "embedding_throughput", f"greedy_{k}", "recshard", "higher")
-          for k in ("size", "lookup", "size_lookup")],
-    ]
+    bandwidths = param_assumptions(p, "hbm_gb_s", "uvm_gb_s")
+    if p.cost_source == "measure":
+        access = {f"{level}_s_per_row_dim{d}": Assumption(value=tier[level][d], unit="s",
+                                                          source=f"{level} tier, {tier['what']}")
+                  for level in ("fast", "slow") for d in sorted(tier[level])}
+    else:
+        access = bandwidths
+    assumptions = {**dict.fromkeys(BANDWIDTH_MODELLED, bandwidths), "embedding_throughput": access}
     shown = [n for n in plans if n != "greedy"]
     curves = [
         Curve(title="per-GPU lookup time (assumed HBM/UVM bandwidths)", x_label="GPU", y_label="ms per batch",
@@ -77,7 +82,8 @@ def recshard(ctx: RunContext) -> SystemResult:
         f"holds {p.hbm_fraction:.0%} of the tables. Profile: {p.train_batches} x {p.batch} samples; rows never "
         "seen in the profile stay in UVM, so a short profile leaves held-out UVM accesses the MILP did not see.",
     ]
-    det = COUNT_METRICS if milp["optimal"] else set()  # a time-limited MILP may stop at another incumbent
+    det = set(COUNTED) | set(BANDWIDTH_MODELLED) if milp["optimal"] else set()  # a time-limited MILP may stop at another incumbent
     if not milp["optimal"]:
         notes.append("The MILP hit its time limit: its plan (so every count-based metric) may differ run to run.")
-    return SystemResult(variants=variants, ratios=ratios, curves=curves, notes=notes, deterministic=det)
+    return SystemResult(variants=variants, kinds=KINDS, assumptions=assumptions, curves=curves, notes=notes,
+                        deterministic=det)

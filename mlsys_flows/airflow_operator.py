@@ -10,6 +10,9 @@ Airflow task (needs prefect in the same environment; imported only then).
 
     MlsysFlowOperator(task_id="recd", system="recd", scale="quick",
                       overrides={"seed": 1}, api_url="{{ var.value.prefect_api_url }}")
+
+Its flow-parameter arguments (``scale``, ``overrides``, ``storage``, ``cluster``, ``run_key``) are
+the harness's, declared in ``flow_params.py``, and are checked by the same rules before any run.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import Any, Literal, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from mlsys_flows import registry
+from mlsys_flows import flow_params, registry
 from mlsys_flows.prefect_rest import PrefectAPIError, PrefectREST
 from mlsys_flows.systems.common.params import ParamsError
 
@@ -31,8 +34,8 @@ class MlsysFlowOperator(BaseOperator):
     when the run does not complete, and before any run when a parameter is invalid.
     """
 
-    template_fields: Sequence[str] = ("system", "scale", "overrides", "deployment", "api_url", "idempotency_key",
-                                      "storage", "cluster")
+    # every flow parameter (flow_params.NAMES) is an argument of the same name, templated
+    template_fields: Sequence[str] = ("system", *flow_params.NAMES, "deployment", "api_url", "idempotency_key")
     ui_color = "#e6f0ff"
 
     def __init__(self, *, system: str, scale: str = "quick", overrides: dict[str, Any] | None = None,
@@ -40,19 +43,22 @@ class MlsysFlowOperator(BaseOperator):
                  mode: Literal["deployment", "in_process"] = "deployment", wait: bool = True,
                  poll_interval_s: float = 5.0, run_timeout_s: float = 6 * 3600,
                  idempotency_key: str | None = None, storage: str | None = None, cluster: str | None = None,
-                 **kwargs: Any):
+                 run_key: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         if mode not in ("deployment", "in_process"):
             raise ValueError(f"mode must be 'deployment' or 'in_process' (got {mode!r})")
-        self.system, self.scale, self.overrides = system, scale, dict(overrides or {})
+        # a non-object (e.g. a list) is kept as given, so execute() refuses it naming `overrides`
+        self.overrides = {} if overrides is None else dict(overrides) if isinstance(overrides, dict) else overrides
+        self.system, self.scale = system, scale
         self.deployment, self.api_url, self.mode, self.wait = deployment, api_url, mode, wait
         self.poll_interval_s, self.run_timeout_s, self.idempotency_key = poll_interval_s, run_timeout_s, idempotency_key
         self.storage, self.cluster = storage, cluster  # names of saved ObjectStorage / DaskCluster blocks
+        self.run_key = run_key  # makes the run's training resumable under this key
 
     def _parameters(self) -> dict[str, Any]:
-        params: dict[str, Any] = {"scale": self.scale, "overrides": self.overrides}
-        params.update({k: v for k, v in (("storage", self.storage), ("cluster", self.cluster)) if v})
-        return params
+        """The flow parameters sent: every declared one that is set (scale and overrides always)."""
+        values = {name: getattr(self, name) for name in flow_params.NAMES}
+        return {k: v for k, v in values.items() if v is not None and v != ""}
 
     def _validate(self) -> None:
         try:
@@ -60,10 +66,10 @@ class MlsysFlowOperator(BaseOperator):
         except registry.UnknownSystem as exc:
             raise AirflowException(str(exc)) from None
         except ImportError as exc:  # an Airflow env without the system's dependencies
-            self.log.warning("%s: parameters not checked here (%s); the flow validates them first", self.system, exc)
-            return
+            self.log.warning("%s: overrides not checked here (%s); the flow validates them first", self.system, exc)
+            model = None
         try:
-            model.for_scale(self.scale, **self.overrides)
+            flow_params.check(self._parameters(), model, self.system)
         except ParamsError as exc:
             raise AirflowException(str(exc)) from None
 
@@ -109,9 +115,10 @@ class MlsysFlowOperator(BaseOperator):
         from mlsys_flows.runner import RunError, run_system  # imports prefect: only in this mode
 
         try:
-            report = run_system(self.system, self.scale, self.overrides, storage=self.storage, cluster=self.cluster)
+            report = run_system(self.system, self.scale, self.overrides, storage=self.storage, cluster=self.cluster,
+                                run_key=self.run_key)
         except RunError as exc:
             raise AirflowException(str(exc)) from None
         h = report.headline
-        self.log.info("%s: %s %s vs %s = %.3fx", self.system, h.metric, h.technique, h.baseline, h.measured_ratio)
+        self.log.info("%s: %s %s vs %s = %.3fx (%s)", self.system, h.metric, h.technique, h.baseline, h.ratio, h.kind)
         return {"state": "COMPLETED", "run_id": report.run_id, "headline": h.model_dump(mode="json")}

@@ -1,8 +1,8 @@
 """`prefect.yaml` from the registry, and `mlsys-flows deploy` (= `prefect deploy --all` on it).
 
-One deployment per implemented system: entrypoint ``flows/<name>.py:<name>``, parameters at
-``quick``, the ``mlsys-process`` work pool, tags ``mlsys`` + the family. A few carry an example
-nightly cron schedule that is inactive until switched on in the UI. No ``pull`` section: Prefect
+One deployment per implemented system: entrypoint ``flows/<name>.py:<name>``, default parameters
+from ``flow_params.py`` (``scale: quick``), the ``mlsys-process`` work pool, tags ``mlsys`` + the
+family. A few carry an example nightly cron schedule that is inactive until switched on in the UI. No ``pull`` section: Prefect
 then records the directory `prefect deploy` ran in (the clone) as the runs' working directory.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from mlsys_flows import registry
+from mlsys_flows import flow_params, registry
 from mlsys_flows.infra import REPO
 from mlsys_flows.server import WORK_POOL, _bin, ensure_work_pool
 
@@ -32,9 +32,9 @@ def deployment(spec: registry.SystemSpec, schedule_hour: int | None = None) -> d
     d: dict[str, Any] = {
         "name": spec.name,
         "entrypoint": spec.entrypoint,
-        "description": f"{spec.title} ({spec.paper}). Paper: {spec.claim.statement}.",
+        "description": f"{spec.title} ({spec.paper}). Paper: {spec.headline.statement}.",
         "tags": ["mlsys", spec.family],
-        "parameters": {"scale": "quick"},
+        "parameters": flow_params.deployment_parameters(),  # {"scale": "quick"}
         "enforce_parameter_schema": True,
         "work_pool": {"name": WORK_POOL, "work_queue_name": "default", "job_variables": {}},
     }

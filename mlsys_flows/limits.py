@@ -93,7 +93,7 @@ def field_limits(model: type[SystemParams]) -> list[FieldLimit]:
     return out
 
 
-def render_markdown(specs: list[registry.SystemSpec] | None = None) -> str:
+def render_markdown(specs: list | None = None) -> str:
     specs = registry.implemented() if specs is None else specs
     lines = ["# Parameter limits", "",
              "Generated from each system's `Params` model by `python -m mlsys_flows.limits > docs/limits.md`",

@@ -1,7 +1,7 @@
 """Regenerate the README's generated sections: ``python -m mlsys_flows.readme``.
 
 - the system table, from the registry;
-- the measured results, from the RunReports that ``mlsys-flows bench NAME --scale quick`` wrote
+- the results, from the RunReports that ``mlsys-flows bench NAME --scale quick`` wrote
   to ``benchmarks/results/`` (no number is typed in).
 """
 import json
@@ -13,23 +13,25 @@ SECTIONS = {"systems": registry.markdown_table}
 RESULTS = Path("benchmarks/results")
 
 
-def measured_table(results: Path = RESULTS) -> str:
-    lines = ["| system | headline (technique vs baseline) | measured | paper | run | device |",
-             "|---|---|---|---|---|---|"]
+def results_table(results: Path = RESULTS) -> str:
+    lines = ["| system | headline (technique vs baseline) | kind | ratio (range over repeats) | paper | "
+             "vs strongest baseline | run | device |",
+             "|---|---|---|---|---|---|---|---|"]
     for spec in registry.implemented():
         path = results / f"{spec.name}-quick.json"
         if not path.exists():
             continue
         r = json.loads(path.read_text())
-        h = r["headline"]
-        paper = f"{h['paper_ratio']:.2f}x" if h["paper_ratio"] else "n/a"
+        h, s = r["headline"], r["headline"]["vs_strongest"]
+        paper = f"{h['paper']:.2f}x" if h["paper"] else "n/a"
+        spread = f" ({h['range'][0]:.2f}-{h['range'][1]:.2f})" if h["range"] else ""
         lines.append(f"| [{spec.name}](docs/{spec.name}.md) | {h['metric']} ({h['technique']} vs {h['baseline']}) | "
-                     f"**{h['measured_ratio']:.2f}x** | {paper} | `{r['run_id'][:8]}` | "
-                     f"{r['environment']['device']}, {r['environment']['cores']} cores |")
+                     f"{h['kind']} | **{h['ratio']:.2f}x**{spread} | {paper} | {s['ratio']:.2f}x vs {s['baseline']} | "
+                     f"`{r['run_id'][:8]}` | {r['environment']['device']}, {r['environment']['cores']} cores |")
     return "\n".join(lines)
 
 
-SECTIONS["measured"] = measured_table
+SECTIONS["results"] = results_table
 
 
 def render(text: str) -> str:

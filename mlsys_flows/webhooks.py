@@ -20,6 +20,10 @@ with a fresh delivery id is refused too.
 The body becomes flow parameters through the hook's ``template``: a value ``"{{ body.a.b }}"``
 takes the body's field ``a.b`` (absent: the deployment's default), anything else is literal.
 Body fields the template does not use are refused (422), so a typo never passes silently.
+Template keys are the harness's flow parameters, declared in ``flow_params.py``; the default
+template reads ``scale``, ``overrides`` and ``run_key`` from the body (``storage`` and ``cluster``
+only where a hook's template names them), and the parameters are checked by the same rules as the
+flow's (``flow_params.check``) before any run is created.
 """
 from __future__ import annotations
 
@@ -37,17 +41,17 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mlsys_flows import registry
+from mlsys_flows import flow_params, registry
 from mlsys_flows.prefect_rest import PrefectAPIError, PrefectREST
-from mlsys_flows.systems.common.params import SCALES, ParamsError
+from mlsys_flows.systems.common.params import ParamsError
 
 log = logging.getLogger("mlsys_flows.webhooks")
 
 TIMESTAMP_HEADER, SIGNATURE_HEADER, DELIVERY_HEADER = "X-Mlsys-Timestamp", "X-Mlsys-Signature", "X-Mlsys-Delivery"
-FLOW_PARAMETERS = ("scale", "overrides", "storage", "cluster")  # the harness's flow signature
+FLOW_PARAMETERS = flow_params.NAMES  # the harness's flow signature, declared in flow_params.py
 BODY_REF = re.compile(r"^\{\{\s*body((?:\.[A-Za-z0-9_-]+)*)\s*\}\}$")
 DELIVERY_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-DEFAULT_TEMPLATE = {"scale": "{{ body.scale }}", "overrides": "{{ body.overrides }}"}
+DEFAULT_TEMPLATE = flow_params.webhook_template()  # scale, overrides, run_key from the body
 
 
 # --- signing -----------------------------------------------------------------------------------
@@ -196,18 +200,8 @@ def build_parameters(hook: HookConfig, body: Any) -> dict[str, Any]:
     if extra:
         raise Rejected(422, f"unknown field {extra[0]!r} in the body; this hook reads "
                             f"{', '.join(sorted(used)) or 'no fields'}", field=extra[0])
-    scale = params.get("scale", "quick")
-    if scale not in SCALES:
-        raise Rejected(422, f"parameter 'scale': must be one of {', '.join(SCALES)} (got {scale!r})", field="scale")
-    overrides = params.get("overrides") or {}
-    if not isinstance(overrides, dict):
-        raise Rejected(422, f"parameter 'overrides': must be a JSON object (got {type(overrides).__name__})",
-                       field="overrides")
-    for name in ("storage", "cluster"):
-        if name in params and not isinstance(params[name], str):
-            raise Rejected(422, f"parameter {name!r}: must be a block name (string)", field=name)
     try:
-        hook.model().for_scale(scale, **overrides)
+        flow_params.check(params, hook.model(), hook.system)  # the harness's rules, before any run
     except ParamsError as exc:
         raise Rejected(422, str(exc), field=exc.field) from None
     return params

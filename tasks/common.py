@@ -18,7 +18,7 @@ def publish_report(report: RunReport, storage: ObjectStorage) -> str:
     h = report.headline
     create_table_artifact(
         key=f"{report.system}-report", table=report.table_rows(),
-        description=f"{report.title}: {h.metric} {h.technique} vs {h.baseline} = {h.measured_ratio:.2f}x measured")
+        description=f"{report.title}: {h.metric} {h.technique} vs {h.baseline} = {h.label()}")
     create_markdown_artifact(
         key=f"{report.system}-summary",
         markdown=report.summary_markdown() + f"\n\nReport JSON and plot: `{storage.root_url}/{base}.json`, `.png`",

@@ -35,7 +35,7 @@ def make_dataset(p: Params, storage: ObjectStorage, prefix: str) -> dict:
 
 
 @task(name="recd-preprocess")
-def preprocess_throughput(p: Params, storage: ObjectStorage, data: dict) -> dict[str, float]:
+def preprocess_throughput(p: Params, storage: ObjectStorage, data: dict) -> dict[str, list[float]]:
     """Reader batches/s: KJT from the arrival-order file (baseline), IKJT from the clustered file
     (RecD), and KJT from the clustered file (dedup's share alone), measured interleaved."""
     log = get_run_logger()
@@ -44,7 +44,7 @@ def preprocess_throughput(p: Params, storage: ObjectStorage, data: dict) -> dict
         pl.open_dataset(blob, Schema.of(p), key)  # empty or missing columns fail here, before any timing
     rates = pl.preprocess_throughput({"kjt": (arrival, False), "ikjt": (clustered, True),
                                       "kjt_clustered": (clustered, False)}, p)
-    log.info("recd reader batches/s: %s", {k: round(v, 1) for k, v in rates.items()})
+    log.info("recd reader batches/s: %s", {k: [round(x, 1) for x in v] for k, v in rates.items()})
     return rates
 
 

@@ -17,6 +17,18 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
+@pytest.fixture(autouse=True)
+def _torch_state_does_not_leak():
+    """Code under test may set torch's thread count (trainers pin it to 1) or default dtype; a
+    later test must not inherit them: thread count changes float reduction order."""
+    import torch
+
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+    yield
+    torch.set_num_threads(threads)
+    torch.set_default_dtype(dtype)
+
+
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")

@@ -43,7 +43,7 @@ def deterministic_view(report: dict[str, Any]) -> dict[str, Any]:
     det = set(report.get("deterministic_metrics", []))
 
     def ratio(r):
-        keep = {k: r[k] for k in ("metric", "baseline", "technique", "better", "paper_ratio")}
+        keep = {k: r[k] for k in ("metric", "baseline", "technique", "better", "kind", "paper")}
         if r["metric"] in det:
             keep.update(baseline_value=_num(r["baseline_value"]), technique_value=_num(r["technique_value"]))
         return keep

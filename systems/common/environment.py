@@ -1,9 +1,12 @@
 """Describe the machine a run happened on (pure: no prefect/dask imports)."""
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
+import importlib.util
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -31,21 +34,94 @@ def _device() -> str:
     return f"cpu: {cpu}"
 
 
-def _git_sha() -> str:
+def _git(*args: str) -> str | None:
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or "unknown"
+        out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return None
+    return out.stdout if out.returncode == 0 else None
 
 
-def capture() -> Environment:
+def _layer_dir(layer: str) -> Path:
+    """Source folder of ``mlsys_flows.<layer>``, found without importing it."""
+    spec = importlib.util.find_spec(f"mlsys_flows.{layer}" if layer else "mlsys_flows")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _hash(files: list[tuple[str, Path]]) -> str:
+    h = hashlib.sha256()
+    for label, path in sorted(files):
+        h.update(label.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _tree(layer: str, sub: str = "") -> list[tuple[str, Path]]:
+    root = _layer_dir(layer)
+    base = root / sub if sub else root
+    return [(f"{layer}/{p.relative_to(root)}", p) for p in sorted(base.rglob("*.py")) if "__pycache__" not in p.parts]
+
+
+_SHARED_IMPORT = re.compile(r"mlsys_flows\.systems\.(\w+)|from \.\.(\w+)")
+
+
+def system_files(name: str) -> list[tuple[str, Path]]:
+    """The system's own code: its package, the family packages it imports (not ``common``, which
+    belongs to the harness), its task and its flow module."""
+    files = _tree("systems", name)
+    for layer in ("tasks", "flows"):
+        path = _layer_dir(layer) / f"{name}.py"
+        if path.exists():
+            files.append((f"{layer}/{name}.py", path))
+    shared = {m for _, p in files for hit in _SHARED_IMPORT.findall(p.read_text()) for m in hit if m}
+    for family in sorted(shared - {name, "common"}):
+        if (_layer_dir("systems") / family).is_dir():
+            files += _tree("systems", family)
+    return files
+
+
+def harness_files() -> list[tuple[str, Path]]:
+    files = _tree("systems", "common") + _tree("blocks")
+    files += [(f"mlsys_flows/{p.name}", p) for p in sorted(_layer_dir("").glob("*.py"))]
+    files += [(f"{layer}/common.py", _layer_dir(layer) / "common.py") for layer in ("tasks", "flows")]
+    return [(label, p) for label, p in files if p.exists()]
+
+
+def code_hash(name: str) -> str:
+    return _hash(system_files(name))
+
+
+def harness_hash() -> str:
+    return _hash(harness_files())
+
+
+def load_average() -> tuple[float, float, float] | None:
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())  # type: ignore[return-value]
+    except OSError:
+        return None
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def capture(system: str | None = None) -> Environment:
+    """The machine and the code a run of ``system`` happened on; the load is taken now (the harness
+    sets ``load_after`` when the run ends)."""
     versions = {"python": platform.python_version()}
     for pkg in _PACKAGES:
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             continue
-    return Environment(device=_device(), cores=os.cpu_count() or 1, platform=platform.platform(),
-                       versions=versions, git_sha=_git_sha())
+    sha = (_git("rev-parse", "HEAD") or "").strip() or "unknown"
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return Environment(device=_device(), cores=os.cpu_count() or 1, usable_cores=usable_cores(),
+                       platform=platform.platform(), versions=versions, git_sha=sha,
+                       git_dirty=None if status is None else bool(status.strip()),
+                       code_hash=code_hash(system) if system else "", harness_hash=harness_hash(),
+                       load_before=load_average())

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Scale = Literal["smoke", "quick", "full"]
 SCALES: tuple[str, ...] = get_args(Scale)
+# Every system's values at a scale, under its own PRESETS: smoke runs are for tests, one sample.
+_SCALE_DEFAULTS: dict[str, dict[str, Any]] = {"smoke": {"repeats": 1}}
 
 
 class ParamsError(ValueError):
@@ -34,6 +36,8 @@ class SystemParams(BaseModel):
 
     scale: Scale = Field("quick", description="Workload size: smoke (seconds), quick (~2 min on 2 cores), full (GPU or cluster).")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random generator in the run.")
+    repeats: int = Field(3, ge=1, le=50, description="Repeats of every timed (measured) metric, variants interleaved; "
+                                                      "the report keeps each sample and uses the median (1 at smoke).")
 
     @classmethod
     def for_scale(cls, scale: str | None = None, /, **overrides: Any):
@@ -48,7 +52,7 @@ class SystemParams(BaseModel):
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ParamsError(cls.SYSTEM, unknown[0], f"unknown parameter; known: {', '.join(sorted(known - {'scale'}))}")
-        values = {**cls.PRESETS.get(scale, {}), **overrides, "scale": scale}
+        values = {**_SCALE_DEFAULTS.get(scale, {}), **cls.PRESETS.get(scale, {}), **overrides, "scale": scale}
         try:
             return cls(**values)
         except ValidationError as exc:

@@ -21,11 +21,13 @@ def render_png(report: RunReport) -> bytes:
     h = report.headline
     names = [n for n in report.variants if h.metric in report.variants[n]]
     values = [report.variants[n][h.metric] for n in names]
-    colors = ["tab:orange" if n == h.technique else ("tab:blue" if n == h.baseline else "tab:gray") for n in names]
+    colors = ["tab:orange" if n == h.technique else ("tab:blue" if n in (h.baseline, h.vs_strongest.baseline)
+                                                      else "tab:gray") for n in names]
     ax = flat[0]
     ax.bar(names, values, color=colors)
-    paper = f", paper {h.paper_ratio:.2f}x" if h.paper_ratio else ""
-    ax.set_title(f"{h.metric}\nmeasured {h.measured_ratio:.2f}x{paper}", fontsize=10)
+    paper = f", paper {h.paper:.2f}x" if h.paper else ""
+    ax.set_title(f"{h.metric} ({h.kind})\n{h.ratio:.2f}x vs {h.baseline}{paper}; "
+                 f"{h.vs_strongest.ratio:.2f}x vs {h.vs_strongest.baseline}", fontsize=9)
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
 
     for ax, curve in zip(flat[1:], report.curves):

@@ -6,6 +6,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Claim, SystemSpec, reduction
 
 from .evaluate import CostModel, Topology, evaluate
 from .placement import check_placement, contiguous, greedy, moetuner
@@ -102,6 +103,24 @@ def plan_and_evaluate(p: Params, trace: RoutingTrace, setup: str) -> dict:
     return out
 
 
-__all__ = ["Params", "RoutingTrace", "TraceError", "Profile", "Topology", "CostModel", "profile",
+SPEC = SystemSpec(
+    name="moetuner", title="MoETuner: ILP expert placement and routing", paper="arXiv:2502.06643", family="moe",
+    params=Params, baselines=("contiguous", "greedy"),
+    claims=(
+        Claim("end_to_end_time_s", "contiguous", "moetuner", "lower", 1.093,
+              "9.3% (single node) and 17.5% (multi node) end-to-end speedup; token tail latency -36%", headline=True),
+        Claim("end_to_end_time_s", "contiguous_2node", "moetuner_2node", "lower", 1.175,
+              "17.5% end-to-end speedup (multi node)"),
+        Claim("end_to_end_time_s", "greedy", "moetuner", "lower", statement="against greedy load packing, one node"),
+        Claim("end_to_end_time_s", "greedy_2node", "moetuner_2node", "lower",
+              statement="against greedy load packing, two nodes"),
+        Claim("token_p99_latency_s", "contiguous", "moetuner", "lower", round(reduction(0.36), 4),
+              "token tail latency -36%"),
+        Claim("token_p99_latency_s", "contiguous_2node", "moetuner_2node", "lower",
+              statement="token tail latency, two nodes"),
+    ),
+)
+
+__all__ = ["Params", "SPEC", "RoutingTrace", "TraceError", "Profile", "Topology", "CostModel", "profile",
            "synthetic_trace", "evaluate", "contiguous", "greedy", "moetuner", "check_placement",
            "check_trace_fits", "plan_and_evaluate"]

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from mlsys_flows.systems.common.dlrm import DLRM, Jagged, KeyedJaggedTensor, feature_salt, sigrid_hash
-from mlsys_flows.systems.common.timing import Stopwatch, interleaved, median
+from mlsys_flows.systems.common.timing import Stopwatch, interleaved
 
 from . import Params
 from .ikjt import InverseKeyedJaggedTensor, dedup_consecutive
@@ -93,8 +93,10 @@ def read_batches(data: bytes, p: Params, dedup: bool, where: str = "dataset", li
         yield preprocess(rb, schema, p.table_rows, dedup)
 
 
-def preprocess_throughput(sources: dict[str, tuple[bytes, bool]], p: Params, limit: int | None = None) -> dict[str, float]:
-    """Batches/s of the reader per variant ``name -> (parquet bytes, dedup)``, measured interleaved."""
+def preprocess_throughput(sources: dict[str, tuple[bytes, bool]], p: Params,
+                          limit: int | None = None) -> dict[str, list[float]]:
+    """Batches/s of the reader per variant ``name -> (parquet bytes, dedup)``: ``p.repeats``
+    samples each, measured interleaved."""
     def measure(data: bytes, dedup: bool):
         def run() -> float:
             t0 = time.perf_counter()
@@ -102,8 +104,7 @@ def preprocess_throughput(sources: dict[str, tuple[bytes, bool]], p: Params, lim
             return n / (time.perf_counter() - t0)
         return run
 
-    runs = interleaved({name: measure(*src) for name, src in sources.items()}, p.preprocess_repeats)
-    return {name: median(v) for name, v in runs.items()}
+    return interleaved({name: measure(*src) for name, src in sources.items()}, p.repeats)
 
 
 def build_model(p: Params) -> DLRM:
@@ -182,6 +183,15 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
     return {n: {"samples_per_s": timed_samples[n] / max(watches[n].seconds, 1e-9),
                 "losses": torch.stack(losses[n]).float().cpu().tolist(), "chunk_rates": chunk_rates[n],
                 "samples": sum(b.size for b in batches[n])} for n in names}
+
+
+def throughput_samples(chunk_rates: list[float], repeats: int) -> list[float]:
+    """Training throughput as ``repeats`` samples: the turns after the warm-up split into
+    consecutive groups, each group's samples/s (harmonic mean of its equal-sized turns). The
+    variants alternate turn by turn, so their samples are interleaved in time."""
+    timed = chunk_rates[1:] or chunk_rates
+    groups = [g for g in np.array_split(np.asarray(timed, dtype=float), min(repeats, len(timed))) if len(g)]
+    return [float(len(g) / np.sum(1.0 / g)) for g in groups]
 
 
 def final_loss(losses: list[float]) -> float:

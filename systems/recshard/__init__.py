@@ -7,6 +7,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Claim, SystemSpec
 
 from .evaluate import gpu_times, metrics, replay
 from .sharding import (GREEDY_KEYS, Costs, MilpStats, Plan, PlanError, best_greedy, cdf_segments, check_plan, greedy,
@@ -101,6 +102,24 @@ def make_plans(p: Params, prof: Profile) -> tuple[dict[str, Plan], str, MilpStat
     return plans, best, stats
 
 
-__all__ = ["Params", "Profile", "TableSpec", "Plan", "PlanError", "Costs", "MilpStats", "GREEDY_KEYS", "greedy",
+GREEDY = ("greedy_size", "greedy_lookup", "greedy_size_lookup")
+
+SPEC = SystemSpec(
+    name="recshard", title="RecShard: statistical embedding sharding (MILP)", paper="RecShard (ASPLOS 2022)",
+    family="recsys-embeddings", params=Params, baselines=("greedy", *GREEDY),
+    claims=(
+        Claim("embedding_throughput", "greedy", "recshard", "higher", 6.0,
+              ">6x embedding throughput, 12x better load balance, 87x fewer slow-memory accesses vs greedy sharders",
+              headline=True),
+        Claim("load_imbalance", "greedy", "recshard", "lower", 12.0, "12x better load balance"),
+        Claim("uvm_accesses_per_batch", "greedy", "recshard", "lower", 87.0, "87x fewer slow-memory accesses"),
+        Claim("modelled_throughput", "greedy", "recshard", "higher", 6.0,
+              ">6x embedding throughput, under the assumed HBM/UVM bandwidths"),
+        *(Claim("embedding_throughput", g, "recshard", "higher", statement=f"against the {g[7:]}-balanced sharder")
+          for g in GREEDY),
+    ),
+)
+
+__all__ = ["Params", "SPEC", "Profile", "TableSpec", "Plan", "PlanError", "Costs", "MilpStats", "GREEDY_KEYS", "greedy",
            "best_greedy", "recshard", "cdf_segments", "check_plan", "plan_costs", "replay", "metrics", "gpu_times",
            "build_table", "profile_table", "tables_to_npz", "tables_from_npz", "make_plans"]

@@ -19,16 +19,28 @@ def test_smoke_run_meets_the_contract(name):
     spec = registry.get(name)
     returned, storage = reference_run(name)
     report = RunReport.model_validate(returned)
-    h, claim = report.headline, spec.claim
+    h, claim = report.headline, spec.headline
     assert (h.metric, h.baseline, h.technique, h.better) == (claim.metric, claim.baseline, claim.technique, claim.better)
-    assert math.isfinite(h.measured_ratio) and h.measured_ratio > 0
-    assert h.measured_ratio == pytest.approx(oriented_ratio(report.variants[h.baseline][h.metric],
-                                                            report.variants[h.technique][h.metric], h.better))
-    assert h.paper_ratio == claim.paper_ratio
+    assert math.isfinite(h.ratio) and h.ratio > 0
+    assert h.ratio == pytest.approx(oriented_ratio(report.variants[h.baseline][h.metric],
+                                                   report.variants[h.technique][h.metric], h.better))
+    assert h.paper == claim.paper
+    # every claim of the spec is computed, each ratio labelled, the strongest baseline named
+    assert [(r.metric, r.baseline, r.technique) for r in [h, *report.ratios]] == \
+        [(c.metric, c.baseline, c.technique) for c in [claim, *(c for c in spec.claims if not c.headline)]]
+    for r in [h, *report.ratios]:
+        assert r.kind == report.metric_kinds[r.metric]
+        assert r.kind not in ("modelled", "simulated") or r.assumptions
+    rivals = {b: report.variants[b][h.metric] for b in spec.baselines if h.metric in report.variants.get(b, {})}
+    best = max(rivals.values()) if h.better == "higher" else min(rivals.values())
+    assert h.vs_strongest.baseline in rivals and rivals[h.vs_strongest.baseline] == best
+    assert set(report.metric_kinds) == set(report.metric_names())
+    env = report.environment
+    assert env.git_dirty is not None and len(env.code_hash) == 64 and env.load_before and env.load_after
     assert report.parameters["scale"] == "smoke"
     assert report.environment.cores >= 1 and report.wall_time_s > 0
     base = f"reports/{name}/{report.run_id}"
-    assert storage.read_json(f"{base}.json")["headline"]["measured_ratio"] == h.measured_ratio
+    assert storage.read_json(f"{base}.json")["headline"]["ratio"] == h.ratio
     assert storage.read_bytes(f"{base}.png")[:4] == b"\x89PNG"
 
     from prefect.client.orchestration import get_client

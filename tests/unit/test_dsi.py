@@ -1,6 +1,10 @@
-"""DSI/DPP: projection and coalescing, the master's exactly-once delivery, the controller, bad inputs."""
+"""DSI/DPP: projection and coalescing, the master's exactly-once delivery, DPP and the inline trainer
+stepping on batches of the same contents (by digest; the check is shown to fail on a changed, dropped
+or duplicated batch), the controller, bad inputs."""
 from __future__ import annotations
 
+import hashlib
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +16,7 @@ from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.dsi import Params
 from mlsys_flows.systems.dsi import data as d
-from mlsys_flows.systems.dsi.dpp import Controller, DPPError, num_batches, run_dpp, run_inline
+from mlsys_flows.systems.dsi.dpp import Controller, DPPError, Trainer, num_batches, run_dpp, run_inline
 
 
 @pytest.fixture
@@ -72,13 +76,94 @@ def test_projection_reads_less_in_fewer_calls_and_gives_the_same_batches(dataset
     assert np.isfinite(full[0].dense).all()  # missing values were filled
 
 
-def test_dpp_and_inline_train_on_the_same_batches(dataset):
+def _digest(b: d.Batch) -> str:
+    """SHA-256 of everything a training step sees of a batch: dense features, labels, and each sparse
+    column's hashed ids and lengths (with dtypes and shapes)."""
+    h = hashlib.sha256()
+    arrays = [b.dense, b.labels] + [x for c in sorted(b.sparse) for x in b.sparse[c]]
+    names = ["dense", "labels"] + [f"{c}.{part}" for c in sorted(b.sparse) for part in ("ids", "lengths")]
+    for name, x in zip(names, arrays):
+        x = np.ascontiguousarray(x)
+        h.update(f"{name}:{x.dtype.str}:{x.shape};".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def _trained_batches(monkeypatch, run) -> list[tuple[int, int, str]]:
+    """(item, index, digest) of every batch the trainer steps on during ``run()``, in step order."""
+    seen: list[tuple[int, int, str]] = []
+    step = Trainer.step
+
+    def recording_step(self, b):
+        seen.append((b.item, b.index, _digest(b)))
+        return step(self, b)
+
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "step", recording_step)
+        run()
+    return seen
+
+
+def _check_same_batches(dpp: list[tuple[int, int, str]], inline: list[tuple[int, int, str]], items,
+                        batch_size: int) -> None:
+    """The inline trainer steps on every batch of every item once, in the items' order; DPP steps on
+    batches of the same contents, each once (per (item, index), in any order of items)."""
+    in_order = [(it.id, j) for it in items for j in range(math.ceil(it.rows / batch_size))]
+    assert [(i, j) for i, j, _ in inline] == in_order
+    assert len(dpp) == len(set(dpp)), "DPP trained on a batch twice"
+    assert sorted(dpp) == sorted(inline), "DPP's batches differ from the inline trainer's"
+
+
+def test_dpp_and_inline_train_on_the_same_batches(dataset, monkeypatch):
     p, storage, items = dataset
-    inline = run_inline(items, storage.open_input, p.used_columns(), p)
-    metrics, details = run_dpp(items, ThreadExecutor(storage, p), p.used_columns(), p)
+    out = {}
+    used = p.used_columns()
+    inline = _trained_batches(monkeypatch, lambda: out.update(inline=run_inline(items, storage.open_input, used, p)))
+    dpp = _trained_batches(monkeypatch, lambda: out.update(dpp=run_dpp(items, ThreadExecutor(storage, p), used, p)))
+    metrics, details = out["dpp"]
     _exactly_once(details["consumed"], items, p)
-    assert metrics["samples"] == inline["samples"] == sum(it.rows for it in items)
-    assert metrics["bytes_read"] < inline["bytes_read"]
+    _check_same_batches(dpp, inline, items, p.batch_size)
+    assert metrics["samples"] == out["inline"]["samples"] == sum(it.rows for it in items)
+    assert metrics["bytes_read"] < out["inline"]["bytes_read"]
+
+
+def _changed(batches: list[d.Batch], what: str) -> list[d.Batch]:
+    """The batches with one deliberate defect."""
+    out = list(batches)
+    b = out[-1]
+    if what == "label_flipped":
+        labels = b.labels.copy()
+        labels[0] = 1.0 - labels[0]
+        out[-1] = d.Batch(b.item, b.index, b.dense, b.sparse, labels)
+    elif what == "sparse_id_changed":
+        col = sorted(b.sparse)[0]
+        ids, lengths = b.sparse[col]
+        ids = ids.copy()
+        ids[0] += 1
+        out[-1] = d.Batch(b.item, b.index, b.dense, {**b.sparse, col: (ids, lengths)}, b.labels)
+    elif what == "dense_unfilled":
+        dense = b.dense.copy()
+        dense[0, 0] = np.nan
+        out[-1] = d.Batch(b.item, b.index, dense, b.sparse, b.labels)
+    elif what == "batch_dropped":
+        out.pop()
+    elif what == "batch_duplicated":
+        out.append(b)
+    return out
+
+
+@pytest.mark.parametrize("what", ["label_flipped", "sparse_id_changed", "dense_unfilled", "batch_dropped",
+                                  "batch_duplicated"])
+def test_the_same_batches_check_fails_on_a_changed_batch(dataset, what):
+    p, storage, items = dataset
+    batches = [b for it in items[:2]
+               for b in d.process_item(it, storage.open_input, p.used_columns(), p, projected=True)[0]]
+    assert batches[-1].sparse and len(batches[-1].labels)
+    inline = [(b.item, b.index, _digest(b)) for b in batches]
+    _check_same_batches(inline[::-1], inline, items[:2], p.batch_size)  # another delivery order is fine
+    broken = [(b.item, b.index, _digest(b)) for b in _changed(batches, what)]
+    with pytest.raises(AssertionError):
+        _check_same_batches(broken[::-1], inline, items[:2], p.batch_size)
 
 
 def test_a_dead_workers_items_are_reissued_and_delivered_exactly_once(dataset):

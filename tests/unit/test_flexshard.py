@@ -1,5 +1,7 @@
-"""FlexShard: plans fit the memory both plans are given, tiers follow the cost model, the replay
-counts bytes exactly (hand-checked cases), and on the smoke workload FlexShard cuts traffic."""
+"""FlexShard: plans fit the per-device memory they are given (row copies counted row by row; at zero
+headroom, the same as row-wise sharding's), tiers follow the cost model, the replay counts bytes
+exactly (hand-checked cases and a naive per-lookup loop), each check is shown to fail on a deliberately
+broken plan or replay, and on the smoke workload FlexShard cuts traffic."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,23 +34,207 @@ def instances(draw):
     return _topo(nodes, per_node), offsets, counts, draw(st.floats(0.0, 3.0))
 
 
+def _naive_rows_per_device(plan: Plan, topo: Topology) -> list[int]:
+    """Row copies held by each device, row by row: SHARD on its owner, NODE on local device ``owner``
+    of every node, FULL everywhere."""
+    held = [0] * topo.devices
+    for tier, owner in zip(plan.tier.tolist(), plan.owner.tolist()):
+        for dev in range(topo.devices):
+            held[dev] += (tier == FULL or (tier == SHARD and dev == owner)
+                          or (tier == NODE and dev % topo.per_node == owner))
+    return held
+
+
+def _naive_rowwise_rows(offsets: np.ndarray, devices: int) -> int:
+    """The most rows a device holds under row-wise mod sharding (local row r of a table on r % D)."""
+    held = [0] * devices
+    for t in range(len(offsets) - 1):
+        for r in range(int(offsets[t + 1] - offsets[t])):
+            held[r % devices] += 1
+    return max(held)
+
+
+def _check_fits(plan: Plan, topo: Topology, capacity_rows: int) -> None:
+    """The plan's tiers and owners are valid and no device holds more than ``capacity_rows`` row copies
+    (counted row by row, and the library's own count agrees)."""
+    assert set(np.unique(plan.tier)) <= {SHARD, NODE, FULL}
+    assert (plan.owner[plan.tier == SHARD] < topo.devices).all()
+    assert (plan.owner[plan.tier == NODE] < topo.per_node).all()
+    held = _naive_rows_per_device(plan, topo)
+    assert plan.rows_per_device(topo).tolist() == held
+    assert max(held) <= capacity_rows, f"a device holds {max(held)} rows > {capacity_rows}"
+
+
 @settings(max_examples=60, deadline=None)
 @given(instances())
-def test_plans_fit_the_same_per_device_memory(inst):
+def test_flexshard_fits_headroom_times_the_rowwise_memory(inst):
     topo, offsets, counts, headroom = inst
     lam, _, u = access_estimates(counts, offsets, 3, topo.devices)
     base = rowwise(offsets, topo)
-    assert base.rows_per_device(topo).max() == baseline_capacity(offsets, topo.devices) == base.capacity_rows
+    base_rows = _naive_rowwise_rows(offsets, topo.devices)
+    assert base.capacity_rows == baseline_capacity(offsets, topo.devices) == base_rows
+    _check_fits(base, topo, base_rows)
+    assert max(_naive_rows_per_device(base, topo)) == base_rows
     plan = flexshard(lam, u, offsets, topo, headroom)
-    assert plan.capacity_rows == int(base.capacity_rows * (1 + headroom))
-    assert plan.rows_per_device(topo).max() <= plan.capacity_rows
-    assert set(np.unique(plan.tier)) <= {SHARD, NODE, FULL}
-    assert (plan.owner[plan.tier == SHARD] < topo.devices).all() and (plan.owner[plan.tier == NODE] < topo.per_node).all()
+    assert plan.capacity_rows == int(base_rows * (1 + headroom))  # FlexShard is given (1 + headroom) x
+    _check_fits(plan, topo, int(base_rows * (1 + headroom)))
     if topo.nodes == 1:
         assert not (plan.tier == NODE).any()
-    cost = tier_costs(lam, u, topo)
-    rows = np.arange(offsets[-1])
-    assert cost[rows, plan.tier].sum() <= cost[:, SHARD].sum() + 1e-12  # never worse than no replication
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances())
+def test_at_zero_headroom_both_plans_fit_the_same_per_device_memory(inst):
+    topo, offsets, counts, _ = inst
+    lam, _, u = access_estimates(counts, offsets, 3, topo.devices)
+    base, plan = rowwise(offsets, topo), flexshard(lam, u, offsets, topo, 0.0)
+    # per-device bytes, counted row by row for both plans (every row has the same width)
+    base_bytes = max(_naive_rows_per_device(base, topo)) * topo.row_bytes
+    _check_fits(plan, topo, base_bytes // topo.row_bytes)
+    assert max(_naive_rows_per_device(plan, topo)) * topo.row_bytes <= base_bytes
+    assert plan.capacity_rows == base.capacity_rows == _naive_rowwise_rows(offsets, topo.devices)
+
+
+@pytest.mark.parametrize("tier", [FULL, NODE])
+def test_the_memory_check_fails_on_a_plan_over_its_capacity(tier):
+    topo, offsets = _topo(2, 2), np.array([0, 8])  # row-wise: 2 rows on each of 4 devices, no slack
+    base = rowwise(offsets, topo)
+    _check_fits(base, topo, 2)  # the unbroken plan passes
+    over = Plan("over", base.tier.copy(), base.owner.copy(), base.capacity_rows)
+    over.tier[0], over.owner[0] = tier, 1  # one replica more than the memory holds
+    with pytest.raises(AssertionError, match="holds 3 rows > 2"):
+        _check_fits(over, topo, 2)
+
+
+def _naive_busiest_link_s(links: dict[tuple[int, int], float], topo: Topology) -> float:
+    """Seconds of one phase: the most bytes any device sends or receives on one of its links."""
+    worst = 0.0
+    for dev in range(topo.devices):
+        for intra, gb_s in ((True, topo.intra_gb_s), (False, topo.inter_gb_s)):
+            link = [(s, t, v) for (s, t), v in links.items() if (s // topo.per_node == t // topo.per_node) == intra]
+            out = sum(v for s, _, v in link if s == dev)
+            into = sum(v for _, t, v in link if t == dev)
+            worst = max(worst, max(out, into) / (gb_s * 1e9))
+    return worst
+
+
+def _naive_replay(plan: Plan, ids: np.ndarray, counts: np.ndarray, topo: Topology,
+                  dedup: bool) -> dict[str, list[float]]:
+    """The replay's metrics lookup by lookup: each remote fetch is one row forward and one gradient back;
+    touched replicated rows are all-reduced (FULL: reduce-scatter + all-gather in the node, 2(G-1)/G of a
+    row per device spread over its peers, then a ring across nodes of each device's 1/G share; NODE: a
+    ring across the nodes' copies)."""
+    n, g, d, b = topo.nodes, topo.per_node, topo.devices, topo.row_bytes
+    same = lambda s, t: s // g == t // g
+    out = {k: [] for k in FIELDS}
+    pos = 0
+    for i in range(counts.shape[0]):
+        fetch: dict[tuple[int, int], float] = {}
+        seen, touched = set(), set()
+        lookups = fetched = 0
+        for t in range(counts.shape[1]):
+            for dev in range(d):
+                for _ in range(int(counts[i, t, dev])):
+                    row = int(ids[pos])
+                    pos += 1
+                    lookups += 1
+                    tier, owner = int(plan.tier[row]), int(plan.owner[row])
+                    if tier != SHARD:
+                        touched.add(row)
+                    if dedup and (dev, row) in seen:
+                        continue
+                    seen.add((dev, row))
+                    src = dev if tier == FULL else owner if tier == SHARD else (dev // g) * g + owner
+                    if src != dev:
+                        fetched += 1
+                        fetch[src, dev] = fetch.get((src, dev), 0.0) + b
+        full = sum(int(plan.tier[r]) == FULL for r in touched)
+        node = [sum(int(plan.tier[r]) == NODE and int(plan.owner[r]) == k for r in touched) for k in range(g)]
+        s_intra: dict[tuple[int, int], float] = {}
+        s_inter: dict[tuple[int, int], float] = {}
+        for dev in range(d):
+            for peer in range(d):
+                if peer != dev and same(dev, peer) and full:
+                    s_intra[dev, peer] = 2 * full * b / g
+            nxt = ((dev // g + 1) % n) * g + dev % g
+            if n > 1:
+                s_inter[dev, nxt] = 2 * (n - 1) / n * (full * b / g + node[dev % g] * b)
+        out["lookups"].append(lookups)
+        out["fetched_rows"].append(fetched)
+        out["alltoall_intra_bytes"].append(2 * sum(v for (s, t), v in fetch.items() if same(s, t)))
+        out["alltoall_inter_bytes"].append(2 * sum(v for (s, t), v in fetch.items() if not same(s, t)))
+        out["sync_intra_bytes"].append(sum(s_intra.values()))
+        out["sync_inter_bytes"].append(sum(s_inter.values()))
+        out["modeled_comm_latency_s"].append(2 * _naive_busiest_link_s(fetch, topo)
+                                             + _naive_busiest_link_s(s_intra, topo)
+                                             + _naive_busiest_link_s(s_inter, topo))
+    return out
+
+
+def _check_replay(result: dict[str, np.ndarray], plan: Plan, ids: np.ndarray, counts: np.ndarray, topo: Topology,
+                  dedup: bool = False) -> None:
+    """The replay's per-iteration metrics equal the naive per-lookup loop's (floats: summation order)."""
+    expected = _naive_replay(plan, ids, counts, topo, dedup)
+    for k in FIELDS:
+        np.testing.assert_allclose(result[k], expected[k], rtol=1e-9, atol=0, err_msg=k)
+
+
+def _random_lookups(offsets: np.ndarray, counts: np.ndarray, devices: int, iterations: int,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A held-out chunk ordered by (iteration, table, device), rows drawn by their training popularity."""
+    ids, per = [], np.zeros((iterations, len(offsets) - 1, devices), np.int64)
+    for i in range(iterations):
+        for t in range(len(offsets) - 1):
+            weight = counts[offsets[t]:offsets[t + 1]] + 0.1
+            for dev in range(devices):
+                per[i, t, dev] = k = int(rng.integers(0, 6))
+                ids.append(offsets[t] + rng.choice(len(weight), k, p=weight / weight.sum()))
+    return np.concatenate(ids).astype(np.int64), per
+
+
+@settings(max_examples=40, deadline=None)
+@given(instances(), st.integers(0, 2**16), st.booleans())
+def test_replay_matches_a_naive_per_lookup_loop(inst, seed, dedup):
+    topo, offsets, counts, headroom = inst
+    rng = np.random.default_rng(seed)
+    lam, _, u = access_estimates(counts, offsets, 3, topo.devices)
+    rows = int(offsets[-1])
+    scrambled = Plan("random", rng.integers(0, 3, rows).astype(np.int8), np.zeros(rows, np.int32), 0)
+    scrambled.owner[:] = np.where(scrambled.tier == NODE, rng.integers(0, topo.per_node, rows),
+                                  rng.integers(0, topo.devices, rows))
+    ids, per = _random_lookups(offsets, counts, topo.devices, 2, rng)
+    for plan in (rowwise(offsets, topo), flexshard(lam, u, offsets, topo, headroom), scrambled):
+        _check_replay(replay(plan, ids, per, topo, rows, dedup=dedup), plan, ids, per, topo, dedup)
+
+
+def _hand_case():
+    tier = np.array([SHARD, SHARD, NODE, FULL, SHARD, SHARD], np.int8)
+    plan = Plan("t", tier, np.array([0, 3, 1, 0, 1, 2], np.int32), 10)
+    return plan, *_one_iteration([[0, 1, 1, 2, 3], [], [2, 4], []])
+
+
+def _moved(plan: Plan, row: int, tier: int, owner: int) -> Plan:
+    other = Plan("moved", plan.tier.copy(), plan.owner.copy(), plan.capacity_rows)
+    other.tier[row], other.owner[row] = tier, owner
+    return other
+
+
+@pytest.mark.parametrize("breakage, field", [("row_1_local_to_its_node", "alltoall_intra_bytes"),
+                                             ("row_3_sharded", "fetched_rows"),
+                                             ("row_2_fully_replicated", "fetched_rows"),
+                                             ("sync_dropped", "sync_inter_bytes"), ("deduplicated", "fetched_rows")])
+def test_the_replay_check_fails_on_a_miscounted_replay(breakage, field):
+    topo = _topo(2, 2)
+    plan, ids, counts = _hand_case()
+    _check_replay(replay(plan, ids, counts, topo, 6), plan, ids, counts, topo)  # the real replay passes
+    _check_replay(replay(plan, ids, counts, topo, 6, dedup=True), plan, ids, counts, topo, dedup=True)
+    wrong = {"row_1_local_to_its_node": lambda: replay(_moved(plan, 1, SHARD, 1), ids, counts, topo, 6),
+             "row_3_sharded": lambda: replay(_moved(plan, 3, SHARD, 2), ids, counts, topo, 6),
+             "row_2_fully_replicated": lambda: replay(_moved(plan, 2, FULL, 0), ids, counts, topo, 6),
+             "sync_dropped": lambda: replay(plan, ids, counts, topo, 6) | {"sync_inter_bytes": np.zeros(1)},
+             "deduplicated": lambda: replay(plan, ids, counts, topo, 6, dedup=True)}[breakage]()
+    with pytest.raises(AssertionError, match=field):
+        _check_replay(wrong, plan, ids, counts, topo)
 
 
 @settings(max_examples=40, deadline=None)

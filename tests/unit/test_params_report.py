@@ -6,7 +6,9 @@ from pydantic import Field
 
 from mlsys_flows.systems.common.params import ParamsError, SystemParams
 from mlsys_flows.systems.common.plotting import render_png
-from mlsys_flows.systems.common.report import Curve, Environment, Ratio, RunReport, oriented_ratio
+from mlsys_flows.systems.common.report import (Assumption, ContractError, Curve, Environment, RunReport, SystemResult,
+                                               build_report, oriented_ratio)
+from mlsys_flows.systems.common.spec import Claim, SystemSpec
 
 
 class Demo(SystemParams):
@@ -43,30 +45,95 @@ def test_oriented_ratio():
     assert oriented_ratio(1.0, 0.0, "lower") == math.inf
 
 
+SPEC = SystemSpec(
+    name="demo", title="Demo", paper="p", family="f", params=Demo, baselines=("base", "tuned"),
+    claims=(Claim("t", "base", "tech", "lower", 1.5, "1.5x faster", headline=True),
+            Claim("bytes", "base", "tech", "lower", statement="fewer bytes"),
+            Claim("model_s", "base", "tech", "lower", 3.0, "modelled")))
+KINDS = {"t": "measured", "bytes": "counted", "model_s": "modelled"}
+ASSUMED = {"model_s": {"link_gb_s": Assumption(value=25.0, unit="GB/s", source="datasheet")}}
+
+
+def _result(**kw):
+    args = dict(variants={"base": {"bytes": 8.0, "model_s": 3.0}, "tuned": {"bytes": 6.0},
+                          "tech": {"bytes": 2.0, "model_s": 1.0}},
+                kinds=KINDS, assumptions=ASSUMED,
+                samples={"base": {"t": [4.0, 5.0, 3.0]}, "tuned": {"t": [3.0, 2.5, 2.0]}, "tech": {"t": [2.0, 2.0, 1.0]}},
+                curves=[Curve(title="loss", x_label="step", y_label="loss",
+                              series={"base": ([0, 1], [1.0, 0.5]), "tech": ([0, 1], [1.0, 0.4])})])
+    return SystemResult(**(args | kw))
+
+
 def _report(**kw):
-    variants = {"base": {"t": 4.0, "n": 1.0}, "tech": {"t": 2.0, "n": 1.0}}
-    return RunReport(system="demo", title="Demo", paper="p", scale="smoke", run_id="r1", parameters={"rows": 1},
-                     variants=variants, headline=Ratio.of(variants, "t", "base", "tech", "lower", 1.5),
-                     curves=[Curve(title="loss", x_label="step", y_label="loss",
-                                   series={"base": ([0, 1], [1.0, 0.5]), "tech": ([0, 1], [1.0, 0.4])})],
-                     environment=Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="abc"),
-                     wall_time_s=1.0, **kw)
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="abc", git_dirty=False,
+                      code_hash="c0de", load_before=(0.1, 0.1, 0.1), load_after=(0.2, 0.1, 0.1))
+    return build_report(SPEC, params={"scale": "smoke", "rows": 1}, result=_result(**kw), run_id="r1",
+                        environment=env, wall_time_s=1.0)
+
+
+def test_report_computes_every_claim_with_its_kind_median_and_range():
+    r = _report()
+    h = r.headline
+    assert (h.metric, h.kind, h.paper) == ("t", "measured", 1.5)
+    assert (h.baseline_value, h.technique_value, h.ratio) == (4.0, 2.0, 2.0)  # medians
+    assert h.range == (2.0, 3.0) and h.repeats == 3  # pairwise: 4/2, 5/2, 3/1
+    assert r.samples["tech"]["t"] == [2.0, 2.0, 1.0]
+    by_metric = {x.metric: x for x in r.ratios}
+    assert by_metric["bytes"].kind == "counted" and by_metric["bytes"].ratio == 4.0 and by_metric["bytes"].range is None
+    assert by_metric["model_s"].kind == "modelled" and by_metric["model_s"].assumptions["link_gb_s"].value == 25.0
+    assert r.metric_kinds == KINDS
+    assert r.deterministic_metrics == ["bytes"]
+
+
+def test_headline_names_the_strongest_baseline():
+    s = _report().headline.vs_strongest
+    assert s.baseline == "tuned" and s.ratio == 1.25 and s.kind == "measured"
+    # the paper's baseline is the strongest: vs_strongest is the headline's comparison itself
+    s = _report(samples={"base": {"t": [1.0]}, "tuned": {"t": [3.0]}, "tech": {"t": [2.0]}}).headline.vs_strongest
+    assert s.baseline == "base" and s.ratio == 0.5
+
+
+def test_a_metric_without_a_kind_fails_the_run():
+    with pytest.raises(ContractError, match="without a kind: bytes"):
+        _report(kinds={"t": "measured", "model_s": "modelled"})
+    with pytest.raises(ContractError, match="unknown kinds"):
+        _report(kinds=KINDS | {"bytes": "estimated"})
+
+
+def test_a_modelled_ratio_without_assumptions_fails_the_run():
+    with pytest.raises(ContractError, match="modelled metric 'model_s' lists no assumptions"):
+        _report(assumptions={})
 
 
 def test_report_roundtrip_and_summary():
     r = _report(notes=["small scale"])
-    assert r.headline.measured_ratio == 2.0
     again = RunReport.model_validate(json.loads(json.dumps(r.model_dump(mode="json"))))
     assert again == r
     md = r.summary_markdown()
-    assert "2.00x" in md and "small scale" in md and "| tech |" in md
+    assert "small scale" in md and "| tech |" in md
+    assert "**2.00x measured, 2.00-3.00 over 3**" in md and "strongest baseline of this run, **tuned**" in md
+    assert "| model_s: tech vs base | modelled |" in md and "link_gb_s = 25.0 GB/s (datasheet)" in md
+    assert "code `c0de`" in md
 
 
 def test_ratio_missing_variant_is_clear():
-    with pytest.raises(KeyError, match="needs variants"):
-        Ratio.of({"a": {"x": 1.0}}, "x", "a", "b", "higher")
+    with pytest.raises(ContractError, match="needs variants"):
+        _report(samples={"base": {"t": [1.0]}})
+
+
+def test_spec_needs_exactly_one_headline_and_lists_its_baseline():
+    with pytest.raises(ValueError, match="exactly one claim"):
+        SystemSpec("x", "X", "p", "f", (Claim("m", "a", "b", "lower"),))
+    spec = SystemSpec("x", "X", "p", "f", (Claim("m", "a", "b", "lower", headline=True),), baselines=("c",))
+    assert spec.baselines == ("a", "c")
 
 
 def test_plot_is_png():
     png = render_png(_report())
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_smoke_takes_one_repeat_and_other_scales_three():
+    assert Demo.for_scale("smoke").repeats == 1
+    assert Demo.for_scale("quick").repeats == 3
+    assert Demo.for_scale("smoke", repeats=2).repeats == 2

@@ -12,7 +12,7 @@ def test_readme_generated_sections_are_current(monkeypatch):
     monkeypatch.chdir(ROOT)
     text = (ROOT / "README.md").read_text()
     assert readme.render(text) == text, "regenerate with: python -m mlsys_flows.readme"
-    assert "<!-- measured:start -->" in text
+    assert "<!-- results:start -->" in text
 
 
 def test_every_implemented_system_has_a_docs_page():

@@ -1,5 +1,8 @@
-"""RecShard: the MILP's plans respect HBM capacity, match brute force on tiny instances and never lose
-to the greedy sharders on the profiled objective; the replay counts every access exactly once;
+"""RecShard: the MILP's plans respect HBM capacity, match brute force on tiny instances and, solved from
+a cold start (a greedy warm start would make it hold by construction), the MILP's optimum is no worse
+than any whole-table plan (exhaustive search, which covers the greedy sharders' plans) and rounding to
+whole rows costs at most a row per table; the check is shown to fail on deliberately worse or infeasible
+plans; a known rounding defect is pinned by a strict xfail; the replay counts every access exactly once;
 parameters are validated naming the field."""
 from __future__ import annotations
 
@@ -11,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlsys_flows.systems.common.params import ParamsError
-from mlsys_flows.systems.recshard import (GREEDY_KEYS, Costs, Params, Plan, PlanError, Profile, build_table,
-                                          cdf_segments, check_plan, greedy, make_plans, metrics, plan_costs,
-                                          profile_table, recshard, replay, tables_from_npz, tables_to_npz)
+from mlsys_flows.systems.recshard import (GREEDY_KEYS, Costs, Params, Plan, PlanError, Profile, best_greedy,
+                                          build_table, cdf_segments, check_plan, greedy, make_plans, metrics,
+                                          plan_costs, profile_table, recshard, replay, tables_from_npz, tables_to_npz)
 from mlsys_flows.systems.recshard import tiers
 
 COSTS_BW = (3350.0, 64.0)
@@ -78,23 +81,120 @@ def test_milp_matches_brute_force_on_tiny_instances(seed):
     assert _exact_max_cost(plan, prof, costs, 2) >= brute * (1 - 1e-9)
 
 
+def _naive_per_gpu(plan: Plan, prof: Profile, costs: Costs, gpus: int) -> tuple[list[float], list[float]]:
+    """Per GPU, per sample, written out table by table (apart from the library's ``plan_costs``): the cost
+    (the ``hot_rows`` hottest rows' accesses at HBM cost, the rest at UVM cost) and what one more hot row
+    per table would save (the most that rounding a fractional hot-row share down to whole rows costs)."""
+    cost, one_row = [0.0] * gpus, [0.0] * gpus
+    for j, counts in enumerate(prof.counts):
+        hottest = sorted((int(c) for c in counts), reverse=True)
+        hot, d = int(plan.hot_rows[j]), int(plan.gpu[j])
+        hits, total = sum(hottest[:hot]), sum(hottest)
+        cost[d] += (hits * costs.hbm[j] + (total - hits) * costs.uvm[j]) / prof.samples
+        one_row[d] += (hottest[hot] if hot < len(hottest) else 0) * (costs.uvm[j] - costs.hbm[j]) / prof.samples
+    return cost, one_row
+
+
+def _naive_max_cost(plan: Plan, prof: Profile, costs: Costs, gpus: int) -> float:
+    return max(_naive_per_gpu(plan, prof, costs, gpus)[0])
+
+
+def _exhaustive_whole_table_optimum(prof: Profile, gpus: int, capacity: float, costs: Costs) -> float:
+    """Best max per-GPU cost over every table->GPU assignment with each table's touched rows wholly in
+    HBM or wholly in UVM (the space greedy plans live in, without their size/lookup ordering)."""
+    t = prof.num_tables
+    lookups = np.array([c.sum() for c in prof.counts], float) / prof.samples
+    touched_bytes = np.array([np.count_nonzero(c) for c in prof.counts], float) * 4 * prof.dim
+    assign = np.eye(gpus)[np.array(list(itertools.product(range(gpus), repeat=t)))]  # [a, t, g]
+    in_hbm = np.array(list(itertools.product([0.0, 1.0], repeat=t)))                  # [m, t]
+    cost = in_hbm * lookups * costs.hbm + (1 - in_hbm) * lookups * costs.uvm
+    per_gpu = np.einsum("atg,mt->amg", assign, cost)
+    used = np.einsum("atg,mt->amg", assign, in_hbm * touched_bytes)
+    fits = (used <= capacity * (1 + 1e-9)).all(-1)
+    return float(per_gpu.max(-1)[fits].min())  # all-UVM always fits
+
+
+def _check_milp_optimal_and_rounded_within_a_row(plan: Plan, milp_max_cost: float, prof: Profile, gpus: int,
+                                                 capacity: float, costs: Costs) -> None:
+    """1. The plan fits HBM. 2. The MILP's own optimum (max per-GPU cost under its piecewise-linear CDF,
+    fractional hot-row shares allowed) is no worse than the best whole-table plan: those plans are
+    feasible for the MILP at their exact cost (the lines are exact at shares 0 and 1). Tolerance 1e-3:
+    the solve stops within a 1e-4 gap of an objective with a 1e-4/G-weighted total-cost tie-break.
+    3. Rounding the shares down to whole rows costs each GPU at most one row per table (the exact CDF
+    lies above the lines)."""
+    check_plan(plan, prof, gpus, capacity)  # PlanError is an AssertionError
+    best = _exhaustive_whole_table_optimum(prof, gpus, capacity, costs)
+    assert milp_max_cost <= best * (1 + 1e-3) + 1e-15, \
+        f"the MILP's optimum {milp_max_cost:.6g} > the best whole-table plan's {best:.6g}"
+    for d, (got, row) in enumerate(zip(*_naive_per_gpu(plan, prof, costs, gpus))):
+        assert got <= milp_max_cost * (1 + 1e-9) + row + 1e-18, \
+            f"GPU {d}: the rounded plan costs {got:.6g} > the MILP's {milp_max_cost:.6g} + a row per table ({row:.3g})"
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=profiles, gpus=st.integers(2, 3), frac=st.floats(0.05, 0.9))
-def test_plans_fit_hbm_and_recshard_never_loses_to_greedy_on_the_profile(inst, gpus, frac):
+def test_plans_fit_hbm_and_cold_started_milp_is_no_worse_than_any_whole_table_plan(inst, gpus, frac):
     counts, dims = inst
     prof = _profile(counts, dims)
     costs = Costs.from_bandwidth(prof.dim, *COSTS_BW)
     cap = frac * float((prof.rows * prof.row_bytes).sum()) / gpus
     greedy_plans = {k: greedy(prof, gpus, cap, k) for k in GREEDY_KEYS}
-    best = min(greedy_plans.values(), key=lambda pl: _exact_max_cost(pl, prof, costs, gpus))
-    plan, stats = recshard(prof, gpus, cap, costs, 1, segments=8, time_limit_s=10, mip_gap=1e-4, start=best)
-    for pl in [*greedy_plans.values(), plan]:
+    for pl in greedy_plans.values():
         check_plan(pl, prof, gpus, cap)
-    for pl in greedy_plans.values():  # greedy keeps a table wholly in HBM or wholly in UVM
+        # greedy keeps a table wholly in HBM or wholly in UVM
         assert set(np.flatnonzero(pl.hot_rows)) == set(np.flatnonzero(pl.hot_rows == prof.rows))
-    # the MILP is warm-started with the greedy plan and the true CDF lies above its piecewise-linear one
-    assert _exact_max_cost(plan, prof, costs, gpus) <= _exact_max_cost(best, prof, costs, gpus) * (1 + 1e-3) + 1e-15
-    assert stats.bound_s <= stats.objective_s * (1 + 1e-9)
+    best = _exhaustive_whole_table_optimum(prof, gpus, cap, costs)
+    # the search covers greedy's plans: none of them beats it
+    assert all(best <= _naive_max_cost(pl, prof, costs, gpus) * (1 + 1e-12) for pl in greedy_plans.values())
+    # no warm start (a greedy start would make "never loses to greedy" hold by construction)
+    plan, stats = recshard(prof, gpus, cap, costs, 1, segments=8, time_limit_s=10, mip_gap=1e-4)
+    assert np.isnan(stats.start_objective_s) and stats.bound_s <= stats.objective_s * (1 + 1e-9)
+    _check_milp_optimal_and_rounded_within_a_row(plan, stats.max_cost_s, prof, gpus, cap, costs)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="known defect: the MILP may keep a fraction of a tiny table's only row in HBM; rounding "
+                          "it down to 0 rows can lose to the best greedy plan (here by 0.5%)")
+def test_rounded_recshard_plan_never_loses_to_the_best_greedy_plan():
+    # found by the property test above (it passes there: the loss is within the one-row rounding
+    # allowance); the MILP's optimum keeps ~0.43 of table 2's single row in HBM and the plan rounds it to 0
+    prof = _profile([[0], [0], [4], [1], [5, 5]], [16, 16, 32, 128, 16])
+    costs = Costs.from_bandwidth(prof.dim, *COSTS_BW)
+    cap = 0.5 * float((prof.rows * prof.row_bytes).sum()) / 2
+    plan, _ = recshard(prof, 2, cap, costs, 1, segments=8, time_limit_s=10, mip_gap=1e-4)
+    _, greedy_plans = best_greedy(prof, 2, cap, costs, 1)
+    best = min(_naive_max_cost(pl, prof, costs, 2) for pl in greedy_plans.values())
+    assert _naive_max_cost(plan, prof, costs, 2) <= best * (1 + 1e-3)
+
+
+def _tiny_instance():
+    # an instance where the best greedy plan (what a warm start would hand the MILP) costs ~1.56x the
+    # best whole-table plan (asserted below), so a MILP that kept its warm start would fail the check
+    prof = _profile([[20, 18, 18, 8, 0], [27, 18, 10], [11, 11, 6], [23, 14, 13, 5]], [32, 64, 32, 64])
+    cap = 0.4 * float((prof.rows * prof.row_bytes).sum()) / 2
+    return prof, cap, Costs.from_bandwidth(prof.dim, *COSTS_BW)
+
+
+@pytest.mark.parametrize("broken, message", [("kept_its_greedy_start", "the MILP's optimum .* > the best whole-table"),
+                                             ("rounded_away_its_hot_rows", "the rounded plan costs"),
+                                             ("over_capacity", "HBM over capacity")])
+def test_the_milp_check_fails_on_a_worse_or_infeasible_plan(broken, message):
+    prof, cap, costs = _tiny_instance()
+    plan, stats = recshard(prof, 2, cap, costs, 1, segments=8, time_limit_s=10, mip_gap=1e-4)
+    _check_milp_optimal_and_rounded_within_a_row(plan, stats.max_cost_s, prof, 2, cap, costs)  # the real plan passes
+    milp_cost = stats.max_cost_s
+    if broken == "kept_its_greedy_start":  # a solver that never improved on a greedy warm start
+        _, greedy_plans = best_greedy(prof, 2, cap, costs, 1)
+        bad = min(greedy_plans.values(), key=lambda pl: _naive_max_cost(pl, prof, costs, 2))
+        milp_cost = _naive_max_cost(bad, prof, costs, 2)  # exact: whole tables
+        assert milp_cost > 1.5 * _exhaustive_whole_table_optimum(prof, 2, cap, costs)
+    elif broken == "rounded_away_its_hot_rows":  # the MILP's optimum, but its hot rows lost on the way out
+        assert plan.hot_rows.max() >= 2  # more than one row per table to lose
+        bad = Plan(plan.gpu, np.zeros_like(plan.hot_rows))
+    else:
+        bad = Plan(plan.gpu, prof.rows.copy())  # everything in HBM: far over capacity
+    with pytest.raises(AssertionError, match=message):
+        _check_milp_optimal_and_rounded_within_a_row(bad, milp_cost, prof, 2, cap, costs)
 
 
 def test_greedy_places_in_order_and_only_what_fits():

@@ -17,9 +17,13 @@ from mlsys_flows.systems.swiftmoe.workload import make_workload, regime_mix
 
 CFG = MoEConfig(vocab=64, d_model=16, n_heads=2, n_layers=2, n_experts=4, d_ff=32, top_k=1, seq_len=8)
 LR = 1e-2
-# Replicas and shards sum fp32 gradients in a different order than the reference's single matmul
-# per expert; after the steps below the weights agree to this absolute tolerance (observed ~1e-7).
-ATOL = 1e-5
+# Replicas and shards sum fp32 gradients in another order than the reference's one matmul per
+# expert. Adam normalizes each update (|step| <= ~LR per element), so where a gradient nearly
+# cancels, a rounding difference moves a weight by a sizeable share of LR, not by ~1e-7: with one
+# torch thread a weight differed by 1.13e-5 after 6 steps. The bound: 0.1% of the largest total
+# movement Adam allows, LR per step, over the training steps.
+def atol(steps: int) -> float:
+    return 1e-3 * LR * steps
 
 
 def _train(cfg: MoEConfig, backend, batches) -> list[list[torch.Tensor]]:
@@ -60,7 +64,7 @@ def test_sharded_training_equals_single_process_reference(name, workers, slots, 
         assert all(torch.equal(x, y) for x, y in zip(a, b))
     for ref_layer, pol_layer, init_layer in zip(ref.expert_weights(), pol.expert_weights(), weights):
         for r, p, w0 in zip(ref_layer, pol_layer, init_layer):
-            torch.testing.assert_close(p, r, atol=ATOL, rtol=0)
+            torch.testing.assert_close(p, r, atol=atol(len(batches)), rtol=0)
             assert (r - w0).abs().max() > 1e-3  # the expert really trained
     assert len({str(pl) for pl in placements}) > 1  # replicas really moved between workers
     assert moved > 0

@@ -1,0 +1,97 @@
+"""The contract's sources stay single: a paper's number lives only in its spec, and a committed
+result was made by the code committed with it."""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from mlsys_flows import registry
+from mlsys_flows.systems.common.environment import code_hash
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+IMPLEMENTED = [s.name for s in registry.implemented()]
+
+
+def _paper_values() -> set[float]:
+    return {c.paper for s in registry.SYSTEMS for c in s.claims if c.paper is not None}
+
+
+def paper_numbers_in(source: str, values: set[float]) -> list[tuple[int, float]]:
+    """Numeric literals equal to a paper value, or to the fraction behind one (0.85 for 1/(1-0.85)).
+    Small integers are left out: they are counts and indices far more often than claims."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Constant) or isinstance(node.value, bool) \
+                or not isinstance(node.value, (int, float)):
+            continue
+        x = float(node.value)
+        if isinstance(node.value, int) and x < 10:
+            continue
+        for v in values:
+            if abs(x - v) < 1e-9 or (0 < x < 1 and abs(1 / (1 - x) - v) < 5e-3):
+                hits.append((node.lineno, node.value))
+    return hits
+
+
+def test_no_paper_number_in_flows_or_tasks():
+    values = _paper_values()
+    found = {f"{p.relative_to(ROOT)}:{line}": v
+             for layer in ("flows", "tasks") for p in sorted((ROOT / layer).glob("*.py"))
+             for line, v in paper_numbers_in(p.read_text(), values)}
+    assert not found, f"paper numbers belong in the system's SPEC claims, not in flows/tasks: {found}"
+
+
+@pytest.mark.parametrize("source,hit", [
+    ("ratio(v, 'bytes', 'a', 'b', 'lower', 3.71)", 3.71),                  # typed-in claim
+    ("paper = round(1 / (1 - 0.85), 2)", 0.85),                           # the fraction behind 6.67
+    ("Claim('x', 'a', 'b', 'lower', 87)", 87),
+])
+def test_the_paper_number_check_catches_a_typed_in_claim(source, hit):
+    assert [v for _, v in paper_numbers_in(source, _paper_values())] == [hit]
+
+
+def test_the_paper_number_check_ignores_ordinary_constants():
+    assert paper_numbers_in("x = 1e3 * n / 2; k = 6; y = [0.5, 100.0]", _paper_values()) == []
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_committed_quick_result_was_made_by_the_current_code(name):
+    """Results are regenerated, never edited: `mlsys-flows bench NAME --scale quick` after any change
+    to systems/NAME, tasks/NAME.py, flows/NAME.py (or a family package they use)."""
+    path = RESULTS / f"{name}-quick.json"
+    assert path.exists(), f"no committed result: run `mlsys-flows bench {name} --scale quick`"
+    report = json.loads(path.read_text())
+    assert report["environment"].get("code_hash") == code_hash(name), \
+        f"{path.name} was made by other code than this; regenerate: mlsys-flows bench {name} --scale quick"
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_committed_quick_result_meets_the_contract(name):
+    report = json.loads((RESULTS / f"{name}-quick.json").read_text())
+    spec = registry.get(name)
+    h = report["headline"]
+    assert report["scale"] == "quick" and report["parameters"]["repeats"] >= 3
+    assert (h["metric"], h["baseline"], h["technique"], h["paper"]) == \
+        (spec.headline.metric, spec.headline.baseline, spec.headline.technique, spec.headline.paper)
+    assert h["vs_strongest"]["baseline"] in spec.baselines
+    for r in [h, *report["ratios"]]:
+        assert r["kind"] == report["metric_kinds"][r["metric"]]
+        assert r["kind"] not in ("modelled", "simulated") or r["assumptions"], r["metric"]
+    for variant, metrics in report["variants"].items():  # every timed metric keeps its samples
+        for metric in metrics:
+            if report["metric_kinds"][metric] == "measured" and metric in report["samples"].get(variant, {}):
+                assert len(report["samples"][variant][metric]) == report["parameters"]["repeats"]
+    if h["kind"] == "measured":
+        assert h["range"] is not None and h["repeats"] >= 3
+    env = report["environment"]
+    assert env["git_dirty"] is not None and env["load_before"] and env["load_after"] and env["harness_hash"]
+
+
+@pytest.mark.parametrize("name", ["moetuner", "swiftmoe", "recshard", "flexshard"])
+def test_headlines_built_on_models_or_counts_are_not_called_measured(name):
+    report = json.loads((RESULTS / f"{name}-quick.json").read_text())
+    assert report["headline"]["kind"] != "measured"
