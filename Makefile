@@ -59,7 +59,7 @@ test-faults: setup
 	$(PY) -m pytest -q tests/integration/test_worker_faults.py tests/integration/test_flow_crash_resume.py $(PYTEST_ARGS)
 
 bench: setup
-	$(VENV)/bin/mlsys-flows bench all --scale quick --json benchmarks/results/all-quick.json
+	$(VENV)/bin/mlsys-flows bench all --scale quick --save
 
 clean:
 	rm -rf .mlsys-flows .pytest_cache .hypothesis

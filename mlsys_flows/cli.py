@@ -47,6 +47,13 @@ def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSO
     if markdown:
         print(registry.markdown_table())
         return
+    if not sys.stdout.isatty():  # piped: one plain line per system, no table wrapping at 80 columns
+        for r in rows:
+            c = next(c for c in r["claims"] if c["headline"])
+            paper = f"paper {c['paper']}x" if c["paper"] else "no paper number"
+            print(f"{r['name']}\t{r['status']}\t{r['family']}\t{c['metric']}: {c['technique']} vs {c['baseline']} "
+                  f"({c['better']} is better; {paper})")
+        return
     table = Table(title=f"mlsys-flows systems ({sum(r['status'] == 'implemented' for r in rows)}/{len(rows)} implemented)")
     for col in ("name", "family", "status", "paper", "headline claim"):
         table.add_column(col, overflow="fold")
@@ -117,6 +124,8 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
           scale: str = typer.Option("quick", help="smoke | quick | full"),
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the RunReport JSON here "
                                                    "(for 'all': a JSON list of reports)."),
+          save: bool = typer.Option(False, "--save", help=f"Also write {RESULTS}/<name>-<scale>.json, the committed "
+                                    "results the README and the stale-results test read."),
           storage: Optional[str] = typer.Option(None, help="Name of a saved ObjectStorage block."),
           cluster: Optional[str] = typer.Option(None, help="Name of a saved DaskCluster block.")) -> None:
     """Run systems and compare each headline ratio (with its kind) with the paper's claim."""
@@ -127,12 +136,15 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     reports = []
     for n in names:
         report = _guard(lambda: _run_one(n, scale, [], storage, cluster))
-        write_report(report, RESULTS / f"{n}-{scale}.json")
+        if save:
+            write_report(report, RESULTS / f"{n}-{scale}.json")
+            console.print(f"saved {RESULTS / f'{n}-{scale}.json'}")
         reports.append(report)
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         payload = [r.model_dump(mode="json") for r in reports]
         json_path.write_text(json.dumps(payload[0] if name != "all" else payload, indent=2))
+        console.print(f"wrote {json_path}")
     table = Table(title=f"paper claim vs this run ({scale})")
     for col in ("system", "metric", "technique vs baseline", "kind", "ratio", "range", "paper", "vs strongest"):
         table.add_column(col)

@@ -162,6 +162,10 @@ def webhooks_send(hook: str = typer.Argument(..., help="Hook name."),
     from mlsys_flows.prefect_rest import PrefectREST
     from mlsys_flows.webhooks import WebhookConfig, signed_headers
 
+    try:  # before any config or API is read
+        payload = json.dumps(json.loads(body)).encode()
+    except json.JSONDecodeError as exc:
+        _fail(f"--body must be JSON ({exc.msg} at character {exc.pos}): {body[:80]!r}")
     try:
         cfg = WebhookConfig.load(config or home() / "hooks.yaml")
     except ValueError as exc:
@@ -171,7 +175,6 @@ def webhooks_send(hook: str = typer.Argument(..., help="Hook name."),
     h = cfg.hooks[hook]
     api = PrefectREST(_api_url(api_url))
     secret = api.read_secret(h.secret_block) if h.secret_block else os.environ.get(h.secret_env or "", "")
-    payload = json.dumps(json.loads(body)).encode()
     response = httpx.post(f"{url.rstrip('/')}/hooks/{hook}", content=payload, timeout=30,
                           headers=signed_headers(secret, payload, delivery or uuid.uuid4().hex))
     console.print(f"HTTP {response.status_code} {response.text}", highlight=False)

@@ -268,7 +268,8 @@ class WebhookService:
         except ValueError:
             raise Rejected(401, f"{TIMESTAMP_HEADER} must be unix seconds") from None
         if abs(age) > self.config.tolerance_s:
-            raise Rejected(401, f"stale timestamp: {age:+.0f} s from now, tolerance {self.config.tolerance_s} s")
+            when = f"{age:.0f} s in the past" if age > 0 else f"{-age:.0f} s in the future"
+            raise Rejected(401, f"timestamp outside the tolerance: {when}, tolerance {self.config.tolerance_s} s")
         delivery = headers.get(DELIVERY_HEADER) or ""
         if not DELIVERY_ID.match(delivery):
             raise Rejected(400, f"{DELIVERY_HEADER} header required: 1-128 characters of [A-Za-z0-9._:-]")

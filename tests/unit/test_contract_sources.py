@@ -60,13 +60,13 @@ def test_the_paper_number_check_ignores_ordinary_constants():
 
 @pytest.mark.parametrize("name", IMPLEMENTED)
 def test_committed_quick_result_was_made_by_the_current_code(name):
-    """Results are regenerated, never edited: `mlsys-flows bench NAME --scale quick` after any change
+    """Results are regenerated, never edited: `mlsys-flows bench NAME --scale quick --save` after any change
     to systems/NAME, tasks/NAME.py, flows/NAME.py (or a family package they use)."""
     path = RESULTS / f"{name}-quick.json"
-    assert path.exists(), f"no committed result: run `mlsys-flows bench {name} --scale quick`"
+    assert path.exists(), f"no committed result: run `mlsys-flows bench {name} --scale quick --save`"
     report = json.loads(path.read_text())
     assert report["environment"].get("code_hash") == code_hash(name), \
-        f"{path.name} was made by other code than this; regenerate: mlsys-flows bench {name} --scale quick"
+        f"{path.name} was made by other code than this; regenerate: mlsys-flows bench {name} --scale quick --save"
 
 
 @pytest.mark.parametrize("name", IMPLEMENTED)

@@ -80,3 +80,14 @@ def test_cli_bad_param_syntax_and_unknown_param():
         return
     _one_line_error(runner.invoke(app, ["run", name.name, "--param", "novalue"]), "key=value")
     _one_line_error(runner.invoke(app, ["run", name.name, "--param", "no_such_param=3"]), "no_such_param")
+
+
+def test_cli_list_piped_is_one_line_per_system():
+    out = runner.invoke(app, ["list"])  # CliRunner's stdout is not a terminal
+    lines = out.stdout.strip().splitlines()
+    assert out.exit_code == 0 and len(lines) == len(registry.names())
+    assert lines[0].startswith("cedar\timplemented\t") and "paper 2.74x" in lines[0]
+
+
+def test_cli_webhooks_send_bad_body_is_one_line():
+    _one_line_error(runner.invoke(app, ["webhooks", "send", "any", "--body", "not json"]), "--body must be JSON")
