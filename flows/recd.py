@@ -1,4 +1,5 @@
-"""RecD flow: session-clustered storage + IKJT training vs arrival-order storage + KJT training."""
+"""RecD flow: session-clustered storage + IKJT training vs arrival-order storage + KJT training (the
+paper's baseline) and vs clustered storage + KJT training, then the user/item lookup mix swept."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,6 +7,7 @@ import numpy as np
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from mlsys_flows.systems.common.report import Curve
 from mlsys_flows.systems.recd.pipeline import final_loss, throughput_samples
+from mlsys_flows.systems.recd.sweep import TRAINERS, ratio_points, sweep_turn_steps, variant_name
 from mlsys_flows.tasks import recd as t
 
 
@@ -21,44 +23,71 @@ def recd(ctx: RunContext) -> SystemResult:
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data")).result()
     reader = t.preprocess_throughput.submit(p, ctx.storage, data).result()
     trained = t.train.submit(p, ctx.storage, data, ctx.gpus, ctx.checkpoints, ctx.run_key).result()
+    points = t.mix_sweep.submit(p, ctx.gpus).result() if p.mix_sweep else []
 
-    kjt, ikjt = trained["kjt"], trained["ikjt"]
-    variants = {
-        "kjt": {"final_loss": final_loss(kjt["losses"]), "stored_bytes": data["arrival_bytes"],
-                "in_batch_dedup": data["dedup_arrival"], "user_values_per_epoch": kjt["user_values"]},
-        "ikjt": {"final_loss": final_loss(ikjt["losses"]), "stored_bytes": data["clustered_bytes"],
-                 "in_batch_dedup": data["dedup_clustered"], "user_values_per_epoch": ikjt["user_values"]},
-        "kjt_clustered": {},
-    }
-    samples = {n: {"preprocess_batches_per_s": reader[n]} for n in variants}
-    for n in ("kjt", "ikjt"):
-        samples[n]["train_samples_per_s"] = throughput_samples(trained[n]["chunk_rates"], p.repeats)
+    stored = {n: (data["clustered_bytes"], data["dedup_clustered"]) for n in TRAINERS}  # the file each reads
+    stored["kjt"] = (data["arrival_bytes"], data["dedup_arrival"])
+    variants: dict[str, dict[str, float]] = {
+        n: {"final_loss": final_loss(trained[n]["losses"]), "stored_bytes": stored[n][0], "in_batch_dedup": stored[n][1],
+            "user_values_per_epoch": trained[n]["user_values"], "user_id_share": data["user_id_share"]}
+        for n in TRAINERS}
+    samples = {n: {"preprocess_batches_per_s": reader[n],
+                   "train_samples_per_s": throughput_samples(trained[n]["chunk_rates"], p.repeats)} for n in TRAINERS}
+    for pt in points:
+        for n in TRAINERS:
+            name = variant_name(n, pt["share"])
+            variants[name] = {"user_id_share": pt["user_id_share"]}
+            samples[name] = {"sweep_train_samples_per_s": pt[n]["rates"]}
     kinds = {"train_samples_per_s": "measured", "preprocess_batches_per_s": "measured", "final_loss": "counted",
-             "stored_bytes": "counted", "in_batch_dedup": "counted", "user_values_per_epoch": "counted"}
-    window = max(1, min(10, len(kjt["losses"]) // 10))
-    steps = list(range(window, len(kjt["losses"]) + 1))
+             "stored_bytes": "counted", "in_batch_dedup": "counted", "user_values_per_epoch": "counted",
+             "user_id_share": "counted", "sweep_train_samples_per_s": "measured"}
+
+    losses = {n: trained[n]["losses"] for n in TRAINERS}
+    window = max(1, min(10, len(losses["kjt"]) // 10))
+    steps = list(range(window, len(losses["kjt"]) + 1))
     curves = [
-        Curve(title="training loss (same samples, same init)", x_label="step", y_label=f"BCE loss, mean of {window}",
-              series={n: (steps, _smooth(trained[n]["losses"], window)) for n in ("kjt", "ikjt")}),
+        Curve(title="training loss at equal steps (same samples, same init)", x_label="step",
+              y_label=f"BCE loss, mean of {window}", series={n: (steps, _smooth(losses[n], window)) for n in TRAINERS}),
         Curve(title="training throughput per turn", x_label="turn (chunk_steps steps)", y_label="samples/s",
-              series={n: (list(range(len(trained[n]["chunk_rates"]))), trained[n]["chunk_rates"]) for n in ("kjt", "ikjt")}),
+              series={n: (list(range(len(trained[n]["chunk_rates"]))), trained[n]["chunk_rates"]) for n in TRAINERS}),
     ]
-    gap = max(abs(a - b) for a, b in zip(kjt["losses"], ikjt["losses"]))
     notes = [
-        f"Both trainers ran on {trained['device']} with {p.train_threads} torch thread(s), the same DLRM init and "
-        f"the same {kjt['samples']} session-clustered samples, alternating {p.chunk_steps} steps at a time; the "
-        f"largest per-step loss difference was {gap:.2e} (same math, float rounding only). The {p.repeats} samples "
-        "of train_samples_per_s are the turns after the warm-up in consecutive groups (one training run); the "
+        f"The three trainers ran on {trained['device']} with {p.train_threads} torch thread(s), the same DLRM init and "
+        f"the same multiset of {trained['kjt']['samples']} samples (digest {trained['digest'][:12]}, checked before "
+        f"training), taking turns of {p.chunk_steps} steps in an order that rotates and reverses so none always goes "
+        f"first. kjt trains on arrival-order batches (the paper's baseline order), kjt_clustered and ikjt on the same "
+        f"session-clustered batches; the largest per-step loss difference between those two was "
+        f"{max(abs(a - b) for a, b in zip(losses['kjt_clustered'], losses['ikjt'])):.2e} (same math, float rounding "
+        f"only). final_loss is the mean of the last tenth of the steps; the final_loss claim (kjt over ikjt, lower is "
+        f"better) is what training on clustered batches costs (<1) or gains (>1) at equal steps. The {p.repeats} "
+        "samples of train_samples_per_s are the turns after the warm-up in consecutive groups (one training run); the "
         "reader's samples are separate interleaved passes.",
         f"In-batch duplication of user lists: {data['dedup_clustered']:.2f}x clustered vs {data['dedup_arrival']:.2f}x "
-        f"in arrival order; the IKJT trainer looked up {ikjt['user_values']} user ids per epoch instead of "
-        f"{kjt['user_values']}.",
-        "Variant kjt is the baseline pipeline (arrival-order file, KJT reader, KJT trainer); ikjt is RecD "
-        "(session-clustered file, deduplicating reader, IKJT trainer). kjt_clustered separates the dedup "
-        "effect from the smaller file in the reader. The KJT trainer reads the clustered samples too, so "
-        "both trainers see identical batches; KJT cost does not depend on sample order.",
+        f"in arrival order; the IKJT trainer looked up {trained['ikjt']['user_values']} user ids per epoch instead of "
+        f"{trained['kjt']['user_values']}.",
+        "Variant kjt is the baseline pipeline (arrival-order file, KJT reader, KJT trainer on arrival-order batches); "
+        "kjt_clustered is the same samples clustered by session without the IKJT (KJT reader and trainer on the "
+        "clustered file); ikjt is RecD (clustered file, deduplicating reader, IKJT trainer).",
         f"Workload: {p.sessions} sessions of {p.session_min}-{p.session_max} samples, {p.user_features} user "
-        f"features with ~{p.user_list_len}-id histories, {p.item_features} item features, dim {p.embedding_dim}. "
-        "The paper's gains depend on how much of a model's work is user-feature lookups; here they dominate.",
+        f"features with ~{p.user_list_len}-id histories, {p.item_features} item features of ~{p.item_list_len} ids, "
+        f"dim {p.embedding_dim}: {data['user_id_share']:.3f} of the looked-up ids are user-feature ids (counted). "
+        "IKJT saves only on those; docs/recd.md explains the choice of this mix.",
     ]
+    if points:
+        r, alone = ratio_points(points, "kjt"), ratio_points(points, "kjt_clustered")
+        curves.append(Curve(
+            title="training throughput ratio vs lookup mix", x_label="user-feature ids / all ids (counted)",
+            y_label="ikjt samples/s over a KJT trainer's",
+            series={"ikjt / kjt (ratio of medians)": (r["share"], r["ratio"]),
+                    "ikjt / kjt, min over repeats": (r["share"], r["low"]),
+                    "ikjt / kjt, max over repeats": (r["share"], r["high"]),
+                    "ikjt / kjt_clustered (ratio of medians)": (alone["share"], alone["ratio"])}))
+        notes.append(
+            f"Mix sweep (variants kjt@mixS, kjt_clustered@mixS, ikjt@mixS; metric sweep_train_samples_per_s): at each "
+            f"user share S the list lengths change with the ids per sample held at the headline's; the three trainers "
+            f"train {p.sweep_steps} steps each on the same samples ({sweep_turn_steps(p)}-step turns: a warm-up and one "
+            "per repeat). ikjt/kjt (arrival order) by counted share: "
+            + ", ".join(f"{s:.3f}: {x:.2f}x" for s, x in zip(r["share"], r["ratio"]))
+            + "; ikjt/kjt_clustered (the IKJT alone): "
+            + ", ".join(f"{s:.3f}: {x:.2f}x" for s, x in zip(alone["share"], alone["ratio"])) + ".")
     return SystemResult(variants=variants, kinds=kinds, samples=samples, curves=curves, notes=notes)

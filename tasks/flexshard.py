@@ -27,22 +27,24 @@ def make_workload(p: Params, storage: ObjectStorage, prefix: str) -> dict:
 
 @task(name="flexshard-plan")
 def plan(p: Params, storage: ObjectStorage, data: dict, key: str) -> dict:
-    """Row-wise baseline and FlexShard tiering (plus the headroom sweep) from the training counts."""
+    """The row-wise baseline, FlexShard (per-lookup and deduplicated fetches) with the equal-memory
+    row-wise caches, and the headroom sweep, all from the training counts."""
     log = get_run_logger()
     w = Workload.from_npz(storage.read_bytes(data["workload"]))
     plans = make_plans(p, w)
     storage.write_bytes(key, plans_to_npz(plans))
     base = plans["rowwise"].capacity_rows
     stats = {name: plan_metrics(pl, p, base) for name, pl in plans.items()}
-    fs = stats["flexshard"]
-    log.info("flexshard: %d rows on every device, %d once per node, %d sharded; %.4f x row-wise memory per device",
-             fs["rows_full_replica"], fs["rows_node_replica"], fs["rows_sharded"], fs["memory_vs_rowwise"])
+    fs, cache = stats["flexshard"], stats["rowwise_cache"]
+    log.info("flexshard: %d rows on every device, %d once per node, %d sharded; %.4f x row-wise memory per device; "
+             "rowwise_cache: %d cached rows, %.4f x", fs["rows_full_replica"], fs["rows_node_replica"],
+             fs["rows_sharded"], fs["memory_vs_rowwise"], cache["rows_full_replica"], cache["memory_vs_rowwise"])
     return {"key": key, "stats": stats}
 
 
 @task(name="flexshard-replay")
 def replay(p: Params, storage: ObjectStorage, data: dict, plans: dict, chunk: str) -> dict:
-    """Every plan on one held-out chunk: plan -> metric -> per-iteration values."""
+    """Every variant and sweep plan on one held-out chunk: name -> metric -> per-iteration values."""
     log = get_run_logger()
     w = Workload.from_npz(storage.read_bytes(data["workload"]))
     ids, counts = chunk_from_npz(storage.read_bytes(chunk))

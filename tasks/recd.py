@@ -1,4 +1,4 @@
-"""Prefect tasks of the RecD flow: generate and store the log twice, time the readers, train."""
+"""Prefect tasks of the RecD flow: generate and store the log twice, time the readers, train, sweep the mix."""
 from __future__ import annotations
 
 import time
@@ -9,7 +9,8 @@ from prefect import get_run_logger, task
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage, ResourcePool
 from mlsys_flows.systems.recd import Params
 from mlsys_flows.systems.recd import pipeline as pl
-from mlsys_flows.systems.recd.workload import Schema, arrival_order, generate, in_batch_dedup_factor
+from mlsys_flows.systems.recd import sweep as sw
+from mlsys_flows.systems.recd.workload import Schema, arrival_order, generate, in_batch_dedup_factor, user_id_share
 
 
 @task(name="recd-dataset")
@@ -27,10 +28,11 @@ def make_dataset(p: Params, storage: ObjectStorage, prefix: str) -> dict:
     user = Schema.of(p).user[0]
     out["dedup_arrival"] = in_batch_dedup_factor(arrival, user, p.batch_size)
     out["dedup_clustered"] = in_batch_dedup_factor(clustered, user, p.batch_size)
-    log.info("recd dataset: %d samples in %d sessions; parquet+zstd %.1f MB arrival order, %.1f MB clustered; "
-             "in-batch user-list duplication %.2fx vs %.2fx (%.1f s)", out["samples"], p.sessions,
-             out["arrival_bytes"] / 1e6, out["clustered_bytes"] / 1e6, out["dedup_arrival"], out["dedup_clustered"],
-             time.perf_counter() - t0)
+    out["user_id_share"] = user_id_share(clustered, Schema.of(p))
+    log.info("recd dataset: %d samples in %d sessions, %.3f of the ids in user features; parquet+zstd %.1f MB "
+             "arrival order, %.1f MB clustered; in-batch user-list duplication %.2fx vs %.2fx (%.1f s)", out["samples"],
+             p.sessions, out["user_id_share"], out["arrival_bytes"] / 1e6, out["clustered_bytes"] / 1e6,
+             out["dedup_arrival"], out["dedup_clustered"], time.perf_counter() - t0)
     return out
 
 
@@ -51,16 +53,19 @@ def preprocess_throughput(p: Params, storage: ObjectStorage, data: dict) -> dict
 @task(name="recd-train")
 def train(p: Params, storage: ObjectStorage, data: dict, gpus: ResourcePool,
           checkpoints: CheckpointStore | None = None, run_key: str | None = None) -> dict:
-    """Two trainers on the clustered samples: KJT batches (baseline) and IKJT batches (RecD).
-    With a ``run_key`` the training checkpoints (about 8 times per run) and a rerun resumes."""
+    """Three trainers on the same samples, taking turns: KJT batches of the arrival-order file (the
+    paper's baseline), KJT batches of the session-clustered file, and IKJT batches of the clustered
+    file (RecD). With a ``run_key`` the training checkpoints (about 8 times per run) and a rerun resumes."""
     log = get_run_logger()
     device = gpus.device()
-    blob = storage.read_bytes(data["clustered_key"])
-    batches = {"kjt": list(pl.read_batches(blob, p, dedup=False, where=data["clustered_key"])),
-               "ikjt": list(pl.read_batches(blob, p, dedup=True, where=data["clustered_key"]))}
+    arrival, clustered = storage.read_bytes(data["arrival_key"]), storage.read_bytes(data["clustered_key"])
+    batches = {"kjt": list(pl.read_batches(arrival, p, dedup=False, where=data["arrival_key"])),
+               "kjt_clustered": list(pl.read_batches(clustered, p, dedup=False, where=data["clustered_key"])),
+               "ikjt": list(pl.read_batches(clustered, p, dedup=True, where=data["clustered_key"]))}
+    digest = pl.check_same_samples(batches)  # the same multiset of samples, or no comparison at all
     values = {n: sum(b.sparse[1].num_values() for b in bs) for n, bs in batches.items()}
-    log.info("recd training %d batches of %d on %s; user-feature values per epoch: kjt %d, ikjt %d",
-             len(batches["kjt"]), p.batch_size, device, values["kjt"], values["ikjt"])
+    log.info("recd training %d batches of %d on %s (samples digest %s); user-feature values per epoch: %s",
+             len(batches["kjt"]), p.batch_size, device, digest[:12], values)
     state, save = None, None
     if checkpoints is not None and run_key:
         last, state = checkpoints.resume(run_key)
@@ -72,4 +77,21 @@ def train(p: Params, storage: ObjectStorage, data: dict, gpus: ResourcePool,
     for n, r in result.items():
         r["user_values"] = values[n]
         log.info("recd %s: %.0f samples/s, final loss %.4f", n, r["samples_per_s"], pl.final_loss(r["losses"]))
-    return {"device": device, **result}
+    return {"device": device, "digest": digest, **result}
+
+
+@task(name="recd-mix-sweep")
+def mix_sweep(p: Params, gpus: ResourcePool) -> list[dict]:
+    """At each user-feature share of ``p.mix_sweep``: a short run of the three trainers (KJT arrival
+    order, KJT clustered, IKJT clustered) on the same samples, ids per sample held at the headline's."""
+    log = get_run_logger()
+    device = gpus.device()
+    points = []
+    for share in p.mix_sweep:
+        t0 = time.perf_counter()
+        pt = sw.mix_point(p, share, device)
+        points.append(pt)
+        log.info("recd mix %.3f (counted %.3f; user lists ~%d, item lists ~%d) samples/s: %s (%.1f s)",
+                 share, pt["user_id_share"], pt["user_list_len"], pt["item_list_len"],
+                 {n: [round(x) for x in pt[n]["rates"]] for n in sw.TRAINERS}, time.perf_counter() - t0)
+    return points

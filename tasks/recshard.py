@@ -1,16 +1,21 @@
 """Prefect tasks of the RecShard flow: workload + profile, plans (greedy and MILP), held-out replay by
-table shard, and the per-access cost of each memory tier."""
+table shard, the per-access cost of each memory tier, and the sharded lookup run end to end."""
 from __future__ import annotations
 
 import io
+import re
+import shutil
+import tempfile
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage, ResourcePool
-from mlsys_flows.systems.recshard import (Params, Plan, Profile, build_table, make_plans, plan_costs, profile_table,
-                                          replay, tables_from_npz, tables_to_npz)
+from mlsys_flows.systems.recshard import (Params, Plan, Profile, build_table, lookup_traces, make_plans, plan_costs,
+                                          profile_table, replay, tables_from_npz, tables_to_npz)
+from mlsys_flows.systems.recshard import lookup as lk
 from mlsys_flows.systems.recshard import tiers
 
 
@@ -44,10 +49,11 @@ def plan(p: Params, storage: ObjectStorage, data: dict, plans_key: str) -> dict:
     storage.write_bytes(plans_key, buf.getvalue())
     model = p.model_costs(prof.dim)
     train = {n: plan_costs(v, prof, model, p.batch, p.gpus).max() for n, v in plans.items()}
-    log.info("greedy: %s-balanced is best on the training trace; MILP %s in %.2f s, gap %.2g; profiled max "
-             "per-GPU cost greedy %.4g ms -> recshard %.4g ms", best, stats.status, stats.solve_s, stats.gap,
-             train["greedy"] * 1e3, train["recshard"] * 1e3)
-    return {"plans": {n: (v.gpu, v.hot_rows) for n, v in plans.items()}, "best_greedy": best,
+    log.info("warm start: %s (best greedy on the training trace under the assumed bandwidths); MILP %s in %.2f s, "
+             "gap %.2g, %d rows filled after rounding%s; profiled max per-GPU cost %s %.4g ms -> recshard %.4g ms",
+             best, stats.status, stats.solve_s, stats.gap, stats.filled_rows,
+             ", FELL BACK to the warm start" if stats.fell_back else "", best, train[best] * 1e3, train["recshard"] * 1e3)
+    return {"plans": {n: (v.gpu, v.hot_rows) for n, v in plans.items()}, "warm_start": best,
             "milp": asdict(stats), "train_max_cost_s": train}
 
 
@@ -72,3 +78,33 @@ def tier_costs(p: Params, gpus: ResourcePool) -> dict:
                                      slow_mb=p.slow_tier_mb, repeats=p.measure_repeats, seed=p.seed)
     get_run_logger().info("tier costs %s", tiers.describe(fast, slow))
     return {"fast": fast, "slow": slow, "what": what, "device": device}
+
+
+@task(name="recshard-lookup")
+def lookup(p: Params, storage: ObjectStorage, data: dict, planned: dict, gpus: ResourcePool, scratch: str) -> dict:
+    """Every plan's sharded lookups over the first ``lookup_batches`` held-out batches, run end to end
+    with torch and timed (``repeats`` times, plans interleaved). ``scratch`` names this run's folder for
+    the memmap slow tier (under ``lookup_dir``); a rerun of the task starts it afresh and it is removed
+    at the end."""
+    log = get_run_logger()
+    device = gpus.device()
+    slow_tier = p.slow_tier(device)
+    tables = tables_from_npz(storage.read_bytes(data["tables"]))
+    prof = Profile.from_npz(storage.read_bytes(data["profile"]))
+    plans = {n: Plan(np.asarray(g), np.asarray(h)) for n, (g, h) in planned["plans"].items()}
+    traces = lookup_traces(p, tables, prof)
+    del tables
+    workdir = Path(p.lookup_dir or tempfile.gettempdir()) / re.sub(r"[^A-Za-z0-9_.-]", "_", scratch)
+    shutil.rmtree(workdir, ignore_errors=True)  # a retried or recomputed task starts afresh
+    workdir.mkdir(parents=True)
+    try:
+        out = lk.measure_plans(plans, traces, p.gpus, seed=p.seed, device=device, slow_tier=slow_tier,
+                               workdir=workdir, repeats=p.repeats)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    for n, r in out.items():
+        log.info("lookup %s: %.4g samples/s (median of %d), %.3g MB fast, %.3g MB slow, %d slow accesses", n,
+                 np.median([lk.samples_per_s(t, p.batch)[0] for t in r["times"]]), p.repeats, r["fast_bytes"] / 1e6,
+                 r["slow_bytes"] / 1e6, r["slow_accesses"])
+    return {"plans": out, "what": lk.describe(device, slow_tier, str(workdir) if slow_tier == "memmap" else None),
+            "device": device, "slow_tier": slow_tier}

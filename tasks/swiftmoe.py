@@ -8,8 +8,9 @@ import torch
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage, ResourcePool
-from mlsys_flows.systems.swiftmoe import Params
-from mlsys_flows.systems.swiftmoe.cost import Profile
+from mlsys_flows.systems.swiftmoe import Params, variant_policy
+from mlsys_flows.systems.swiftmoe.calibrate import calibrate as run_calibration, gloo_available
+from mlsys_flows.systems.swiftmoe.cost import Profile, sweep_flexmoe_ratio
 from mlsys_flows.systems.swiftmoe.train import build_workload, measure_profile, train_policy
 from mlsys_flows.systems.swiftmoe.workload import Workload
 
@@ -36,15 +37,45 @@ def profile(p: Params, gpus: ResourcePool) -> dict:
     return asdict(prof)
 
 
+@task(name="swiftmoe-calibrate")
+def calibrate(p: Params, repeats: int) -> dict | None:
+    """Measured (2 gloo processes on loopback) vs simulated seconds per iteration; runs alone.
+    None (and a logged reason) where torch has no gloo backend."""
+    log = get_run_logger()
+    if not gloo_available():
+        log.warning("swiftmoe calibration skipped: torch.distributed with gloo is not available")
+        return None
+    t0 = time.perf_counter()
+    res = run_calibration(p, repeats)
+    log.info("swiftmoe calibration: measured %s ms/iter vs simulated %.2f ms (link %.2f Gbit/s), %.1f s",
+             [round(x * 1e3, 2) for x in res["measured_iter_s"]], res["simulated_iter_s"] * 1e3, res["link_gbps"],
+             time.perf_counter() - t0)
+    return res
+
+
 @task(name="swiftmoe-train")
-def train(name: str, p: Params, storage: ObjectStorage, data: dict, prof: dict, gpus: ResourcePool) -> dict:
-    """Train the tiny MoE for real under one policy; simulated time comes from the profile, so
-    policies may train concurrently without distorting each other's numbers."""
+def train(name: str, p: Params, storage: ObjectStorage, data: dict, prof: dict, gpus: ResourcePool,
+          record: bool = False) -> dict:
+    """Train the tiny MoE for real under one variant's policy; simulated time comes from the
+    profile, so variants may train concurrently without distorting each other's numbers."""
     log = get_run_logger()
     torch.set_num_threads(1)
     wl = Workload.from_bytes(storage.read_bytes(data["key"]))
-    run = train_policy(name, p, wl, Profile(**prof), gpus.device(), log=log.info)
+    policy, cf = variant_policy(name, p.capacity_factor)
+    run = train_policy(name, p, wl, Profile(**prof), gpus.device(), log=log.info, policy=policy, capacity_factor=cf,
+                       record=record)
     log.info("swiftmoe %s: time to target %.2f s (reached: %s), %.1f%% tokens dropped, %.2f MB expert traffic/iter",
              name, run.metrics["time_to_target_s"], bool(run.metrics["reached_target"]),
              100 * run.metrics["tokens_dropped_frac"], run.metrics["expert_bytes_moved_per_iter"] / 1e6)
     return asdict(run)
+
+
+@task(name="swiftmoe-sweep")
+def sweep(p: Params, prof: dict, flex: dict, swift: dict, links_gbps: list[float],
+          state_scales: list[float]) -> dict[float, list[float]]:
+    """Re-price the recorded FlexMoE and SwiftMoE traces for other links and expert-state sizes."""
+    t0 = time.perf_counter()
+    out = sweep_flexmoe_ratio(flex, swift, Profile(**prof), p.d_model, p.workers, links_gbps, state_scales)
+    get_run_logger().info("swiftmoe sweep: %d links x %d state sizes re-priced in %.1f s", len(links_gbps),
+                          len(state_scales), time.perf_counter() - t0)
+    return out

@@ -1,4 +1,4 @@
-"""The trainer, the inline baseline, and DPP's master and controller (pure: no dask imports).
+"""The trainer, the on-trainer loaders (baselines), and DPP's master and controller (pure: no dask imports).
 
 DPP runs on any :class:`Executor` (the flow adapts a Dask client; tests use threads):
 - the master hands row-group work items to the active workers (``prefetch`` each), treats an
@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -45,70 +46,136 @@ class Executor(Protocol):
 
 # ----- trainer ------------------------------------------------------------------------------
 class Trainer:
-    """The trainer: each step takes ``step_ms``, the accelerator's time per batch.
+    """The trainer: a real DLRM forward/backward/SGD step on each batch.
 
-    On a GPU (``device`` cuda) it is a real DLRM step on the batch, padded to ``step_ms``. On a
-    CPU-only machine the accelerator is emulated: the batch becomes the step's tensors (KJT,
-    dense, labels) and the trainer waits ``step_ms`` without using the host CPU, as it would
-    wait on a GPU. (A real CPU step would compete with preprocessing for the same cores, which
-    is not the paper's setting.)"""
+    - GPU (``device`` cuda): one step on the batch, padded to ``step_ms`` (the accelerator's time;
+      the host CPU is free meanwhile).
+    - CPU with ``passes`` (what the flow uses): ``passes`` steps on the batch, calibrated so they take
+      about ``step_ms`` on the trainer's core (:func:`calibrate_passes`). No padding: the step is
+      CPU work and competes with on-host preprocessing for the trainer's core, as in the paper.
+    - CPU without ``passes``: one step, padded to ``step_ms`` with a sleep (an emulated accelerator;
+      used by tests that need a fixed step time)."""
 
-    def __init__(self, p: Params, used: list[str], device: str = "cpu"):
-        self.p, self.device = p, device
+    def __init__(self, p: Params, used: list[str], device: str = "cpu", passes: int | None = None):
+        self.p, self.device, self.passes = p, device, passes
         self.dense = [c for c in used if not c.startswith("sparse")]
         self.sparse = [c for c in used if c.startswith("sparse")]
         self.steps, self.samples, self.loss = 0, 0, math.nan
-        self.model = None
-        if device.startswith("cuda"):
-            torch.manual_seed(p.seed)
-            self.model = DLRM(len(self.dense), {c: p.table_rows for c in self.sparse}, 16,
-                              bottom=(32,), top=(32,)).to(device)
-            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05)
-            self.loss_fn = nn.BCEWithLogitsLoss()
+        self.step_s = 0.0
+        torch.manual_seed(p.seed)
+        self.model = DLRM(len(self.dense), {c: p.table_rows for c in self.sparse}, 16,
+                          bottom=(p.mlp_width,), top=(p.mlp_width,)).to(device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05)
+        self.loss_fn = nn.BCEWithLogitsLoss()
 
     def loss_metric(self) -> dict[str, float]:
-        return {"final_loss": self.loss} if self.model is not None else {}
+        return {"final_loss": self.loss}
+
+    def step_metric(self) -> dict[str, float]:
+        return {"step_ms": 1e3 * self.step_s / max(self.steps, 1)}
+
+    def _pass(self, kjt, dense, labels) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(dense, [kjt] if self.sparse else []), labels)
+        loss.backward()
+        self.opt.step()
+        self.loss = float(loss.detach())  # synchronizes with the GPU
 
     def step(self, b: Batch) -> None:
         t0 = time.perf_counter()
         kjt = KeyedJaggedTensor({c: Jagged.from_numpy(*b.sparse[c]) for c in self.sparse})
         dense, labels = torch.from_numpy(b.dense), torch.from_numpy(b.labels)
-        if self.model is not None:
-            kjt, dense, labels = kjt.to(self.device), dense.to(self.device), labels.to(self.device)
-            self.opt.zero_grad(set_to_none=True)
-            loss = self.loss_fn(self.model(dense, [kjt] if self.sparse else []), labels)
-            loss.backward()
-            self.opt.step()
-            self.loss = float(loss.detach())  # synchronizes with the GPU
+        kjt, dense, labels = kjt.to(self.device), dense.to(self.device), labels.to(self.device)
+        cpu_bound = self.passes is not None and not self.device.startswith("cuda")
+        for _ in range(self.passes if cpu_bound else 1):
+            self._pass(kjt, dense, labels)
         self.steps, self.samples = self.steps + 1, self.samples + b.rows
-        left = self.p.step_ms / 1e3 - (time.perf_counter() - t0)
-        if left > 0:
-            time.sleep(left)
+        if not cpu_bound:
+            left = self.p.step_ms / 1e3 - (time.perf_counter() - t0)
+            if left > 0:
+                time.sleep(left)
+        self.step_s += time.perf_counter() - t0
+
+
+def calibrate_passes(p: Params, used: list[str], batch: Batch, repeats: int = 5) -> tuple[int, float]:
+    """(passes, ms per pass): how many real DLRM steps on ``batch`` take about ``step_ms`` here.
+
+    Run it on the trainer's core with nothing else there; every variant then does the same work."""
+    trainer = Trainer(p, used, "cpu", passes=1)
+    trainer.step(batch)  # warm-up (allocations, first-touch of the tables)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        trainer.step(batch)
+        times.append(time.perf_counter() - t0)
+    per_pass = sorted(times)[len(times) // 2]
+    return max(1, round(p.step_ms / 1e3 / per_pass)) if p.step_ms > 0 else 1, 1e3 * per_pass
 
 
 def num_batches(items: list[WorkItem], batch_size: int) -> int:
     return sum(math.ceil(it.rows / batch_size) for it in items)
 
 
-# ----- baseline -----------------------------------------------------------------------------
+# ----- baselines: on-trainer loaders --------------------------------------------------------------
+Load = Callable[[WorkItem], tuple[list[Batch], dict[str, float]]]
+
+
+class PrefetchLoader:
+    """An on-trainer loader: ``threads`` loader threads keep up to ``threads * ahead`` work items
+    loading ahead of the trainer; items come out in the dataset's order, each once.
+
+    The threads live in the trainer's process, so they share whatever CPU the trainer has."""
+
+    def __init__(self, items: list[WorkItem], load: Load, threads: int = 1, ahead: int = 2):
+        if threads < 1 or ahead < 1:
+            raise ValueError("a prefetching loader needs at least one thread and one item ahead")
+        self.items, self.load, self.threads, self.window = items, load, threads, threads * ahead
+
+    def __iter__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="inline-loader")
+        pending: deque = deque()
+        nxt = 0
+        try:
+            while nxt < len(self.items) and len(pending) < self.window:
+                pending.append(pool.submit(self.load, self.items[nxt]))
+                nxt += 1
+            while pending:
+                fut = pending.popleft()
+                if nxt < len(self.items):  # keep the window full while the trainer consumes this one
+                    pending.append(pool.submit(self.load, self.items[nxt]))
+                    nxt += 1
+                yield fut  # the consumer waits on it (its stall)
+        finally:
+            for fut in pending:
+                fut.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
 def run_inline(items: list[WorkItem], open_file: Callable[[str], Any], used: list[str], p: Params,
-               device: str = "cpu") -> dict[str, float]:
-    """The trainer reads full rows and preprocesses each row group itself before its steps."""
-    trainer = Trainer(p, used, device)
-    data_s = bytes_read = calls = 0.0
+               device: str = "cpu", projected: bool = True, passes: int | None = None,
+               load: Load | None = None) -> dict[str, float]:
+    """The trainer loads data on its own host: ``loader_threads`` prefetch threads read (projected
+    and coalesced, or full rows) and preprocess work items in order while the trainer steps.
+
+    Stall = time the trainer waits for the next item's batches."""
+    trainer = Trainer(p, used, device, passes=passes)
+    load = load or (lambda it: process_item(it, open_file, used, p, projected=projected))
+    stall_s = bytes_read = calls = 0.0
     t_start = time.perf_counter()
-    for item in items:
+    for fut in PrefetchLoader(items, load, p.loader_threads, p.prefetch):
         t0 = time.perf_counter()
-        batches, stats = process_item(item, open_file, used, p, projected=False)
-        data_s += time.perf_counter() - t0
+        batches, stats = fut.result()
+        stall_s += time.perf_counter() - t0
         bytes_read += stats["bytes_read"]
         calls += stats["read_calls"]
         for b in batches:
             trainer.step(b)
     total = time.perf_counter() - t_start
-    return {"trainer_samples_per_s": trainer.samples / total, "stall_fraction": data_s / total,
+    return {"trainer_samples_per_s": trainer.samples / total, "stall_fraction": stall_s / total,
             "bytes_read": bytes_read, "read_calls": calls, "samples": trainer.samples, "wall_s": total,
-            **trainer.loss_metric(), "workers_mean": 0.0}
+            **trainer.loss_metric(), **trainer.step_metric()}
 
 
 # ----- DPP ------------------------------------------------------------------------------------
@@ -276,9 +343,10 @@ class Master:
 
 
 def run_dpp(items: list[WorkItem], executor: Executor, used: list[str], p: Params,
-            on_batch: Callable[[Batch], None] | None = None, device: str = "cpu") -> tuple[dict[str, float], dict[str, Any]]:
+            on_batch: Callable[[Batch], None] | None = None, device: str = "cpu",
+            passes: int | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Train on batches that DPP workers prepare; returns (metrics, details)."""
-    trainer = Trainer(p, used, device)
+    trainer = Trainer(p, used, device, passes=passes)
     out: queue.Queue[Batch] = queue.Queue(maxsize=p.queue_depth)
     stall = [0.0]
     controller = Controller(p)
@@ -315,8 +383,19 @@ def run_dpp(items: list[WorkItem], executor: Executor, used: list[str], p: Param
     area = sum((t1 - t0) * w for (t0, w), (t1, _) in zip(hist[:-1], hist[1:]))
     metrics = {"trainer_samples_per_s": trainer.samples / total, "stall_fraction": stall[0] / total,
                "bytes_read": master.bytes_read, "read_calls": master.read_calls, "samples": trainer.samples,
-               "wall_s": total, **trainer.loss_metric(), "workers_mean": area / total,
+               "wall_s": total, **trainer.loss_metric(), **trainer.step_metric(), "workers_mean": area / total,
                "workers_max": float(max(w for _, w in hist)), "reissued_items": float(master.reissued),
                "duplicates_dropped": float(master.duplicates)}
     details = {"workers_over_time": hist, "consumed": consumed, "delivered_items": master.delivered}
     return metrics, details
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads set to ``n`` (the trainer's cores) for the block, then restored."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

@@ -1,4 +1,5 @@
-"""Row-level sharding plans: the row-wise mod baseline and FlexShard's tiered plan.
+"""Row-level sharding plans: the row-wise mod baseline, the same baseline with a replicated cache
+of hot rows in the memory FlexShard uses, and FlexShard's tiered plan.
 
 A plan gives every (global) row a tier and an owner:
 
@@ -72,6 +73,37 @@ def rowwise(offsets: np.ndarray, topo: Topology) -> Plan:
     local = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], np.diff(offsets))
     owner = (local % topo.devices).astype(np.int32)
     return Plan("rowwise", np.zeros(int(offsets[-1]), np.int8), owner, baseline_capacity(offsets, topo.devices))
+
+
+def rowwise_cache(offsets: np.ndarray, topo: Topology, counts: np.ndarray, per_device_rows: int,
+                  name: str = "rowwise_cache") -> Plan:
+    """Row-wise mod sharding plus a cache of hot rows on every device, in ``per_device_rows`` row
+    copies per device (the memory FlexShard's plan holds: equal memory).
+
+    The cache holds the rows most often looked up in the training trace (``counts``; ties by row
+    id), replicated on every device: a ``FULL`` row that is never fetched and whose gradient is
+    all-reduced among its copies like one of FlexShard's replicas (trainable rows; a cache that
+    skipped the sync would serve stale rows). A cached row's owner needs no second copy, so it
+    leaves its shard. The cache takes the most rows whose copies still fit: the footprint (the
+    busiest device's row copies) grows by 0 or 1 row per cached row, so it meets ``per_device_rows``
+    exactly whenever that is at least the row-wise footprint; below it the cache stays empty."""
+    base = rowwise(offsets, topo)
+    d = topo.devices
+    order = np.argsort(-np.asarray(counts), kind="stable")
+    shards = np.bincount(base.owner, minlength=d)
+
+    def footprint(k: int) -> int:
+        return k + int((shards - np.bincount(base.owner[order[:k]], minlength=d)).max())
+
+    lo, hi = 0, len(order)  # the largest k with footprint(k) <= per_device_rows (footprint is monotone)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if footprint(mid) <= per_device_rows else (lo, mid - 1)
+    tier = base.tier.copy()
+    tier[order[:lo]] = FULL
+    plan = Plan(name, tier, base.owner, int(per_device_rows))
+    plan.stats = {"rows_cached": lo}
+    return plan
 
 
 def access_estimates(counts: np.ndarray, offsets: np.ndarray, iterations: int, devices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

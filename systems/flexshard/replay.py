@@ -52,12 +52,11 @@ def sync_matrices(full_rows: np.ndarray, node_rows: np.ndarray, topo: Topology) 
     return intra, inter
 
 
-def replay(plan: Plan, ids: np.ndarray, counts: np.ndarray, topo: Topology, total_rows: int,
-           dedup: bool = False) -> dict[str, np.ndarray]:
-    """Per-iteration metrics (arrays over the chunk's iterations, see FIELDS) of ``plan`` on one
-    held-out chunk (``ids`` ordered by (iteration, table, device), ``counts[iteration, table, device]``)."""
+def fetch_stream(ids: np.ndarray, counts: np.ndarray, total_rows: int, dedup: bool = False) -> tuple[np.ndarray, ...]:
+    """The requests of one held-out chunk, independent of the plan: (rows, requesting device,
+    iteration) of every lookup, or with ``dedup`` of every distinct (iteration, device, row), and the
+    lookups per iteration. Shared by every plan replayed in the same setting."""
     it, _, d = counts.shape
-    g, b = topo.per_node, topo.row_bytes
     dev = np.repeat(np.tile(np.arange(d), counts.shape[0] * counts.shape[1]), counts.ravel())
     itr = np.repeat(np.arange(it), counts.sum(axis=(1, 2)))
     lookups = np.bincount(itr, minlength=it)
@@ -65,6 +64,17 @@ def replay(plan: Plan, ids: np.ndarray, counts: np.ndarray, topo: Topology, tota
         key = np.unique((itr * d + dev) * total_rows + ids)
         ids, rest = key % total_rows, key // total_rows
         dev, itr = rest % d, rest // d
+    return ids, dev, itr, lookups
+
+
+def replay(plan: Plan, ids: np.ndarray, counts: np.ndarray, topo: Topology, total_rows: int,
+           dedup: bool = False, stream: tuple[np.ndarray, ...] | None = None) -> dict[str, np.ndarray]:
+    """Per-iteration metrics (arrays over the chunk's iterations, see FIELDS) of ``plan`` on one
+    held-out chunk (``ids`` ordered by (iteration, table, device), ``counts[iteration, table, device]``).
+    ``stream``: ``fetch_stream(ids, counts, total_rows, dedup)`` when already computed."""
+    it, _, d = counts.shape
+    g, b = topo.per_node, topo.row_bytes
+    ids, dev, itr, lookups = stream if stream is not None else fetch_stream(ids, counts, total_rows, dedup)
     tier, own = plan.tier[ids], plan.owner[ids]
     src = np.where(tier == SHARD, own, np.where(tier == NODE, (dev // g) * g + own, dev))
     remote = src != dev

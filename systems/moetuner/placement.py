@@ -7,7 +7,9 @@ puts exactly ``E / G`` experts of each layer on each GPU (the memory-balance con
 - ``greedy``: load-only longest-processing-time packing of the profiled token loads;
 - ``moetuner``: ILP 1 per layer groups experts into G clusters of E/G minimizing the largest cluster
   load; ILP 2 maps each layer's clusters onto GPUs minimizing, summed over consecutive-layer
-  transitions, the worst GPU-pair traffic weighted by the pair's inverse bandwidth.
+  transitions, the worst GPU-pair traffic weighted by the pair's inverse bandwidth (start: the best
+  simple mapping, which is also the ``moetuner_ilp1`` ablation; then exact one-layer sweeps; then
+  HiGHS windows, in the co-location formulation for node-uniform links, else the RLT one).
 """
 from __future__ import annotations
 
@@ -188,25 +190,125 @@ def mapping_cost(cc: np.ndarray, weight: np.ndarray, perms: np.ndarray) -> float
     return sum(transition_cost(cc[t], weight, perms[t], perms[t + 1]) for t in range(len(cc)))
 
 
+def bottleneck_assignment(cost: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray | None:
+    """A permutation ``perm`` (row r -> column perm[r]) minimizing ``max_r cost[r, perm[r]]`` over the
+    ``allowed`` entries (exact: the smallest threshold that still admits a perfect matching), ties
+    broken by the sum; None when the allowed entries admit no perfect matching."""
+    g = cost.shape[0]
+    ok = np.ones(cost.shape, bool) if allowed is None else allowed
+    big = 1 + g * (abs(cost).max() + 1)
+
+    def matches(mask: np.ndarray):
+        r, c = linear_sum_assignment(~mask)  # 0 on usable entries
+        return (r, c) if mask[r, c].all() else None
+
+    if matches(ok) is None:
+        return None
+    levels = np.unique(cost[ok])
+    lo, hi = 0, len(levels) - 1
+    while lo < hi:  # smallest threshold that still admits a perfect matching
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if matches(ok & (cost <= levels[mid])) is not None else (mid + 1, hi)
+    r, c = linear_sum_assignment(np.where(ok & (cost <= levels[lo]), cost, big))
+    perm = np.empty(g, int)
+    perm[r] = c
+    return perm
+
+
+def inflow_cost(cc_t: np.ndarray, weight: np.ndarray, perm_prev: np.ndarray) -> np.ndarray:
+    """[c', j]: the worst weighted pair into GPU j if cluster c' of the next layer sits there (the
+    previous layer mapped by ``perm_prev``)."""
+    inflow = cc_t[np.argsort(perm_prev)]                                  # [GPU i, cluster c']
+    return (inflow[:, :, None] * weight[:, None, :]).max(axis=0)
+
+
+def outflow_cost(cc_t: np.ndarray, weight: np.ndarray, perm_next: np.ndarray) -> np.ndarray:
+    """[c, i]: the worst weighted pair out of GPU i if cluster c sits there (next layer fixed)."""
+    return inflow_cost(cc_t.T, weight.T, perm_next)
+
+
 def sequential_mapping(cc: np.ndarray, weight: np.ndarray, first: np.ndarray) -> np.ndarray:
     """Layer by layer, given layer l's mapping, place layer l+1's clusters by an exact bottleneck
     assignment (cost of cluster c' on GPU j = worst traffic into j), ties broken by the sum."""
-    g = cc.shape[1]
     perms = [np.asarray(first)]
     for t in range(len(cc)):
-        inflow = cc[t][np.argsort(perms[-1])]                           # [GPU i, cluster c']
-        cost = (inflow[:, :, None] * weight[:, None, :]).max(axis=0)     # [c', j]
-        levels = np.unique(cost)
-        lo, hi = 0, len(levels) - 1
-        while lo < hi:  # smallest threshold that still admits a perfect matching
-            mid = (lo + hi) // 2
-            r, c = linear_sum_assignment(cost > levels[mid])
-            lo, hi = (lo, mid) if not (cost[r, c] > levels[mid]).any() else (mid + 1, hi)
-        r, c = linear_sum_assignment(np.where(cost <= levels[lo], cost, cost.max() * g + 1))
-        perm = np.empty(g, int)
-        perm[r] = c
-        perms.append(perm)
+        perms.append(bottleneck_assignment(inflow_cost(cc[t], weight, perms[-1])))
     return np.stack(perms)
+
+
+def best_simple_mapping(cc: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The better of the identity mapping (cluster k on GPU k in every layer) and ``sequential_mapping``:
+    what ILP 1 alone would use (the ``moetuner_ilp1`` variant)."""
+    g, layers = cc.shape[1], cc.shape[0] + 1
+    candidates = [sequential_mapping(cc, weight, np.arange(g)), np.tile(np.arange(g), (layers, 1))]
+    return min(candidates, key=lambda p: mapping_cost(cc, weight, p))
+
+
+def best_layer_mapping(cin: np.ndarray | None, cout: np.ndarray | None,
+                       allowed: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Exact best mapping of one layer with both neighbours fixed: minimize
+    ``max_c cin[c, perm c] + max_c cout[c, perm c]`` (the two transitions the layer touches;
+    ``inflow_cost``/``outflow_cost``, None at the first/last layer). Enumerates the threshold of the
+    incoming term (at most G^2 values) and solves the outgoing term by bottleneck assignment.
+    ``allowed[c, j]``: cluster c may go on GPU j (default: anywhere)."""
+    if cin is None or cout is None:
+        one = cout if cin is None else cin
+        perm = bottleneck_assignment(one, allowed)
+        return perm, float(one[np.arange(len(perm)), perm].max())
+    best, best_val = None, np.inf
+    floor_out = float(cout.min(axis=1).max())  # no mapping does better on the outgoing term
+    for theta in np.unique(cin):
+        if theta + floor_out >= best_val - 1e-12:
+            break
+        perm = bottleneck_assignment(cout, (cin <= theta) if allowed is None else (cin <= theta) & allowed)
+        if perm is None:
+            continue
+        idx = np.arange(len(perm))
+        val = float(cin[idx, perm].max() + cout[idx, perm].max())
+        if val < best_val - 1e-12:
+            best, best_val = perm, val
+    return best, best_val
+
+
+def layer_sweeps(cc: np.ndarray, weight: np.ndarray, perms: np.ndarray, first_free: int = 1,
+                 max_passes: int = 20) -> tuple[np.ndarray, int]:
+    """Block-coordinate descent with one-layer blocks solved exactly (``best_layer_mapping``): re-map
+    each layer given its neighbours while that lowers the total; a superset of every pairwise swap.
+    A free layer 0 keeps cluster 0 on GPU 0 (as ILP 2 does; no loss on GPU-transitive topologies).
+    Returns the mapping and the passes run."""
+    perms = perms.copy()
+    layers, g = perms.shape
+    pin = np.ones((g, g), bool)
+    pin[0, :], pin[:, 0], pin[0, 0] = False, False, True
+
+    def cost(t: int) -> float:
+        return transition_cost(cc[t], weight, perms[t], perms[t + 1]) if 0 <= t < len(cc) else 0.0
+
+    passes = 0
+    for passes in range(1, max_passes + 1):
+        improved = False
+        for l in range(first_free, layers):
+            cin = inflow_cost(cc[l - 1], weight, perms[l - 1]) if l > 0 else None
+            cout = outflow_cost(cc[l], weight, perms[l + 1]) if l + 1 < layers else None
+            perm, val = best_layer_mapping(cin, cout, pin if l == 0 else None)
+            if val < cost(l - 1) + cost(l) - 1e-9 * max(1.0, val):
+                perms[l], improved = perm, True
+        if not improved:
+            break
+    return perms, passes
+
+
+@dataclass
+class WindowSolve:
+    """One ILP 2 window: free layers [first, last), the objective of its transitions at the warm
+    start, HiGHS's incumbent and proven bound (profiled, counted), status and solve time."""
+    first: int
+    last: int
+    warm: float
+    incumbent: float
+    bound: float
+    status: str
+    seconds: float
 
 
 @dataclass
@@ -218,18 +320,23 @@ class MappingResult:
     seconds: float
     statuses: list[str] = field(default_factory=list)
     heuristic_cost: float = 0.0     # the better of identity / layer-by-layer mapping, before search and ILP
-    local_search_cost: float = 0.0  # after local search, before the ILP windows
+    sweep_cost: float = 0.0         # after the exact one-layer sweeps, before the ILP windows
+    windows: list[WindowSolve] = field(default_factory=list)
+    sweep_passes: int = 0
 
 
-def ilp2_window(cc: np.ndarray, weight: np.ndarray, start: np.ndarray, *, fix_first: bool, fix_last: bool,
-                time_limit_s: float, seed: int = 0):
+def ilp2_window(cc: np.ndarray, weight: np.ndarray, start: np.ndarray | None, *, fix_first: bool,
+                fix_last: bool, time_limit_s: float, seed: int = 0):
     """Joint mapping of ``len(cc) + 1`` consecutive layers. The product y[l,c,i] * y[l+1,c',j] of the
     assignment variables is linearized exactly by w[t,c,i,c',j] >= 0 with the four RLT equalities
     (sum over j, over c', over i, over c); z_t >= weight[i,j] * sum_{c,c'} cc[t,c,c'] w[t,c,i,c',j].
     Minimizes sum_t z_t. ``fix_first``/``fix_last``: that layer keeps its mapping from ``start``.
     An unfixed first layer gets cluster 0 -> GPU 0 (valid for GPU-transitive topologies, e.g. one node
-    or equal nodes). ``start`` (a full mapping) is the warm start."""
+    or equal nodes). ``start`` (a full mapping) is the warm start; None solves from a cold start (no
+    layer may then be fixed)."""
     nt, g = cc.shape[0], cc.shape[1]
+    if start is None and (fix_first or fix_last):
+        raise ValueError("a fixed layer needs its mapping in start")
     ny, nw = (nt + 1) * g * g, nt * g ** 4
     y = np.arange(ny).reshape(nt + 1, g, g)
     w = ny + np.arange(nw).reshape(nt, g, g, g, g)  # [t, c, i, c', j]
@@ -273,17 +380,19 @@ def ilp2_window(cc: np.ndarray, weight: np.ndarray, start: np.ndarray, *, fix_fi
             col_hi[y[layer].ravel()] = 0
             col_lo[y[layer][np.arange(g), start[layer]]] = col_hi[y[layer][np.arange(g), start[layer]]] = 1
     if not fix_first:
-        if start[0, 0] != 0:
+        if start is not None and start[0, 0] != 0:
             raise ValueError("an unfixed first layer must start with cluster 0 on GPU 0")
         col_lo[y[0, 0, 0]] = 1
     integer = np.zeros(ncol, bool)
     integer[:ny] = True
-    x0 = np.zeros(ncol)
-    onehot = np.eye(g)[start]  # (L, c, i)
-    x0[:ny] = onehot.ravel()
-    prod = onehot[:-1, :, :, None, None] * onehot[1:, None, None, :, :]
-    x0[ny:ny + nw] = prod.ravel()
-    x0[z] = [transition_cost(cc[t], weight, start[t], start[t + 1]) for t in range(nt)]
+    x0 = None
+    if start is not None:
+        x0 = np.zeros(ncol)
+        onehot = np.eye(g)[start]  # (L, c, i)
+        x0[:ny] = onehot.ravel()
+        prod = onehot[:-1, :, :, None, None] * onehot[1:, None, None, :, :]
+        x0[ny:ny + nw] = prod.ravel()
+        x0[z] = [transition_cost(cc[t], weight, start[t], start[t + 1]) for t in range(nt)]
     obj = np.zeros(ncol)
     obj[z] = 1.0
     res = solve_min(obj, a, np.array(lo), np.array(hi), col_lo, col_hi, integer,
@@ -294,62 +403,172 @@ def ilp2_window(cc: np.ndarray, weight: np.ndarray, start: np.ndarray, *, fix_fi
     return assign.argmax(2), res
 
 
-def local_search(cc: np.ndarray, weight: np.ndarray, perms: np.ndarray, first_free: int = 1,
-                 max_passes: int = 10) -> np.ndarray:
-    """Improve a mapping by swapping the GPUs of two clusters in one layer while that lowers the two
-    adjacent transitions' cost (layers before ``first_free`` stay as they are)."""
-    perms = perms.copy()
-    layers, g = perms.shape
+def two_level_links(weight: np.ndarray) -> tuple[np.ndarray, float, float] | None:
+    """(node of each GPU, intra-node pair weight, inter-node pair weight) when ``weight`` is a
+    node-uniform topology (0 on the diagonal, one value inside a node, a larger one across nodes);
+    None otherwise."""
+    g = weight.shape[0]
+    off = ~np.eye(g, dtype=bool)
+    if (np.diag(weight) != 0).any() or (weight[off] <= 0).any():
+        return None
+    intra = float(weight[off].min())
+    same = (weight <= intra * (1 + 1e-9)) | ~off
+    node = np.unique(np.argmax(same, axis=1), return_inverse=True)[1].ravel()  # numbered by first GPU
+    if not (same == (node[:, None] == node[None, :])).all():
+        return None
+    inter = weight[node[:, None] != node[None, :]]
+    if inter.size and not np.allclose(inter, inter.max(), rtol=1e-9, atol=0.0):
+        return None
+    return node, intra, float(inter.max()) if inter.size else intra
 
-    def cost(t: int) -> float:
-        return transition_cost(cc[t], weight, perms[t], perms[t + 1]) if 0 <= t < len(cc) else 0.0
 
-    for _ in range(max_passes):
-        improved = False
-        for l in range(first_free, layers):
-            cur = cost(l - 1) + cost(l)
-            for a, b in itertools.combinations(range(g), 2):
-                perms[l, [a, b]] = perms[l, [b, a]]
-                new = cost(l - 1) + cost(l)
-                if new < cur - 1e-9:
-                    cur, improved = new, True
-                else:
-                    perms[l, [a, b]] = perms[l, [b, a]]
-        if not improved:
-            break
-    return perms
+def ilp2_window_colocation(cc: np.ndarray, weight: np.ndarray, start: np.ndarray | None, *, fix_first: bool,
+                           fix_last: bool, time_limit_s: float, seed: int = 0):
+    """``ilp2_window`` for node-uniform links (``two_level_links``), without products of assignment
+    variables. In a node-uniform topology GPU pair (i, j) costs 0, ``intra`` or ``inter`` by whether i
+    and j are one GPU, one node or neither, so per transition only two facts about a cluster pair
+    (c, c') matter: s[t,c,c'] (same GPU) and m[t,c,c'] (same node), continuous in [0, 1] and bounded
+    from above by the assignments: s <= 1 - y[l,c,i] + y[l+1,c',i] for every GPU i,
+    m <= 1 - n[l,c,k] + n[l+1,c',k] for every node k (n: the node's sum of y), s <= m, and at most
+    one (resp. gpus_per_node) partners per cluster. Then z_t >= intra * cc[c,c'] (1 - s) and
+    z_t >= inter * cc[c,c'] (1 - m): exact at integer y, with G^3 + G^2 rows per transition instead
+    of the RLT's G^4 columns."""
+    nt, g = cc.shape[0], cc.shape[1]
+    if start is None and (fix_first or fix_last):
+        raise ValueError("a fixed layer needs its mapping in start")
+    node, intra, inter = two_level_links(weight)
+    nodes = int(node.max()) + 1
+    ny, ns = (nt + 1) * g * g, nt * g * g
+    y = np.arange(ny).reshape(nt + 1, g, g)
+    s_ = ny + np.arange(ns).reshape(nt, g, g)
+    m_ = ny + ns + np.arange(ns).reshape(nt, g, g) if nodes > 1 else None
+    z = ny + ns * (1 + (nodes > 1)) + np.arange(nt)
+    ncol = int(z[-1]) + 1
+    r_, c_, v_, lo, hi = [], [], [], [], []
+
+    def row(cols, vals, rlo, rhi):
+        r_.append(np.full(len(cols), len(lo))), c_.append(np.asarray(cols)), v_.append(np.asarray(vals, float))
+        lo.append(rlo), hi.append(rhi)
+
+    for l in range(nt + 1):
+        for k in range(g):
+            row(y[l, k], np.ones(g), 1, 1)      # cluster k on one GPU
+            row(y[l, :, k], np.ones(g), 1, 1)   # GPU k holds one cluster
+    members = [np.flatnonzero(node == k) for k in range(nodes)]
+    per_node = g // nodes
+    for t in range(nt):
+        for c in range(g):
+            row(s_[t, c], np.ones(g), -np.inf, 1)      # one same-GPU partner per cluster
+            row(s_[t, :, c], np.ones(g), -np.inf, 1)
+            if m_ is not None:
+                row(m_[t, c], np.ones(g), -np.inf, per_node)
+                row(m_[t, :, c], np.ones(g), -np.inf, per_node)
+            for c2 in range(g):
+                for i in range(g):  # s <= 1 - y[t,c,i] + y[t+1,c2,i]
+                    row([s_[t, c, c2], y[t, c, i], y[t + 1, c2, i]], [1, 1, -1], -np.inf, 1)
+                if m_ is not None:
+                    row([s_[t, c, c2], m_[t, c, c2]], [1, -1], -np.inf, 0)
+                    for k, mem in enumerate(members):
+                        row(np.concatenate([[m_[t, c, c2]], y[t, c, mem], y[t + 1, c2, mem]]),
+                            np.concatenate([[1], np.ones(len(mem)), -np.ones(len(mem))]), -np.inf, 1)
+                f = cc[t, c, c2]
+                if f > 0:  # z >= intra f (1 - s), z >= inter f (1 - m)
+                    row([z[t], s_[t, c, c2]], [1, intra * f], intra * f, np.inf)
+                    if m_ is not None:
+                        row([z[t], m_[t, c, c2]], [1, inter * f], inter * f, np.inf)
+    a = sparse.coo_matrix((np.concatenate(v_), (np.concatenate(r_), np.concatenate(c_))), shape=(len(lo), ncol))
+    col_lo, col_hi = np.zeros(ncol), np.ones(ncol)
+    col_hi[z] = np.inf
+    col_lo[z] = [colocation_bound(cc[t], weight) for t in range(nt)]
+    for layer, fixed in ((0, fix_first), (nt, fix_last)):
+        if fixed:
+            col_hi[y[layer].ravel()] = 0
+            col_lo[y[layer][np.arange(g), start[layer]]] = col_hi[y[layer][np.arange(g), start[layer]]] = 1
+    if not fix_first:
+        if start is not None and start[0, 0] != 0:
+            raise ValueError("an unfixed first layer must start with cluster 0 on GPU 0")
+        col_lo[y[0, 0, 0]] = 1
+    integer = np.zeros(ncol, bool)
+    integer[:ny] = True
+    x0 = None
+    if start is not None:
+        x0 = np.zeros(ncol)
+        x0[:ny] = np.eye(g)[start].ravel()
+        for t in range(nt):
+            x0[s_[t]] = start[t][:, None] == start[t + 1][None, :]
+            if m_ is not None:
+                x0[m_[t]] = node[start[t]][:, None] == node[start[t + 1]][None, :]
+            x0[z[t]] = transition_cost(cc[t], weight, start[t], start[t + 1])
+    obj = np.zeros(ncol)
+    obj[z] = 1.0
+    res = solve_min(obj, a, np.array(lo, float), np.array(hi, float), col_lo, col_hi, integer,
+                    time_limit_s=time_limit_s, seed=seed, start=x0)
+    assign = res.x[:ny].reshape(nt + 1, g, g).round().astype(int)
+    if (assign.sum(2) != 1).any() or (assign.sum(1) != 1).any():
+        raise PlanError("ILP 2 returned a cluster->GPU mapping that is not a bijection")
+    return assign.argmax(2), res
 
 
 def ilp2_mapping(cc: np.ndarray, weight: np.ndarray, *, window: int, time_limit_s: float, seed: int = 0,
-                 symmetric: bool) -> MappingResult:
-    """Map every layer's clusters to GPUs. Incumbent: the better of identity and ``sequential_mapping``,
-    polished by ``local_search``. Then block-coordinate ILP: windows of ``window`` free layers, each
-    solved jointly with its neighbouring layers fixed, so every window sees all the transitions it
-    changes and the total never gets worse. In one node (``symmetric``) layer 0 is fixed to the
-    identity; with several nodes only its cluster 0 -> GPU 0. The gap is against the best proven bound:
-    HiGHS's when one window spans every layer, else the sum of per-transition co-location bounds."""
+                 symmetric: bool, max_rounds: int = 8) -> MappingResult:
+    """Map every layer's clusters to GPUs. Incumbent: ``best_simple_mapping``, improved by
+    ``layer_sweeps`` (each layer re-mapped exactly given its neighbours, until no layer improves).
+    Then block-coordinate ILP: windows of ``window`` free layers (``window >= layers``: one ILP over
+    all layers), each solved jointly with its neighbouring layers fixed, so every window sees all the
+    transitions it changes and the total never gets worse; after a round in which a window improved,
+    the sweeps run again and the next round shifts the windows by half a window (at most
+    ``max_rounds`` rounds, until a shifted round improves nothing or ``time_limit_s`` is spent; each
+    window may use ``time_limit_s`` / windows per round).
+    Node-uniform links use ``ilp2_window_colocation``, any other weights the RLT ``ilp2_window``. In
+    one node (``symmetric``) layer 0 is fixed to the identity; with several nodes only its cluster
+    0 -> GPU 0. The gap is against the best proven bound: HiGHS's when one window spans every layer,
+    else the sum of per-transition co-location bounds, or the simple mapping's own cost with uniform
+    links (one node), where the layer-by-layer mapping is optimal; no window is solved once the
+    incumbent meets the bound."""
     g, layers = cc.shape[1], cc.shape[0] + 1
-    candidates = [sequential_mapping(cc, weight, np.arange(g)), np.tile(np.arange(g), (layers, 1))]
-    perms = min(candidates, key=lambda p: mapping_cost(cc, weight, p))
+    perms = best_simple_mapping(cc, weight)
     warm_cost = mapping_cost(cc, weight, perms)
-    perms = local_search(cc, weight, perms)
-    searched_cost = mapping_cost(cc, weight, perms)
     first_free = 1 if symmetric else 0
+    perms, passes = layer_sweeps(cc, weight, perms, first_free)
+    searched_cost = mapping_cost(cc, weight, perms)
     bound = float(sum(colocation_bound(c, weight) for c in cc))
-    seconds, statuses = 0.0, []
+    links = two_level_links(weight)
+    if links is not None and links[0].max() == 0:
+        # uniform links: a transition's cost depends only on which clusters share a GPU, any sequence of
+        # such matchings is realizable, and sequential_mapping picks each one exactly: optimal
+        bound = max(bound, warm_cost)
+    seconds, statuses, windows = 0.0, [], []
     blocks = [(s, min(s + window, layers)) for s in range(first_free, layers, window)]
-    for s, e in blocks:  # free layers s..e-1
-        lo, hi = max(s - 1, 0), min(e, layers - 1)
-        got, res = ilp2_window(cc[lo:hi], weight, perms[lo:hi + 1], fix_first=s > 0, fix_last=e < layers,
-                               time_limit_s=time_limit_s / len(blocks), seed=seed)
-        perms[lo:hi + 1] = got
-        seconds += res.seconds
-        statuses.append(res.status)
-        if len(blocks) == 1 and s == 0 and e == layers:
-            bound = max(bound, res.bound)
+    if searched_cost - bound <= 1e-9 * max(searched_cost, 1.0):
+        blocks = []  # proven optimal already
+    solve = ilp2_window_colocation if links is not None else ilp2_window
+    shift = (window + 1) // 2
+    for rnd in range(max_rounds if len(blocks) > 1 else 1):
+        if rnd:  # the next round's windows straddle this round's window edges
+            off = first_free + (shift if rnd % 2 else 0)
+            blocks = ([(first_free, off)] if off > first_free else []) + [
+                (s, min(s + window, layers)) for s in range(off, layers, window)]
+        improved = False
+        for s, e in blocks:  # free layers s..e-1
+            lo, hi = max(s - 1, 0), min(e, layers - 1)
+            warm = mapping_cost(cc[lo:hi], weight, perms[lo:hi + 1])
+            got, res = solve(cc[lo:hi], weight, perms[lo:hi + 1], fix_first=s > 0, fix_last=e < layers,
+                             time_limit_s=time_limit_s / len(blocks), seed=seed)
+            perms[lo:hi + 1] = got
+            seconds += res.seconds
+            statuses.append(res.status)
+            windows.append(WindowSolve(s, e, warm, res.objective, res.bound, res.status, res.seconds))
+            improved |= res.objective < warm - 1e-9 * max(1.0, warm)
+            if len(blocks) == 1 and s == first_free and e == layers:
+                bound = max(bound, res.bound)
+        if improved:
+            perms, more = layer_sweeps(cc, weight, perms, first_free)
+            passes += more
+        if seconds >= time_limit_s or (not improved and rnd > 0):
+            break
     cost = mapping_cost(cc, weight, perms)
     gap = 0.0 if cost - bound <= 1e-9 * max(cost, 1.0) else (cost - bound) / cost
-    return MappingResult(perms, cost, bound, gap, seconds, statuses, warm_cost, searched_cost)
+    return MappingResult(perms, cost, bound, gap, seconds, statuses, warm_cost, searched_cost, windows, passes)
 
 
 def brute_force_mapping(cc: np.ndarray, weight: np.ndarray) -> float:
@@ -375,13 +594,15 @@ def brute_force_clusters(load: np.ndarray, num_clusters: int) -> float:
 class TunerPlan:
     gpu_of: np.ndarray
     stats: dict[str, float]
+    ilp1_only: np.ndarray | None = None  # ILP 1's clusters on ``best_simple_mapping`` (no ILP 2 stage)
 
 
 def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp2_time_limit_s: float,
              ilp2_window: int, symmetric: bool, seed: int = 0, follow_routing: bool = False,
              load_slack: float = 0.0) -> TunerPlan:
     """ILP 1 on every layer (warm-started from the better baseline; with ``follow_routing`` its second
-    phase aligns each layer's clusters with the previous layer's), then ILP 2 over the layers."""
+    phase aligns each layer's clusters with the previous layer's), then the ILP 2 stage over the
+    layers. ``ilp1_only``: the same clusters on the best simple mapping, i.e. without the ILP 2 stage."""
     layers, experts = prof.load.shape
     g = weight.shape[0]
     cont = contiguous(1, experts, g)[0]
@@ -400,11 +621,18 @@ def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp
         secs += r.seconds
     cluster_of = np.stack(clusters)
     cc = cluster_transitions(prof, cluster_of, g)
+    simple = np.take_along_axis(best_simple_mapping(cc, weight), cluster_of, axis=1)
     m = ilp2_mapping(cc, weight, window=ilp2_window, time_limit_s=ilp2_time_limit_s, seed=seed, symmetric=symmetric)
     gpu_of = np.take_along_axis(m.perms, cluster_of, axis=1)
     check_placement(gpu_of, g)
-    stats = {"ilp1_max_gap": float(max(gaps)), "ilp1_affinity_max_gap": float(max(aff_gaps)), "ilp1_solve_s": secs, "ilp2_gap": m.gap, "ilp2_solve_s": m.seconds,
+    improved = [w for w in m.windows if w.incumbent < w.warm - 1e-9 * max(1.0, w.warm)]
+    top2 = -np.sort(-prof.transitions, axis=2)[..., :2].sum()
+    stats = {"successor_top2_share": float(top2 / max(prof.transitions.sum(), 1.0)),
+             "ilp1_max_gap": float(max(gaps)), "ilp1_affinity_max_gap": float(max(aff_gaps)), "ilp1_solve_s": secs,
+             "ilp2_gap": m.gap, "ilp2_solve_s": m.seconds,
              "ilp2_objective": m.cost, "ilp2_bound": m.bound, "ilp2_heuristic_objective": m.heuristic_cost,
-             "ilp2_local_search_objective": m.local_search_cost,
+             "ilp2_sweep_objective": m.sweep_cost, "ilp2_sweep_passes": float(m.sweep_passes),
+             "ilp2_windows": float(len(m.windows)), "ilp2_windows_improved": float(len(improved)),
+             "ilp2_window_gain": float(sum(w.warm - w.incumbent for w in improved)),
              "ilp2_time_limited_windows": float(sum(s != "Optimal" for s in m.statuses))}
-    return TunerPlan(gpu_of, stats)
+    return TunerPlan(gpu_of, stats, simple)

@@ -6,14 +6,17 @@ KJT; with dedup (RecD) the repeats of each user list are found first (on session
 data they are adjacent: one comparison pass), only the distinct lists are hashed, and they
 ship as an IKJT. Item features vary per sample and stay KJTs in both.
 
-Training: two identical DLRMs (same init, same batches, same Adagrad, the optimizer of
-production DLRMs) alternate in chunks of
-``chunk_steps`` so that machine noise hits both alike; one consumes KJT batches, the other the
-IKJT batches of the same samples. Same math, so the loss curves agree to float rounding.
+Training: identical DLRMs (same init, same Adagrad, the optimizer of production DLRMs), one per
+variant, take turns of ``chunk_steps`` steps so that machine noise hits all alike, in an order that
+changes every turn (none always goes first). The flow trains three on the same multiset of samples:
+KJT batches in arrival order (the paper's baseline), KJT batches clustered by session, and the IKJT
+batches of the clustered samples. The last two are the same math on the same batches, so their loss
+curves agree to float rounding; the first shows what the clustered order costs in model quality.
 """
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import time
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import nn
 
-from mlsys_flows.systems.common.dlrm import DLRM, Jagged, KeyedJaggedTensor, feature_salt, sigrid_hash
+from mlsys_flows.systems.common.dlrm import DLRM, Jagged, KeyedJaggedTensor, feature_salt, mix64, sigrid_hash
 from mlsys_flows.systems.common.timing import Stopwatch, interleaved
 
 from . import Params
@@ -76,6 +79,14 @@ def preprocess(rb: pa.RecordBatch, schema: Schema, table_rows: int, dedup: bool)
                  torch.from_numpy(rb.column(schema.label).to_numpy().astype(np.float32)))
 
 
+def table_batches(table: pa.Table, p: Params, dedup: bool) -> list[Batch]:
+    """An in-memory table -> preprocessed batches of ``p.batch_size``, in row order (no parquet)."""
+    schema = Schema.of(p)
+    check_dataset(table.column_names, table.num_rows, schema, "table")
+    return [preprocess(rb, schema, p.table_rows, dedup)
+            for rb in table.combine_chunks().to_batches(max_chunksize=p.batch_size)]
+
+
 def open_dataset(data: bytes, schema: Schema, where: str) -> pq.ParquetFile:
     pf = pq.ParquetFile(pa.BufferReader(data))
     check_dataset(pf.schema_arrow.names, pf.metadata.num_rows, schema, where)
@@ -121,11 +132,28 @@ def _step(model: DLRM, opt: torch.optim.Optimizer, loss_fn: nn.Module, b: Batch)
     return loss.detach()
 
 
+def turn_order(names: list[str], turn: int) -> list[str]:
+    """The order in which the trainers run in ``turn``: a Williams design, so that over each cycle
+    (``n`` turns, ``2n`` for an odd count ``n``) every trainer is in every position, and right after
+    every other trainer, equally often. Two trainers simply alternate; three cycle through all six
+    orders."""
+    n = len(names)
+    base, lo, hi = [0], 1, n - 1
+    while len(base) < n:  # 0, 1, n-1, 2, n-2, ...
+        base.append(lo if len(base) % 2 else hi)
+        lo, hi = (lo + 1, hi) if len(base) % 2 == 0 else (lo, hi - 1)
+    rows = [[names[(b + k) % n] for b in base] for k in range(n)]
+    if n % 2 == 1 and n > 1:
+        rows += [r[::-1] for r in rows]
+    return list(rows[turn % len(rows)])
+
+
 def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = "cpu",
                       state: dict[str, Any] | None = None,
                       checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
                       checkpoint_every: int = 1) -> dict[str, dict]:
-    """Train one DLRM per variant (same init, same samples), alternating ``chunk_steps`` at a time.
+    """Train one DLRM per variant (same init, same number of batches), taking turns of
+    ``chunk_steps`` steps in the order of :func:`turn_order`.
 
     Returns per variant: ``samples_per_s`` (the first chunk, a warm-up, is not counted),
     ``losses`` (one per step), ``chunk_rates`` (samples/s of each turn) and ``samples``.
@@ -161,8 +189,7 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
             watches[n].seconds, timed_samples[n] = state["seconds"][n], state["timed_samples"][n]
     turns = list(enumerate(range(0, steps, p.chunk_steps)))
     for turn, start in turns[first_turn:]:
-        order = names if turn % 2 == 0 else names[::-1]  # neither variant always goes first
-        for n in order:
+        for n in turn_order(names, turn):  # no variant always goes first
             chunk = staged[n][start:start + p.chunk_steps]
             sync()
             t0 = time.perf_counter()
@@ -183,6 +210,45 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
     return {n: {"samples_per_s": timed_samples[n] / max(watches[n].seconds, 1e-9),
                 "losses": torch.stack(losses[n]).float().cpu().tolist(), "chunk_rates": chunk_rates[n],
                 "samples": sum(b.size for b in batches[n])} for n in names}
+
+
+def samples_digest(batches: list[Batch]) -> str:
+    """An order-free digest of the samples in ``batches``: the sorted hashes of every sample's label,
+    dense values and (hashed) id lists of every feature. Equal digests: the same multiset of samples,
+    however they are ordered or batched and whether the sparse features come as KJTs or IKJTs."""
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    hashes = []
+    with np.errstate(over="ignore"):
+        for b in batches:
+            h = mix64(b.labels.numpy().astype(np.float32).view(np.uint32).astype(np.uint64) + golden)
+            dense = b.dense.numpy().astype(np.float32).view(np.uint32).astype(np.uint64)
+            for i in range(dense.shape[1]):
+                h = mix64(h ^ mix64(dense[:, i] + np.uint64(i + 1) * golden))
+            features: dict[str, Jagged] = {}
+            for s in b.sparse:
+                kjt = s.to_kjt() if isinstance(s, InverseKeyedJaggedTensor) else s
+                features.update({k: kjt[k] for k in kjt.keys()})
+            for i, key in enumerate(sorted(features)):
+                values, lengths = features[key].values.numpy(), features[key].lengths.numpy()
+                offsets = np.concatenate([[0], np.cumsum(lengths)])
+                pos = (np.arange(values.size) - np.repeat(offsets[:-1], lengths)).astype(np.uint64)
+                elem = mix64(values.view(np.uint64) ^ mix64(pos + np.uint64(1000 + i) * golden))
+                prefix = np.concatenate([[np.uint64(0)], np.cumsum(elem, dtype=np.uint64)])
+                rows = mix64((prefix[offsets[1:]] - prefix[offsets[:-1]]) ^ (lengths.astype(np.uint64) * golden))
+                h = mix64(h ^ mix64(rows + np.uint64(2000 + i) * golden))
+            hashes.append(h)
+    all_h = np.sort(np.concatenate(hashes)) if hashes else np.zeros(0, dtype=np.uint64)
+    return hashlib.sha256(all_h.tobytes()).hexdigest()
+
+
+def check_same_samples(batches: dict[str, list[Batch]]) -> str:
+    """The one digest every variant's batches share; raises ValueError naming the variants whose
+    samples differ (a comparison of trainers on different data would be meaningless)."""
+    digests = {n: samples_digest(bs) for n, bs in batches.items()}
+    if len(set(digests.values())) != 1:
+        raise ValueError("the trainers would see different samples: "
+                         + ", ".join(f"{n} {d[:12]}" for n, d in digests.items()))
+    return next(iter(digests.values()))
 
 
 def throughput_samples(chunk_rates: list[float], repeats: int) -> list[float]:

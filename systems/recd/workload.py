@@ -16,7 +16,7 @@ import torch
 
 from mlsys_flows.systems.common.dlrm import Jagged, mix64
 
-from . import Params
+from . import Params, mean_user_len, mix_lengths, user_len_range
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def generate(p: Params) -> pa.Table:
         cols[name] = pa.array(dense[:, i])
 
     for f, name in enumerate(schema.user):
-        lo, hi = max(1, p.user_list_len // 2), p.user_list_len + p.user_list_len // 2
+        lo, hi = user_len_range(p.user_list_len)
         lengths = rng.integers(lo, hi + 1, p.sessions)
         per_session = Jagged.from_numpy(_raw_ids(rng, int(lengths.sum()), vocab, 1000 + f), lengths)
         score += 1.5 * (_list_mean(_hidden_weight(per_session.values.numpy(), f), lengths) * np.sqrt(lengths))[session_of.numpy()]
@@ -134,3 +134,36 @@ def in_batch_dedup_factor(table: pa.Table, column: str, batch_size: int) -> floa
         total += values.size
         kept += dedup_jagged(values, lengths)[0].size
     return total / max(1, kept)
+
+
+# ----- the user/item lookup mix --------------------------------------------------------------------
+def ids_per_sample(p: Params) -> float:
+    """Expected sparse ids of one sample: every user and item id a KJT trainer looks up."""
+    return p.user_features * mean_user_len(p.user_list_len) + p.item_features * p.item_list_len
+
+
+def expected_user_share(p: Params) -> float:
+    """Expected user-feature ids / all sparse ids of a sample (the lookup mix of ``p``)."""
+    user = p.user_features * mean_user_len(p.user_list_len)
+    return user / (user + p.item_features * p.item_list_len)
+
+
+def at_mix(p: Params, share: float, samples: int | None = None) -> Params:
+    """``p`` with the list lengths changed so that ``share`` of the sparse ids are user-feature ids,
+    the ids per sample held at ``p``'s (so a KJT trainer's lookup volume stays the same) and, with
+    ``samples``, enough sessions for that many samples. Lengths are integers: the share is met to
+    within rounding (``expected_user_share`` of the result says how closely)."""
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"a user share lies strictly between 0 and 1 (got {share})")
+    user_len, item_len = mix_lengths(p.user_features, p.user_list_len, p.item_features, p.item_list_len, share)
+    changes: dict = {"user_list_len": user_len, "item_list_len": item_len}
+    if samples is not None:
+        changes["sessions"] = max(1, -(-samples // p.session_min))  # every session has >= session_min samples
+    return type(p).model_validate({**p.model_dump(), **changes})
+
+
+def user_id_share(table: pa.Table, schema: Schema) -> float:
+    """Counted: user-feature ids / all sparse ids in ``table``."""
+    user = sum(len(table.column(c).combine_chunks().flatten()) for c in schema.user)
+    item = sum(len(table.column(c).combine_chunks().flatten()) for c in schema.item)
+    return user / max(1, user + item)

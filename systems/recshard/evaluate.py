@@ -50,3 +50,14 @@ def metrics(plan: Plan, counts: np.ndarray, prof: Profile, gpus: int, capacity: 
         "hbm_used_fraction": float(plan.hbm_bytes(prof, gpus).max() / capacity),
         "tables_in_uvm": float(np.count_nonzero(plan.hot_rows == 0)),
     }
+
+
+def greedy_row(variants: dict[str, dict[str, float]], by_run: str, by_model: str,
+               run_metrics: set[str] | frozenset[str]) -> dict[str, float]:
+    """The "greedy" variant, the best greedy per cost model: metrics scored with the run's costs
+    (``run_metrics``: the measured lookup and the measured per-access costs) from ``by_run``, the greedy
+    plan best on the training profile under those costs; every other metric (the assumed bandwidths and
+    the counts) from ``by_model``, the greedy plan best on the training profile under the assumed
+    bandwidths."""
+    names = list(dict.fromkeys([*variants[by_model], *variants[by_run]]))
+    return {m: variants[by_run if m in run_metrics else by_model][m] for m in names}

@@ -11,7 +11,12 @@ batch).
 - ``recshard``: MILP (RecShard, Sethi et al., ASPLOS 2022): binary table->GPU assignment, per
   (table, GPU) share of the table's touched rows kept in HBM, per-GPU HBM capacity, the access CDF
   over rows as a concave piecewise-linear function (one upper-bounding line per segment), objective
-  the maximum per-GPU cost. Solved by HiGHS, warm-started with the best greedy plan.
+  the maximum per-GPU cost. Solved by HiGHS, warm-started with the best greedy plan. The MILP's
+  fractional hot-row shares are rounded down to whole rows and the plan is repaired (``repair``): the
+  HBM left free on each GPU is filled with the next hottest rows of its tables (``fill_spare_hbm``),
+  and while the most expensive GPU can hand a table to another GPU so that both end up cheaper than
+  it was, the best such move is made (``move_tables``). If the result still costs more on the
+  training profile than the warm start, the warm start is returned and ``MilpStats.fell_back`` says so.
 """
 from __future__ import annotations
 
@@ -89,12 +94,17 @@ def greedy(prof: Profile, gpus: int, capacity: float, key: str) -> Plan:
     return Plan(gpu, hot)
 
 
+def cheapest(plans: dict[str, Plan], prof: Profile, costs: Costs, batch: int, gpus: int) -> str:
+    """The name of the plan with the lowest max per-GPU cost on the TRAINING profile under ``costs``
+    (ties: the first in ``plans``' order)."""
+    names = list(plans)
+    return min(names, key=lambda n: (float(plan_costs(plans[n], prof, costs, batch, gpus).max()), names.index(n)))
+
+
 def best_greedy(prof: Profile, gpus: int, capacity: float, costs: Costs, batch: int) -> tuple[str, dict[str, Plan]]:
     """All greedy plans and the name of the one with the lowest max per-GPU cost on the TRAINING profile."""
     plans = {k: greedy(prof, gpus, capacity, k) for k in GREEDY_KEYS}
-    best = min(GREEDY_KEYS, key=lambda k: (_per_gpu(plans[k].gpu, _table_costs(plans[k], prof, costs, batch), gpus).max(),
-                                           GREEDY_KEYS.index(k)))
-    return best, plans
+    return cheapest(plans, prof, costs, batch, gpus), plans
 
 
 def _table_costs(plan: Plan, prof: Profile, costs: Costs, batch: int) -> np.ndarray:
@@ -131,6 +141,9 @@ class MilpStats:
     solve_s: float
     optimal: bool        # proven within the asked gap (then the plan is reproducible)
     start_objective_s: float
+    filled_rows: int = 0     # hot rows added after rounding, into HBM the rounded plan left free
+    moved_tables: int = 0    # tables moved off the most expensive GPU after rounding
+    fell_back: bool = False  # the rounded, filled plan cost more than ``start`` on the training profile: start returned
 
 
 def recshard(prof: Profile, gpus: int, capacity: float, costs: Costs, batch: int, *, segments: int,
@@ -194,11 +207,15 @@ def recshard(prof: Profile, gpus: int, capacity: float, costs: Costs, batch: int
     gpu = p.argmax(1).astype(np.int64)
     share = res.x[X:H].reshape(t, g)[np.arange(t), gpu].clip(0, 1)
     hot = np.minimum(np.floor(share * touched + 1e-6).astype(np.int64), touched)
-    plan = _fit(Plan(gpu, hot), prof, g, capacity)
+    plan, filled, moved = repair(_fit(Plan(gpu, hot), prof, g, capacity), prof, g, capacity, costs)
+    fell_back = False
+    if start is not None and plan_costs(start, prof, costs, batch, g).max() < plan_costs(plan, prof, costs, batch, g).max():
+        plan, fell_back = start, True  # reported (MilpStats.fell_back, the flow's milp_fell_back metric)
     stats = MilpStats(max_cost_s=float(res.x[Z]) * scale, objective_s=res.objective * scale,
                       bound_s=float(res.bound) * scale, gap=res.gap, status=res.status,
                       solve_s=res.seconds, optimal=res.status == "Optimal",
-                      start_objective_s=float("nan") if start_objective is None else float(start_objective))
+                      start_objective_s=float("nan") if start_objective is None else float(start_objective),
+                      filled_rows=filled, moved_tables=moved, fell_back=fell_back)
     return plan, stats
 
 
@@ -231,3 +248,87 @@ def _fit(plan: Plan, prof: Profile, gpus: int, capacity: float) -> Plan:
         j = tables[np.argmax(prof.row_bytes[tables])]
         hot[j] = max(0, hot[j] - int(np.ceil((used[d] - capacity) / prof.row_bytes[j])))
     return Plan(plan.gpu, hot)
+
+
+def fill_spare_hbm(plan: Plan, prof: Profile, gpus: int, capacity: float, costs: Costs) -> tuple[Plan, int]:
+    """Repair after rounding: put the next hottest (touched) rows of each GPU's tables into the HBM the
+    plan leaves free on that GPU, the rows that save the most cost per byte first, while they fit.
+    Rows only move from UVM to HBM, so no GPU's cost grows and HBM capacity holds. Returns the plan
+    and the number of rows added."""
+    hot = plan.hot_rows.copy()
+    used = plan.hbm_bytes(prof, gpus)
+    touched, row_bytes = prof.touched, prof.row_bytes.astype(float)
+    saving = (costs.uvm - costs.hbm) / row_bytes  # per access, per byte of HBM
+    added = 0
+    for d in range(gpus):
+        spare = capacity - used[d]
+        tables = [j for j in np.flatnonzero(plan.gpu == d) if hot[j] < touched[j] and row_bytes[j] <= spare]
+        if not tables:
+            continue
+        # candidates: each table's next rows in hotness order (at most what the spare HBM could hold)
+        cand_t, cand_v = [], []
+        for j in tables:
+            k = min(int(touched[j]) - int(hot[j]), int(spare // row_bytes[j]))
+            counts = np.sort(prof.counts[j])[::-1][hot[j]: hot[j] + k].astype(float)
+            cand_t.append(np.full(k, j)), cand_v.append(counts * saving[j])
+        tab, value = np.concatenate(cand_t), np.concatenate(cand_v)
+        order = np.lexsort((np.arange(len(tab)), -value))  # a table's own rows stay in hotness order
+        tab = tab[order]
+        while len(tab):
+            cum = np.cumsum(row_bytes[tab])
+            n = int(np.searchsorted(cum, spare, side="right"))
+            if n:
+                np.add.at(hot, tab[:n], 1)
+                added, spare, tab = added + n, spare - cum[n - 1], tab[n:]
+            tab = tab[row_bytes[tab] <= spare]  # a table whose next row no longer fits is done
+    return Plan(plan.gpu, hot), added
+
+
+def move_tables(plan: Plan, prof: Profile, gpus: int, capacity: float, costs: Costs,
+                max_moves: int | None = None) -> tuple[Plan, int, int]:
+    """Repair after rounding, by moves: while the most expensive GPU (exact training cost) can hand one
+    of its tables to another GPU -- with as many of the table's hottest touched rows in HBM as fit
+    there -- so that both GPUs end up cheaper than it was, make the best such move and refill the
+    spare HBM. Each move lowers the largest cost or the number of GPUs at it, so this ends. Returns
+    the plan, the tables moved and the rows filled."""
+    gpu, hot = plan.gpu.copy(), plan.hot_rows.copy()
+    touched, row_bytes, lookups = prof.touched, prof.row_bytes.astype(float), prof.lookups_per_sample
+    cdfs: dict[int, np.ndarray] = {}
+
+    def cost(j: int, k: int) -> float:
+        if j not in cdfs:
+            cdfs[j] = prof.cdf(j)
+        share = cdfs[j][min(int(k), len(cdfs[j]) - 1)]
+        return float(lookups[j] * (share * costs.hbm[j] + (1 - share) * costs.uvm[j]))
+
+    moved = filled = 0
+    for _ in range(max_moves if max_moves is not None else 4 * prof.num_tables):
+        load = np.bincount(gpu, weights=[cost(j, hot[j]) for j in range(len(gpu))], minlength=gpus)
+        used = np.bincount(gpu, weights=hot * row_bytes, minlength=gpus)
+        d = int(np.argmax(load))
+        best = None
+        for j in np.flatnonzero(gpu == d):
+            rest = load[d] - cost(j, hot[j])
+            for e in range(gpus):
+                if e == d:
+                    continue
+                k = int(min(touched[j], max(0.0, capacity - used[e]) // row_bytes[j]))
+                peak = max(rest, load[e] + cost(j, k))
+                if peak < load[d] * (1 - 1e-9) and (best is None or peak < best[0]):
+                    best = (peak, int(j), e, k)
+        if best is None:
+            break
+        _, j, e, k = best
+        gpu[j], hot[j] = e, k
+        moved += 1
+        refilled, n = fill_spare_hbm(Plan(gpu, hot), prof, gpus, capacity, costs)
+        hot, filled = refilled.hot_rows.copy(), filled + n
+    return Plan(gpu, hot), moved, filled
+
+
+def repair(plan: Plan, prof: Profile, gpus: int, capacity: float, costs: Costs) -> tuple[Plan, int, int]:
+    """A rounded MILP plan, repaired: spare HBM filled, then tables moved off the most expensive GPU
+    while that helps (``move_tables``). Returns the plan, the rows filled and the tables moved."""
+    plan, filled = fill_spare_hbm(plan, prof, gpus, capacity, costs)
+    plan, moved, more = move_tables(plan, prof, gpus, capacity, costs)
+    return plan, filled + more, moved

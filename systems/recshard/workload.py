@@ -55,6 +55,17 @@ def trace(table: Table, j: int, samples: int, seed: int, stream: int) -> tuple[n
     return sample_ids(table, samples, rng(seed, stream, j))
 
 
+def trace_prefix(table: Table, j: int, samples: int, first: int, seed: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``first`` samples of ``trace(table, j, samples, seed, stream)``, without drawing the rest
+    of its ids: the same draws as ``sample_ids`` (every length, then one uniform per id; a generator's
+    uniforms are a prefix of a longer draw's), checked against ``trace`` by a unit test."""
+    g = rng(seed, stream, j)
+    lengths = np.maximum(1, g.poisson(table.pooling, size=samples)).astype(np.int64)[:first]
+    cdf = np.cumsum(table.probs)
+    ids = np.searchsorted(cdf, g.random(int(lengths.sum())) * cdf[-1], side="right")
+    return np.minimum(ids, table.rows - 1).astype(np.int64), lengths
+
+
 @dataclass(frozen=True)
 class Profile:
     """What RecShard learns from the training trace, per table: ``counts[j]`` (accesses of each row)."""

@@ -15,7 +15,28 @@ if TYPE_CHECKING:  # torch loads with the model, not with the catalogue
     from mlsys_flows.systems.moe.model import MoEConfig
 
 SYSTEM = "swiftmoe"
-POLICIES = ("deepspeed", "flexmoe", "swiftmoe")  # the variants: two baselines and the technique
+POLICIES = ("deepspeed", "flexmoe", "swiftmoe")  # the policies: two baselines and the technique
+# DeepSpeed re-run at these capacity factors (variants ``deepspeed_cf<cf>``), so the headline's
+# ``vs_strongest`` names the best-tuned DeepSpeed; ``deepspeed`` keeps the ``capacity_factor`` param.
+CAPACITY_SWEEP = (1.25, 1.5, 2.0)
+
+
+def sweep_variant(cf: float) -> str:
+    return f"deepspeed_cf{cf}"
+
+
+DEEPSPEED_SWEEP = tuple(sweep_variant(cf) for cf in CAPACITY_SWEEP)
+VARIANTS = ("deepspeed", *DEEPSPEED_SWEEP, "flexmoe", "swiftmoe")
+
+
+def variant_policy(variant: str, capacity_factor: float) -> tuple[str, float]:
+    """(policy, DeepSpeed capacity factor) of a variant; ``capacity_factor`` is the Params field."""
+    for cf, name in zip(CAPACITY_SWEEP, DEEPSPEED_SWEEP):
+        if variant == name:
+            return "deepspeed", cf
+    if variant in POLICIES:
+        return variant, capacity_factor
+    raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
 
 
 class Params(SystemParams):
@@ -85,7 +106,8 @@ class Params(SystemParams):
 
 SPEC = SystemSpec(
     name=SYSTEM, title="SwiftMoE: decoupled expert optimizer state, per-iteration replication",
-    paper="arXiv:2504.19925", family="moe", params=Params, baselines=("deepspeed", "flexmoe"),
+    paper="arXiv:2504.19925", family="moe", params=Params,
+    baselines=("deepspeed", *DEEPSPEED_SWEEP, "flexmoe"),
     claims=(
         Claim("time_to_target_s", "deepspeed", "swiftmoe", "lower", 1.305,
               "30.5% and 25.9% faster time-to-convergence than DeepSpeed-MoE and FlexMoE", headline=True),
@@ -99,4 +121,5 @@ SPEC = SystemSpec(
     ),
 )
 
-__all__ = ["Params", "SPEC", "SYSTEM", "POLICIES"]
+__all__ = ["Params", "SPEC", "SYSTEM", "POLICIES", "CAPACITY_SWEEP", "DEEPSPEED_SWEEP", "VARIANTS", "sweep_variant",
+           "variant_policy"]

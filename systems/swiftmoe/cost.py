@@ -107,12 +107,18 @@ def phase_seconds(bytes_matrix: np.ndarray, link_bytes_per_s: float) -> float:
     return float(max(m.sum(1).max(), m.sum(0).max()) / link_bytes_per_s)
 
 
+# Communication phases whose bytes are expert weights, gradients or optimizer state: they grow
+# with the expert's size (``state_scale``); the all-to-all and the dense all-reduce do not.
+EXPERT_STATE_PHASES = ("grad_allreduce", "grad_reduce_scatter", "weight_all_gather", "migration")
+
+
 @dataclass
 class TimeModel:
     profile: Profile
     link_gbps: float
     d_model: int
     workers: int
+    state_scale: float = 1.0  # multiplies the bytes of EXPERT_STATE_PHASES (what-if: larger experts)
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -133,6 +139,35 @@ class TimeModel:
         dense_sync = 2 * (w - 1) / w * self.profile.dense_bytes / bw if w > 1 else 0.0
         out = {"dense": self.profile.dense_s, "dense_allreduce": dense_sync, "expert_compute": compute, "all_to_all": a2a}
         for phase, m in work.comm.items():
-            out[phase] = phase_seconds(m, bw)
+            out[phase] = phase_seconds(m, bw) * (self.state_scale if phase in EXPERT_STATE_PHASES else 1.0)
         out["total"] = sum(out.values())
         return out
+
+
+def reprice(traces: list[dict], profile: Profile, link_gbps: float, d_model: int, workers: int,
+            state_scale: float = 1.0) -> list[float]:
+    """Simulated seconds of each recorded iteration (``IterationWork.to_trace``) under another link
+    bandwidth or expert-state size: the work (rows, calls, bytes) is what training really did, so
+    no retraining is needed; only the clock changes."""
+    model = TimeModel(profile, link_gbps, d_model, workers, state_scale)
+    return [model.iteration(IterationWork.from_trace(t))["total"] for t in traces]
+
+
+def time_to_target(iter_times: list[float], iterations_to_target: int) -> float:
+    """The simulated clock at the end of iteration ``iterations_to_target`` (1-based)."""
+    if not 1 <= iterations_to_target <= len(iter_times):
+        raise ValueError(f"iterations_to_target {iterations_to_target} outside 1..{len(iter_times)}")
+    return float(sum(iter_times[:iterations_to_target]))
+
+
+def sweep_flexmoe_ratio(flex: dict, swift: dict, profile: Profile, d_model: int, workers: int,
+                        links_gbps: list[float], state_scales: list[float]) -> dict[float, list[float]]:
+    """FlexMoE / SwiftMoE simulated time to target for each expert-state scale (key) and link
+    bandwidth (list entry), re-pricing each run's recorded trace. ``flex``/``swift``: ``{"trace":
+    [...], "iterations_to_target": n}``. Above 1: SwiftMoE reaches the target sooner."""
+    out: dict[float, list[float]] = {}
+    for s in state_scales:
+        out[s] = [time_to_target(reprice(flex["trace"], profile, g, d_model, workers, s), int(flex["iterations_to_target"]))
+                  / time_to_target(reprice(swift["trace"], profile, g, d_model, workers, s), int(swift["iterations_to_target"]))
+                  for g in links_gbps]
+    return out

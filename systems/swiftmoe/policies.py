@@ -85,6 +85,29 @@ class IterationWork:
         self.compute = [[] for _ in range(self.layers)]
         self.a2a_rows = [np.zeros((self.workers, self.workers)) for _ in range(self.layers)]
 
+    def to_trace(self) -> dict:
+        """Plain-data copy (lists and arrays) for shipping between tasks and re-pricing later."""
+        return {"layers": self.layers, "workers": self.workers, "compute": [[tuple(c) for c in cs] for cs in self.compute],
+                "a2a_rows": [a.copy() for a in self.a2a_rows], "comm": {k: v.copy() for k, v in self.comm.items()},
+                "routed": self.routed, "dropped": self.dropped}
+
+    @classmethod
+    def from_trace(cls, d: dict) -> "IterationWork":
+        work = cls(int(d["layers"]), int(d["workers"]), routed=int(d["routed"]), dropped=int(d["dropped"]))
+        w = work.workers
+        if len(d["compute"]) != work.layers or len(d["a2a_rows"]) != work.layers:
+            raise ValueError(f"trace has {len(d['compute'])} compute and {len(d['a2a_rows'])} all-to-all layers, "
+                             f"expected {work.layers}")
+        for m in [*d["a2a_rows"], *d["comm"].values()]:
+            if np.shape(m) != (w, w):
+                raise ValueError(f"trace matrix of shape {np.shape(m)}, expected ({w}, {w})")
+        if any(not 0 <= wk < w or n < 0 for cs in d["compute"] for wk, n in cs):
+            raise ValueError("trace expert call on a worker out of range or with negative rows")
+        work.compute = [[(int(wk), int(n)) for wk, n in cs] for cs in d["compute"]]
+        work.a2a_rows = [np.array(a, dtype=float) for a in d["a2a_rows"]]
+        work.comm = {k: np.array(v, dtype=float) for k, v in d["comm"].items()}
+        return work
+
     def add_bytes(self, phase: str, src, dst, n: float) -> None:
         """``n`` bytes from each ``src`` to each ``dst`` (broadcast index arrays); local copies are free."""
         src, dst = np.broadcast_arrays(np.asarray(src), np.asarray(dst))

@@ -35,6 +35,7 @@ class PolicyRun:
     eval_loss: list[float]
     eval_clock_s: list[float]         # simulated clock at each evaluation
     breakdown_s: dict[str, float] = field(default_factory=dict)  # mean seconds per iteration by part
+    trace: list[dict] = field(default_factory=list)  # per iteration IterationWork.to_trace() (when recorded)
 
 
 def _evaluate(model: TinyMoE, policy, tokens: torch.Tensor) -> float:
@@ -44,18 +45,22 @@ def _evaluate(model: TinyMoE, policy, tokens: torch.Tensor) -> float:
 
 
 def train_policy(name: str, p, wl: Workload, profile: Profile, device: str = "cpu",
-                 log=None) -> PolicyRun:
+                 log=None, policy: str | None = None, capacity_factor: float | None = None,
+                 record: bool = False) -> PolicyRun:
+    """Train variant ``name`` with ``policy`` (default: ``name``) and DeepSpeed capacity factor
+    ``capacity_factor`` (default: ``p.capacity_factor``); ``record`` keeps every iteration's work."""
     torch.manual_seed(p.seed)
     cfg = p.moe_config()
     model = TinyMoE(cfg, p.seed).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=p.lr)
     weights = [[w.to(device) for w in layer] for layer in initial_experts(cfg, p.seed)]
-    policy = make_policy(name, cfg, weights, p.workers, p.slots_per_worker, p.lr, p.capacity_factor, p.replace_every)
+    cf = p.capacity_factor if capacity_factor is None else capacity_factor
+    backend = make_policy(policy or name, cfg, weights, p.workers, p.slots_per_worker, p.lr, cf, p.replace_every)
     clock = TimeModel(profile, p.link_gbps, cfg.d_model, p.workers)
     ev = torch.as_tensor(wl.eval, device=device)
     target = wl.bayes_loss + p.target_gap
 
-    iter_time, train_loss, dropped = [], [], []
+    iter_time, train_loss, dropped, trace = [], [], [], []
     eval_iters, eval_loss, eval_clock = [], [], []
     parts: dict[str, float] = {}
     bytes_moved: dict[str, float] = {}
@@ -63,12 +68,14 @@ def train_policy(name: str, p, wl: Workload, profile: Profile, device: str = "cp
     started = time.perf_counter()
     for it in range(p.iterations):
         batch = torch.as_tensor(wl.train[it], device=device)
-        logits, _ = model(batch[:, :-1], policy)
+        logits, _ = model(batch[:, :-1], backend)
         loss = lm_loss(logits, batch[:, 1:])
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        work = policy.step()
+        work = backend.step()
+        if record:
+            trace.append(work.to_trace())
         t = clock.iteration(work)
         now += t["total"]
         for k, v in t.items():
@@ -80,7 +87,7 @@ def train_policy(name: str, p, wl: Workload, profile: Profile, device: str = "cp
         dropped.append(work.dropped / max(1, work.routed))
         routed, n_dropped = routed + work.routed, n_dropped + work.dropped
         if (it + 1) % p.eval_every == 0 or it + 1 == p.iterations:
-            el = _evaluate(model, policy, ev)
+            el = _evaluate(model, backend, ev)
             eval_iters.append(it + 1)
             eval_loss.append(el)
             eval_clock.append(now)
@@ -101,9 +108,9 @@ def train_policy(name: str, p, wl: Workload, profile: Profile, device: str = "cp
         "tokens_dropped_frac": n_dropped / max(1, routed),
         "expert_bytes_moved_per_iter": sum(bytes_moved.values()) / n,
         "migration_bytes_total": bytes_moved.get("migration", 0.0),
-        "expert_state_bytes_per_worker": float(policy.expert_state_bytes()),
+        "expert_state_bytes_per_worker": float(backend.expert_state_bytes()),
         "train_wall_s": time.perf_counter() - started,
     }
     return PolicyRun(name=name, metrics=metrics, iter_time_s=iter_time, train_loss=train_loss, dropped_frac=dropped,
                      eval_iters=eval_iters, eval_loss=eval_loss, eval_clock_s=eval_clock,
-                     breakdown_s={k: v / n for k, v in parts.items()})
+                     breakdown_s={k: v / n for k, v in parts.items()}, trace=trace)

@@ -1,5 +1,6 @@
-"""The DSI flow at smoke scale on Dask: a RunReport with the measured headline, DPP reading fewer
-bytes; an empty or incomplete dataset fails before any training."""
+"""The DSI flow at smoke scale on Dask: a RunReport with the measured headline against the strongest
+on-trainer loader, all three variants training on the same samples, DPP and the projected loader
+reading fewer bytes than full rows; an empty or incomplete dataset fails before any training."""
 from __future__ import annotations
 
 import math
@@ -16,10 +17,18 @@ def test_dsi_smoke_flow(dask_cluster, local_storage):
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"]) == ("trainer_samples_per_s", "inline", "dpp")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
+    assert h["vs_strongest"]["baseline"] in ("inline", "inline_full_rows")
     v = report["variants"]
-    assert v["dpp"]["samples"] == v["inline"]["samples"] > 0
-    assert v["dpp"]["bytes_read"] < v["inline"]["bytes_read"]
-    assert 0 <= v["dpp"]["stall_fraction"] <= 1 and 1 <= v["dpp"]["workers_mean"] <= v["dpp"]["workers_max"]
+    assert set(v) == {"inline", "inline_full_rows", "dpp"}
+    assert v["dpp"]["samples"] == v["inline"]["samples"] == v["inline_full_rows"]["samples"] > 0
+    assert v["dpp"]["bytes_read"] < v["inline_full_rows"]["bytes_read"]
+    assert v["inline"]["bytes_read"] < v["inline_full_rows"]["bytes_read"]
+    for name in v:
+        assert 0 <= v[name]["stall_fraction"] <= 1 and v[name]["step_ms"] > 0 and math.isfinite(v[name]["final_loss"])
+    assert 1 <= v["dpp"]["workers_mean"] <= v["dpp"]["workers_max"]
+    assert {(r["baseline"], r["technique"]) for r in report["ratios"] if r["metric"] == "trainer_samples_per_s"} == \
+        {("inline_full_rows", "dpp"), ("inline_full_rows", "inline")}
+    assert any("CPU budget" in n for n in report["notes"])
     assert report["curves"][0]["series"]["dpp"][1], "workers over time"
     assert local_storage.read_json(f"reports/dsi/{report['run_id']}.json")["headline"] == h
 

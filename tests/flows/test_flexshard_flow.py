@@ -1,5 +1,6 @@
-"""The flexshard flow at smoke scale: a RunReport with a measured headline, both variants, the trace,
-the plans and the report on storage; byte counts declared deterministic."""
+"""The flexshard flow at smoke scale: a RunReport whose headline is all communication of FlexShard vs the
+row-wise baseline with a hot-row cache at equal memory, every variant (dedup ones included), the trace, the
+plans and the report on storage; byte counts declared deterministic."""
 import math
 
 from mlsys_flows.flows.flexshard import flexshard
@@ -8,15 +9,28 @@ from mlsys_flows.flows.flexshard import flexshard
 def test_flexshard_flow_smoke(dask_cluster, local_storage):
     report = flexshard(scale="smoke", cluster=dask_cluster, storage=local_storage)
     h = report["headline"]
-    assert (h["metric"], h["baseline"], h["technique"], h["better"]) == ("alltoall_bytes", "rowwise", "flexshard", "lower")
-    assert math.isfinite(h["ratio"]) and h["ratio"] > 1.0
-    assert set(report["variants"]) == {"rowwise", "flexshard"}
-    ratios = {r["metric"]: r for r in report["ratios"]}
-    assert {"alltoall_inter_bytes", "modeled_comm_latency_s", "comm_bytes", "comm_inter_node_bytes"} <= set(ratios)
-    assert ratios["modeled_comm_latency_s"]["paper"] == 6.0
-    fs = report["variants"]["flexshard"]
-    assert fs["memory_vs_rowwise"] <= 1 + report["parameters"]["memory_headroom"]
-    assert {"alltoall_bytes", "alltoall_inter_bytes", "sync_bytes"} <= set(report["deterministic_metrics"])
+    assert (h["metric"], h["baseline"], h["technique"], h["better"]) == ("comm_bytes", "rowwise_cache", "flexshard", "lower")
+    assert math.isfinite(h["ratio"]) and h["ratio"] > 0 and h["kind"] == "counted"
+    assert h["vs_strongest"]["baseline"] in {"rowwise", "rowwise_cache", "rowwise_dedup", "rowwise_dedup_cache"}
+    assert set(report["variants"]) == {"rowwise", "rowwise_cache", "flexshard", "rowwise_dedup",
+                                       "rowwise_dedup_cache", "flexshard_dedup"}
+    ratios = {(r["metric"], r["baseline"], r["technique"]): r for r in report["ratios"]}
+    assert {("alltoall_bytes", "rowwise_cache", "flexshard"), ("modeled_comm_latency_s", "rowwise_cache", "flexshard"),
+            ("comm_bytes", "rowwise", "flexshard"), ("comm_bytes", "rowwise_dedup", "flexshard_dedup"),
+            ("comm_bytes", "rowwise_dedup_cache", "flexshard_dedup")} <= set(ratios)
+    assert ratios["modeled_comm_latency_s", "rowwise_cache", "flexshard"]["paper"] == 6.0
+    assert ratios["modeled_comm_latency_s", "rowwise_cache", "flexshard"]["kind"] == "modelled"
+    kinds = report["metric_kinds"]
+    assert all(k == "counted" for m, k in kinds.items() if m.endswith("_bytes") or m.endswith("_per_device"))
+    v = report["variants"]
+    row = report["parameters"]["dim"] * report["parameters"]["element_bytes"]
+    for fs, cache in (("flexshard", "rowwise_cache"), ("flexshard_dedup", "rowwise_dedup_cache")):  # equal memory
+        assert abs(v[fs]["memory_bytes_per_device"] - v[cache]["memory_bytes_per_device"]) <= row
+        assert v[fs]["memory_vs_rowwise"] <= 1 + report["parameters"]["memory_headroom"]
+    assert v["rowwise_cache"]["rows_full_replica"] > 0 and v["rowwise_cache"]["sync_bytes"] > 0
+    assert v["rowwise_dedup"]["alltoall_bytes"] < v["rowwise"]["alltoall_bytes"]
+    assert {"alltoall_bytes", "comm_bytes", "sync_bytes"} <= set(report["deterministic_metrics"])
+    assert any("memory headroom" in c["title"] for c in report["curves"])
     run = f"runs/flexshard/{report['run_id']}"
     assert local_storage.exists(f"{run}/plans.npz") and local_storage.exists(f"{run}/trace/workload.npz")
     assert sum("heldout-" in k for k in local_storage.list(f"{run}/trace")) == report["parameters"]["replay_tasks"]

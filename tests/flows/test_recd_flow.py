@@ -1,5 +1,6 @@
-"""The RecD flow at smoke scale on Dask: a RunReport with the measured headline and the paper's
-other two ratios; a storage URL that does not exist fails before any work."""
+"""The RecD flow at smoke scale on Dask: a RunReport with the measured headline, the paper's other
+ratios, the arrival-order trainer's loss and the mix sweep; a storage URL that does not exist fails
+before any work."""
 from __future__ import annotations
 
 import math
@@ -15,11 +16,35 @@ def test_recd_smoke_flow(dask_cluster, local_storage):
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"]) == ("train_samples_per_s", "kjt", "ikjt")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
-    assert {r["metric"] for r in report["ratios"]} == {"stored_bytes", "preprocess_batches_per_s"}
+    assert h["vs_strongest"]["baseline"] in ("kjt", "kjt_clustered")
+    assert [(r["metric"], r["baseline"]) for r in report["ratios"]] == [
+        ("stored_bytes", "kjt"), ("preprocess_batches_per_s", "kjt"), ("preprocess_batches_per_s", "kjt_clustered"),
+        ("train_samples_per_s", "kjt_clustered"), ("final_loss", "kjt")]
     v = report["variants"]
     assert v["ikjt"]["stored_bytes"] < v["kjt"]["stored_bytes"]
-    assert v["ikjt"]["user_values_per_epoch"] < v["kjt"]["user_values_per_epoch"]
-    assert abs(v["ikjt"]["final_loss"] - v["kjt"]["final_loss"]) < 1e-3
+    assert v["ikjt"]["user_values_per_epoch"] < v["kjt_clustered"]["user_values_per_epoch"] == \
+        v["kjt"]["user_values_per_epoch"]
+    # same batches, same math: equal loss; arrival order: its own (finite) loss at the same steps
+    assert abs(v["ikjt"]["final_loss"] - v["kjt_clustered"]["final_loss"]) < 1e-3
+    assert math.isfinite(v["kjt"]["final_loss"])
+    kinds = report["metric_kinds"]
+    assert kinds["train_samples_per_s"] == kinds["sweep_train_samples_per_s"] == "measured"
+    assert kinds["final_loss"] == kinds["user_id_share"] == "counted"
+    assert {"final_loss", "user_id_share"} <= set(report["deterministic_metrics"])
+    # the mix sweep: the three trainers' variants per point, each with its samples, and the ratio curve
+    shares = report["parameters"]["mix_sweep"]
+    assert len(shares) >= 4
+    for share in shares:
+        for n in ("kjt", "kjt_clustered", "ikjt"):
+            name = f"{n}@mix{share:g}"
+            assert abs(v[name]["user_id_share"] - share) < 0.05
+            assert len(report["samples"][name]["sweep_train_samples_per_s"]) == report["parameters"]["repeats"]
+    curve = next(c for c in report["curves"] if c["title"] == "training throughput ratio vs lookup mix")
+    for series in ("ikjt / kjt (ratio of medians)", "ikjt / kjt_clustered (ratio of medians)"):
+        xs, ys = curve["series"][series]
+        assert len(xs) == len(shares) and all(math.isfinite(y) and y > 0 for y in ys)
+    loss = next(c for c in report["curves"] if c["title"].startswith("training loss"))
+    assert set(loss["series"]) == {"kjt", "kjt_clustered", "ikjt"}
     assert local_storage.read_json(f"reports/recd/{report['run_id']}.json")["headline"] == h
 
 

@@ -1,7 +1,10 @@
-"""The swiftmoe flow at smoke scale: three policies train the same tiny MoE on Dask workers."""
+"""The swiftmoe flow at smoke scale: DeepSpeed (default and swept capacity factors), FlexMoE and
+SwiftMoE train the same tiny MoE on Dask workers; calibration and what-if sweep are reported."""
 import math
 
 from mlsys_flows.flows.swiftmoe import swiftmoe
+from mlsys_flows.systems.swiftmoe import DEEPSPEED_SWEEP, SPEC, VARIANTS
+from mlsys_flows.systems.swiftmoe.calibrate import gloo_available
 
 
 def test_swiftmoe_flow_smoke(dask_cluster, local_storage):
@@ -10,13 +13,24 @@ def test_swiftmoe_flow_smoke(dask_cluster, local_storage):
     assert h["metric"] == "time_to_target_s" and h["baseline"] == "deepspeed" and h["technique"] == "swiftmoe"
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
     v = report["variants"]
-    assert set(v) == {"deepspeed", "flexmoe", "swiftmoe"}
+    assert set(v) == set(VARIANTS)
     assert v["deepspeed"]["tokens_dropped_frac"] > 0 and v["swiftmoe"]["tokens_dropped_frac"] == 0
+    # cf 2.0 drops fewer tokens than the default cf 1.0 (counted); the strongest baseline is a spec baseline
+    assert v["deepspeed_cf2.0"]["tokens_dropped_frac"] < v["deepspeed"]["tokens_dropped_frac"]
+    assert report["metric_kinds"]["tokens_dropped_frac"] == "counted"
+    assert h["vs_strongest"]["baseline"] in SPEC.baselines and set(DEEPSPEED_SWEEP) <= set(SPEC.baselines)
+    if gloo_available():
+        assert report["metric_kinds"]["calibration_error"] == "measured"
+        assert v["swiftmoe"]["calibration_error"] > 0 and report["samples"]["swiftmoe"]["calibration_error"]
+    assert any(n.startswith("Calibration") for n in report["notes"])
+    assert any(n.startswith("What-if") for n in report["notes"])
     assert v["flexmoe"]["migration_bytes_total"] > 0 and v["swiftmoe"]["migration_bytes_total"] == 0
     assert any(r["technique"] == "swiftmoe" and r["baseline"] == "flexmoe" and r["paper"] == 1.259
                for r in report["ratios"])
     for name, m in v.items():  # a policy that missed the target is explained in the notes
         assert m["reached_target"] == 1 or any(n.startswith(f"{name} did not reach") for n in report["notes"])
-    assert {c["title"] for c in report["curves"]} >= {"held-out loss vs simulated time", "routed tokens dropped"}
+    titles = {c["title"] for c in report["curves"]}
+    assert titles >= {"held-out loss vs simulated time", "routed tokens dropped"}
+    assert any(t.startswith("flexmoe / swiftmoe simulated time to target vs link") for t in titles)
     assert local_storage.exists(f"reports/swiftmoe/{report['run_id']}.json")
     assert local_storage.exists(f"runs/swiftmoe/{report['run_id']}/tokens.npz")

@@ -61,9 +61,9 @@ def test_dsi_flow_over_s3(s3_storage, dask_cluster, prefect_api):
     from mlsys_flows.runner import run_system
 
     report = run_system("dsi", "smoke", storage=s3_storage, cluster=dask_cluster)
-    dpp, inline = report.variants["dpp"], report.variants["inline"]
-    assert report.headline.ratio > 0 and dpp["samples"] == inline["samples"] > 0
-    assert 0 < dpp["bytes_read"] < inline["bytes_read"]
+    dpp, inline, full = report.variants["dpp"], report.variants["inline"], report.variants["inline_full_rows"]
+    assert report.headline.ratio > 0 and dpp["samples"] == inline["samples"] == full["samples"] > 0
+    assert 0 < dpp["bytes_read"] < full["bytes_read"]  # the strong inline loader projects too
     parquet = [k for k in s3_storage.list(f"runs/dsi/{report.run_id}") if k.endswith(".parquet")]
     assert len(parquet) == Params.for_scale("smoke").files
     assert s3_storage.read_json(f"reports/dsi/{report.run_id}.json")["headline"]["metric"] == "trainer_samples_per_s"

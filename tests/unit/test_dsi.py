@@ -1,6 +1,8 @@
-"""DSI/DPP: projection and coalescing, the master's exactly-once delivery, DPP and the inline trainer
-stepping on batches of the same contents (by digest; the check is shown to fail on a changed, dropped
-or duplicated batch), the controller, bad inputs."""
+"""DSI/DPP: projection and coalescing, the master's exactly-once delivery, DPP and both on-trainer
+loaders (projected, full rows) stepping on batches of the same contents (by digest; the check is shown
+to fail on a changed, dropped or duplicated batch), the prefetching loader overlapping loads with steps
+(by event order; the check fails on a serial log), pinning restoring the affinity, the CPU trainer
+step, the controller, bad inputs."""
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +18,9 @@ from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.dsi import Params
 from mlsys_flows.systems.dsi import data as d
-from mlsys_flows.systems.dsi.dpp import Controller, DPPError, Trainer, num_batches, run_dpp, run_inline
+from mlsys_flows.systems.dsi.cpu import HAS_AFFINITY, available_cores, pinned, split_cores
+from mlsys_flows.systems.dsi.dpp import (Controller, DPPError, PrefetchLoader, Trainer, calibrate_passes,
+                                         num_batches, run_dpp, run_inline)
 
 
 @pytest.fixture
@@ -114,17 +118,148 @@ def _check_same_batches(dpp: list[tuple[int, int, str]], inline: list[tuple[int,
     assert sorted(dpp) == sorted(inline), "DPP's batches differ from the inline trainer's"
 
 
-def test_dpp_and_inline_train_on_the_same_batches(dataset, monkeypatch):
+@pytest.mark.parametrize("loader_threads", [1, 3])
+def test_dpp_and_both_inline_loaders_train_on_the_same_batches(dataset, monkeypatch, loader_threads):
     p, storage, items = dataset
+    p = p.model_copy(update={"loader_threads": loader_threads})
     out = {}
     used = p.used_columns()
     inline = _trained_batches(monkeypatch, lambda: out.update(inline=run_inline(items, storage.open_input, used, p)))
+    full = _trained_batches(monkeypatch, lambda: out.update(full=run_inline(items, storage.open_input, used, p,
+                                                                            projected=False)))
     dpp = _trained_batches(monkeypatch, lambda: out.update(dpp=run_dpp(items, ThreadExecutor(storage, p), used, p)))
     metrics, details = out["dpp"]
     _exactly_once(details["consumed"], items, p)
     _check_same_batches(dpp, inline, items, p.batch_size)
-    assert metrics["samples"] == out["inline"]["samples"] == sum(it.rows for it in items)
-    assert metrics["bytes_read"] < out["inline"]["bytes_read"]
+    _check_same_batches(full, inline, items, p.batch_size)
+    assert [(i, j) for i, j, _ in full] == [(i, j) for i, j, _ in inline]  # both loaders deliver in order
+    assert metrics["samples"] == out["inline"]["samples"] == out["full"]["samples"] == sum(it.rows for it in items)
+    assert metrics["bytes_read"] < out["full"]["bytes_read"] and out["inline"]["bytes_read"] < out["full"]["bytes_read"]
+    assert metrics["read_calls"] < out["full"]["read_calls"]
+    for m in (metrics, out["inline"], out["full"]):
+        assert 0 <= m["stall_fraction"] <= 1 and math.isfinite(m["final_loss"])
+
+
+def _overlap_violations(events: list[tuple[str, int]], n: int, window: int) -> list[str]:
+    """What keeps an event log (("load_start"|"load_end"|"consume_start"|"consume_end", item)) from
+    showing a prefetching loader: items consumed out of order or not once each, item k+1's load not
+    started before item k's consumption ended (no overlap), or more than ``window`` items loading
+    ahead of the trainer."""
+    pos = {}
+    for i, e in enumerate(events):
+        pos.setdefault(e, i)
+    bad = []
+    if [k for e, k in events if e == "consume_start"] != list(range(n)):
+        bad.append("not consumed in order, once each")
+    for k in range(n - 1):
+        if not pos.get(("load_start", k + 1), len(events)) < pos.get(("consume_end", k), -1):
+            bad.append(f"item {k + 1} loaded only after item {k} was consumed")
+    for k in range(n):
+        started = sum(1 for e, j in events[:pos.get(("consume_start", k), 0)] if e == "load_start")
+        if started > k + 1 + window:
+            bad.append(f"{started} loads started before item {k} was consumed")
+    return bad
+
+
+def _loader_events(threads: int, ahead: int, n: int = 8, load_s: float = 0.03, step_s: float = 0.05):
+    items = [d.WorkItem(i, "k", i, 10) for i in range(n)]
+    events: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def log(what, k):
+        with lock:
+            events.append((what, k))
+
+    def load(it):
+        log("load_start", it.id)
+        time.sleep(load_s)
+        log("load_end", it.id)
+        return [it.id], {}
+
+    for fut in PrefetchLoader(items, load, threads, ahead):
+        (k,), _ = fut.result()
+        log("consume_start", k)
+        time.sleep(step_s)
+        log("consume_end", k)
+    return events
+
+
+@pytest.mark.parametrize("threads,ahead", [(1, 1), (1, 2), (3, 2)])
+def test_the_prefetching_loader_overlaps_loads_with_steps_in_order(threads, ahead):
+    events = _loader_events(threads, ahead)
+    assert _overlap_violations(events, 8, threads * ahead) == []
+
+
+def test_the_overlap_check_fails_on_a_serial_or_reordered_loader():
+    serial = [(e, k) for k in range(8) for e in ("load_start", "load_end", "consume_start", "consume_end")]
+    assert any("loaded only after" in v for v in _overlap_violations(serial, 8, 2))
+    swapped = [(e, {3: 4, 4: 3}.get(k, k)) for e, k in _loader_events(1, 2)]
+    assert any("in order" in v for v in _overlap_violations(swapped, 8, 2))
+    greedy = [("load_start", k) for k in range(8)] + [(e, k) for k in range(8) for e in ("consume_start", "consume_end")]
+    assert any("loads started" in v for v in _overlap_violations(greedy, 8, 2))
+    with pytest.raises(ValueError):
+        PrefetchLoader([], lambda it: ([], {}), threads=0)
+
+
+@pytest.mark.skipif(not HAS_AFFINITY, reason="no sched_setaffinity on this OS")
+def test_pinning_applies_to_every_thread_and_restores_the_affinity():
+    import os
+
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    seen = {}
+    with pinned([core]) as cores:
+        assert cores == [core] and os.sched_getaffinity(0) == {core}
+        th = threading.Thread(target=lambda: seen.update(inner=os.sched_getaffinity(0)))
+        th.start()
+        th.join()
+    assert seen["inner"] == {core}                       # a loader thread started inside inherits the pin
+    assert os.sched_getaffinity(0) == before            # restored afterwards
+    with pytest.raises(RuntimeError):                    # restored on an error too
+        with pinned([core], whole_process=False):
+            raise RuntimeError("boom")
+    assert os.sched_getaffinity(0) == before
+
+
+def test_split_cores_gives_the_trainer_one_core_and_degrades_on_one():
+    trainer, dpp, note = split_cores([3, 1])
+    if HAS_AFFINITY:
+        assert (trainer, dpp) == ([1], [3]) and "DPP workers" in note
+    t1, d1, n1 = split_cores([0])
+    assert t1 == d1 == [0] and ("only 1 core" in n1 or not HAS_AFFINITY)
+    with pytest.raises(ValueError):
+        split_cores([])
+    assert available_cores()
+
+
+def test_the_cpu_trainer_step_is_real_dlrm_work(dataset):
+    p, storage, items = dataset
+    used = p.used_columns()
+    batch = d.process_item(items[0], storage.open_input, used, p, projected=True)[0][0]
+    trainer = Trainer(p, used, "cpu", passes=3)
+    first = [x.detach().clone() for x in trainer.model.parameters()]
+    trainer.step(batch)
+    assert trainer.steps == 1 and trainer.samples == batch.rows and math.isfinite(trainer.loss)
+    assert any(not np.array_equal(a.numpy(), b.detach().numpy()) for a, b in zip(first, trainer.model.parameters()))
+    passes, pass_ms = calibrate_passes(p.model_copy(update={"step_ms": 5.0}), used, batch, repeats=3)
+    assert passes >= 1 and pass_ms > 0
+    assert calibrate_passes(p.model_copy(update={"step_ms": 0.0}), used, batch, repeats=1)[0] == 1
+
+
+def test_the_dask_executor_keeps_the_trainers_worker_out():
+    from mlsys_flows.tasks.dsi import DaskExecutor
+
+    class Client:
+        def __init__(self, ws):
+            self.ws = ws
+
+        def scheduler_info(self, n_workers=-1):
+            return {"workers": {w: {} for w in self.ws}}
+
+    p = Params.for_scale("smoke")
+    assert DaskExecutor(Client(["a", "b"]), None, [], p, exclude="a").workers() == ["b"]
+    assert DaskExecutor(Client(["a"]), None, [], p, exclude="a").workers() == ["a"]  # the only one: kept
+    assert sorted(DaskExecutor(Client(["a", "b"]), None, [], p).workers()) == ["a", "b"]
 
 
 def _changed(batches: list[d.Batch], what: str) -> list[d.Batch]:

@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.moetuner import (CostModel, Params, RoutingTrace, Topology, TraceError, check_placement,
                                           contiguous, evaluate, plan_and_evaluate, profile, synthetic_trace)
-from mlsys_flows.systems.moetuner.placement import (PlanError, brute_force_clusters, brute_force_mapping,
+from mlsys_flows.systems.moetuner.placement import (PlanError, best_layer_mapping, best_simple_mapping,
+                                                    brute_force_clusters, brute_force_mapping,
                                                     cluster_transitions, colocation_bound, greedy_layer,
-                                                    ilp1_clusters, ilp2_mapping, mapping_cost, max_cluster_load,
-                                                    moetuner, sequential_mapping)
+                                                    ilp1_clusters, ilp2_mapping, ilp2_window,
+                                                    ilp2_window_colocation, inflow_cost,
+                                                    layer_sweeps, mapping_cost, max_cluster_load, moetuner,
+                                                    outflow_cost, sequential_mapping, two_level_links)
 
 loads = st.lists(st.integers(0, 1000), min_size=6, max_size=6).map(lambda xs: np.array(xs, float))
 
@@ -52,6 +55,12 @@ def test_ilp2_single_node_matches_brute_force(seed):
     assert m.gap == pytest.approx(0.0, abs=1e-6)
 
 
+def test_two_level_links_reads_the_topology():
+    node, intra, inter = two_level_links(Topology(2, 3, 100.0, 5.0).pair_weight())
+    assert node.tolist() == [0, 0, 0, 1, 1, 1] and (intra, inter) == (pytest.approx(1.0), pytest.approx(20.0))
+    assert two_level_links(np.array([[0, 1, 2], [1, 0, 3], [2, 3, 0]], float)) is None  # not node-uniform
+
+
 def test_ilp2_two_nodes_matches_brute_force_and_beats_sequential():
     topo = Topology(2, 2, 100.0, 5.0)
     w = topo.pair_weight()
@@ -72,6 +81,113 @@ def test_windowed_ilp2_never_worse_than_its_warm_start():
     m = ilp2_mapping(cc, w, window=2, time_limit_s=3, symmetric=False)
     assert m.cost <= mapping_cost(cc, w, sequential_mapping(cc, w, np.arange(4))) + 1e-9
     assert 0.0 <= m.gap <= 1.0 and m.bound <= m.cost + 1e-9
+
+
+def _exhaustive_mapping_optimum(cc: np.ndarray, weight: np.ndarray) -> float:
+    """The least profiled ILP 2 objective over every cluster->GPU bijection of every layer, by
+    enumeration written apart from the library (4 GPUs, 3 layers: 24^3 = 13,824 mappings): per
+    transition, the worst pair's weighted traffic, where GPU pair (i, j) carries cc[c, c'] for the
+    cluster c on i and the cluster c' on j."""
+    g = cc.shape[1]
+    perms = [np.array(p) for p in itertools.permutations(range(g))]
+    # cost of a transition depends only on the two layers' mappings: tabulate it for every pair
+    cost = np.empty((len(cc), len(perms), len(perms)))
+    for t, flows in enumerate(cc):
+        for a, pa in enumerate(perms):
+            for b, pb in enumerate(perms):
+                traffic = np.zeros((g, g))
+                traffic[pa[:, None], pb[None, :]] = flows
+                cost[t, a, b] = (traffic * weight).max()
+    best = np.zeros(len(perms))  # dynamic programming over layers (a chain): exact
+    for t in range(len(cc)):
+        best = (best[:, None] + cost[t]).min(axis=0)
+    return float(best.min())
+
+
+def _check_mapping_optimal(perms: np.ndarray, cc: np.ndarray, weight: np.ndarray) -> None:
+    """Every layer's cluster->GPU map is a bijection and the mapping's objective is the exhaustive optimum."""
+    g = cc.shape[1]
+    for l, perm in enumerate(np.asarray(perms)):
+        assert sorted(perm.tolist()) == list(range(g)), f"layer {l}: {perm.tolist()} is not a bijection"
+    got, best = mapping_cost(cc, weight, np.asarray(perms)), _exhaustive_mapping_optimum(cc, weight)
+    assert got <= best * (1 + 1e-9), f"objective {got} > the optimum {best}"
+
+
+@functools.lru_cache(maxsize=None)
+def _two_node_instance():
+    topo = Topology(2, 2, 100.0, 5.0)  # 2 nodes of 2 GPUs: links of weight 0 (same GPU), 1 and 20
+    _, _, cc = _instance(3, 4, 3, 8)
+    return cc, topo.pair_weight()
+
+
+@pytest.mark.parametrize("formulation", [ilp2_window, ilp2_window_colocation])
+def test_ilp2_from_a_cold_start_matches_exhaustive_search(formulation):
+    # no warm start, no heuristic, no window: one ILP over all layers must find the optimum by itself
+    # (both formulations: the RLT one for any link weights, the co-location one for node-uniform links)
+    cc, w = _two_node_instance()
+    perms, res = formulation(cc, w, None, fix_first=False, fix_last=False, time_limit_s=120)
+    assert res.status == "Optimal"
+    _check_mapping_optimal(perms, cc, w)
+    assert res.objective == pytest.approx(_exhaustive_mapping_optimum(cc, w))
+
+
+def _swap_two_clusters(perms: np.ndarray, cc: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The first swap of two clusters' GPUs in one layer that makes the objective worse."""
+    for l, (a, b) in itertools.product(range(len(perms)), itertools.combinations(range(perms.shape[1]), 2)):
+        bad = perms.copy()
+        bad[l, [a, b]] = bad[l, [b, a]]
+        if mapping_cost(cc, w, bad) > mapping_cost(cc, w, perms) * (1 + 1e-6):
+            return bad
+    raise AssertionError("no worsening swap")
+
+
+def _two_clusters_on_one_gpu(perms: np.ndarray, cc: np.ndarray, w: np.ndarray) -> np.ndarray:
+    bad = perms.copy()
+    bad[1, 1] = bad[1, 0]
+    return bad
+
+
+@pytest.mark.parametrize("breakage, message", [(_swap_two_clusters, "> the optimum"),
+                                               (_two_clusters_on_one_gpu, "layer 1: .* not a bijection")])
+def test_the_mapping_check_fails_on_a_worse_mapping(breakage, message):
+    cc, w = _two_node_instance()
+    perms, _ = ilp2_window_colocation(cc, w, None, fix_first=False, fix_last=False, time_limit_s=120)
+    _check_mapping_optimal(perms, cc, w)  # the unbroken input passes
+    with pytest.raises(AssertionError, match=message):
+        _check_mapping_optimal(breakage(perms, cc, w), cc, w)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_one_layer_remap_is_exact(seed):
+    # best_layer_mapping against all 24 mappings of the middle layer, neighbours fixed
+    rng = np.random.default_rng(seed)
+    w = Topology(2, 2, 100.0, 5.0).pair_weight()
+    cc = rng.integers(0, 50, size=(2, 4, 4)).astype(float) * (rng.random((2, 4, 4)) < 0.5)
+    prev, nxt = rng.permutation(4), rng.permutation(4)
+    perm, val = best_layer_mapping(inflow_cost(cc[0], w, prev), outflow_cost(cc[1], w, nxt))
+    every = [mapping_cost(cc, w, np.stack([prev, np.array(p), nxt])) for p in itertools.permutations(range(4))]
+    assert val == pytest.approx(min(every))
+    assert mapping_cost(cc, w, np.stack([prev, perm, nxt])) == pytest.approx(val)
+
+
+def test_layer_sweeps_never_worse_and_ilp1_variant_is_the_simple_mapping():
+    topo = Topology(2, 2, 100.0, 5.0)
+    w = topo.pair_weight()
+    prof, _, cc = _instance(4, 4, 6, 8)
+    simple = best_simple_mapping(cc, w)
+    swept, passes = layer_sweeps(cc, w, simple, first_free=0)
+    assert passes >= 1 and mapping_cost(cc, w, swept) <= mapping_cost(cc, w, simple) + 1e-9
+    assert swept[0, 0] == 0  # a free layer 0 keeps cluster 0 on GPU 0, as the ILP windows require
+    plan = moetuner(prof, w, ilp1_time_limit_s=5, ilp2_time_limit_s=3, ilp2_window=2, symmetric=False)
+    check_placement(plan.ilp1_only, 4)
+    groups = lambda gpu_of: [sorted(sorted(np.flatnonzero(layer == k).tolist()) for k in range(4)) for layer in gpu_of]
+    assert groups(plan.ilp1_only) == groups(plan.gpu_of)  # the ablation keeps ILP 1's clusters
+    objective = lambda gpu_of: mapping_cost(cluster_transitions(prof, gpu_of, 4), w, np.tile(np.arange(4), (6, 1)))
+    assert objective(plan.ilp1_only) == pytest.approx(plan.stats["ilp2_heuristic_objective"])
+    assert objective(plan.gpu_of) == pytest.approx(plan.stats["ilp2_objective"])
+    assert plan.stats["ilp2_objective"] <= plan.stats["ilp2_sweep_objective"] + 1e-9
+    assert plan.stats["ilp2_sweep_objective"] <= plan.stats["ilp2_heuristic_objective"] + 1e-9
 
 
 def _balanced_partitions(items: tuple[int, ...], size: int):
@@ -232,7 +348,7 @@ def test_plan_and_evaluate_smoke_both_setups():
     trace = p.make_trace()
     for setup, gpus in (("1node", 2), ("2node", 4)):
         out = plan_and_evaluate(p, trace, setup)
-        assert set(out) == {"contiguous", "greedy", "moetuner"}
+        assert set(out) == {"contiguous", "greedy", "moetuner_ilp1", "moetuner"}
         for r in out.values():
             check_placement(r["plan"], gpus)
             assert r["metrics"]["end_to_end_time_s"] > 0

@@ -7,13 +7,17 @@ import torch
 
 from mlsys_flows.systems.recd import Params
 from mlsys_flows.systems.recd import pipeline as pl
-from mlsys_flows.systems.recd.workload import generate
+from mlsys_flows.systems.recd.workload import arrival_order, generate
 
 
 def test_resumed_training_matches_uninterrupted_bitwise():
     p = Params.for_scale("smoke")
-    blob = pl.parquet_bytes(generate(p), p.batch_size * p.batches_per_row_group)
-    batches = {"kjt": list(pl.read_batches(blob, p, dedup=False)), "ikjt": list(pl.read_batches(blob, p, dedup=True))}
+    table, rg = generate(p), p.batch_size * p.batches_per_row_group
+    blob, arrival = pl.parquet_bytes(table, rg), pl.parquet_bytes(arrival_order(table, p.seed), rg)
+    # the flow's three trainers: arrival-order KJT, clustered KJT, clustered IKJT
+    batches = {"kjt": list(pl.read_batches(arrival, p, dedup=False)),
+               "kjt_clustered": list(pl.read_batches(blob, p, dedup=False)),
+               "ikjt": list(pl.read_batches(blob, p, dedup=True))}
     saved: dict[int, bytes] = {}
 
     def keep(turn, state):  # through torch.save/load(weights_only) like CheckpointStore
@@ -27,6 +31,6 @@ def test_resumed_training_matches_uninterrupted_bitwise():
     for turn in sorted(saved)[:2]:
         state = torch.load(io.BytesIO(saved[turn]), weights_only=True)
         resumed = pl.train_interleaved(batches, p, state=state)
-        for n in ("kjt", "ikjt"):
+        for n in batches:
             assert resumed[n]["losses"] == full[n]["losses"]
             assert len(resumed[n]["chunk_rates"]) == turns

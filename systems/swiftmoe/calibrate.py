@@ -1,0 +1,251 @@
+"""Calibrate the simulated clock against a real 2-process expert-parallel run (pure torch).
+
+``calibrate(p)`` takes one small configuration (the run's model, 2 workers), trains SwiftMoE for
+``ITERATIONS`` iterations in one process to record each iteration's work
+(``IterationWork``: expert calls per worker, rows moved, bytes of every phase), measures the
+compute profile for that configuration, and then starts 2 worker processes (``python -m`` this
+module, torch.distributed gloo over 127.0.0.1 on a free port) that really execute those
+iterations: each rank runs the dense forward+backward of its micro-batch, all-reduces the dense
+gradients and steps Adam, and per MoE layer sends its routed rows to their replicas with
+``all_to_all_single`` (dispatch and combine, forward and backward), runs its own expert calls
+forward+backward, reduce-scatters expert gradients to the shard owners, steps Adam on its shards
+and all-gathers the new weights, with the byte counts of the recorded trace. The ranks also
+measure the loopback link (one large all-to-all). The simulator prices the same trace with that
+profile and link bandwidth; ``calibration_error`` = measured / simulated seconds per iteration.
+
+The worker processes are plain subprocesses (not multiprocessing children), so this also runs
+inside a daemonic Dask worker process; they are stopped (killed) if they outlive ``timeout_s``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+WORLD = 2
+ITERATIONS = 3  # recorded iterations, replayed in each timed window
+LINK_PROBE_FLOATS = 1 << 20  # 4 MiB each way for the link measurement
+
+
+def gloo_available() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_gloo_available()
+
+
+def calibration_params(p, iterations: int = ITERATIONS):
+    """The run's model at 2 workers (replicas possible: more slots than experts/2), ``iterations`` long."""
+    e = p.n_experts
+    # model_copy: the iteration count is below the training minimum, every other field stays valid
+    return p.model_copy(update={"workers": WORLD, "slots_per_worker": min(e, e // WORLD + 1),
+                                "iterations": iterations, "batch": max(WORLD, p.batch - p.batch % WORLD)})
+
+
+def record_trace(cp) -> list[dict]:
+    """Train SwiftMoE for ``cp.iterations`` iterations at ``cp.workers`` workers; each iteration's work."""
+    from mlsys_flows.systems.moe.model import TinyMoE, initial_experts, lm_loss
+
+    from .policies import make_policy
+    from .train import build_workload
+
+    torch.manual_seed(cp.seed)
+    cfg = cp.moe_config()
+    wl = build_workload(cp)
+    model = TinyMoE(cfg, cp.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cp.lr)
+    pol = make_policy("swiftmoe", cfg, initial_experts(cfg, cp.seed), cp.workers, cp.slots_per_worker, cp.lr,
+                      cp.capacity_factor, cp.replace_every)
+    trace = []
+    for it in range(cp.iterations):
+        batch = torch.as_tensor(wl.train[it])
+        lm_loss(model(batch[:, :-1], pol)[0], batch[:, 1:]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        trace.append(pol.step().to_trace())
+    return trace
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(job: dict, timeout_s: float = 120.0) -> dict:
+    """Start WORLD gloo ranks on loopback replaying ``job``; rank 0's result. Raises on failure."""
+    with tempfile.TemporaryDirectory(prefix="swiftmoe-gloo-") as tmp:
+        job_path, out_path = os.path.join(tmp, "job.pkl"), os.path.join(tmp, "out.json")
+        with open(job_path, "wb") as f:
+            pickle.dump(job, f)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
+            env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on the loopback device
+        port = _free_port()
+        procs = [subprocess.Popen([sys.executable, "-m", __name__, job_path, str(r), str(port), out_path], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(WORLD)]
+        deadline = time.monotonic() + timeout_s
+        logs = []
+        try:
+            for proc in procs:
+                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                logs.append(out.decode(errors="replace")[-2000:])
+        finally:
+            for proc in procs:  # stop only the ranks started here
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        if any(proc.returncode for proc in procs) or not os.path.exists(out_path):
+            raise RuntimeError("gloo calibration ranks failed: " + " | ".join(
+                f"rank {r} rc {proc.returncode}: {log}" for r, (proc, log) in enumerate(zip(procs, logs))))
+        with open(out_path) as f:
+            return json.load(f)
+
+
+def calibrate(p, repeats: int, iterations: int = ITERATIONS, timeout_s: float = 120.0) -> dict:
+    """Measured vs simulated seconds per iteration of SwiftMoE at 2 workers (see the module doc)."""
+    from .cost import TimeModel
+    from .policies import IterationWork
+    from .train import measure_profile
+
+    torch.set_num_threads(1)
+    cp = calibration_params(p, iterations)
+    trace = record_trace(cp)
+    profile = measure_profile(cp, "cpu")
+    cfg = cp.moe_config()
+    started = time.perf_counter()
+    res = run_ranks({"cfg": asdict(cfg), "micro_batch": cp.batch // WORLD, "trace": trace, "lr": cp.lr,
+                     "seed": cp.seed, "repeats": repeats}, timeout_s)
+    ranks_wall_s = time.perf_counter() - started
+    link_gbps = res["link_bytes_per_s"] * 8 / 1e9
+    model = TimeModel(profile, link_gbps, cfg.d_model, WORLD)
+    parts = [model.iteration(IterationWork.from_trace(t)) for t in trace]
+    simulated = float(np.mean([t["total"] for t in parts]))
+    return {"measured_iter_s": res["iter_s"], "simulated_iter_s": simulated,
+            "error": [m / simulated for m in res["iter_s"]], "link_gbps": link_gbps,
+            "breakdown_s": {k: float(np.mean([t[k] for t in parts])) for k in parts[0]},
+            "profile": asdict(profile), "workers": WORLD, "slots_per_worker": cp.slots_per_worker,
+            "batch": cp.batch, "iterations": cp.iterations, "ranks_wall_s": ranks_wall_s}
+
+
+# ---- one rank ------------------------------------------------------------------------------------
+def _a2a(dist, send_counts: np.ndarray, recv_counts: np.ndarray, width: int, send: torch.Tensor | None = None):
+    """all_to_all_single of ``send_counts[d]`` rows of ``width`` floats to each rank d."""
+    s = [int(c) * width for c in send_counts]
+    r = [int(c) * width for c in recv_counts]
+    inp = send if send is not None else torch.randn(sum(s))
+    out = torch.empty(sum(r))
+    dist.all_to_all_single(out, inp.reshape(-1)[:sum(s)].contiguous(), output_split_sizes=r, input_split_sizes=s)
+    return out
+
+
+def _replay(dist, rank: int, job: dict, model, opt, tokens, states) -> None:
+    """Execute one recorded iteration for real on this rank."""
+    from mlsys_flows.systems.moe.model import ExpertLayout, expert_ffn, lm_loss
+
+    from .policies import IterationWork
+
+    work = IterationWork.from_trace(job["_t"])
+    cfg = job["cfg"]
+    d = cfg["d_model"]
+    layout = ExpertLayout(d, cfg["d_ff"])
+    # dense part: forward + backward of this rank's micro-batch, gradient all-reduce, Adam
+    logits, _ = model(tokens[:, :-1], None)
+    lm_loss(logits, tokens[:, 1:]).backward()
+    flat = torch.cat([q.grad.reshape(-1) for q in model.parameters() if q.grad is not None])
+    dist.all_reduce(flat)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    for layer in range(work.layers):
+        rows = work.a2a_rows[layer]
+        x = _a2a(dist, rows[rank], rows[:, rank], d).view(-1, d)  # dispatch
+        calls = [n for w, n in work.compute[layer] if w == rank]
+        outs, ins = [], []
+        for i, n in enumerate(calls):
+            xi = torch.randn(n, d, requires_grad=True) if len(x) < sum(calls) else x[sum(calls[:i]):sum(calls[:i]) + n].clone().requires_grad_(True)
+            wt = job["_w"][layer][i % len(job["_w"][layer])]
+            ins.append(xi)
+            outs.append(expert_ffn(xi, wt, layout))
+        y = torch.cat([o.detach() for o in outs]) if outs else torch.empty(0, d)
+        _a2a(dist, rows[:, rank], rows[rank], d, y)  # combine
+        gy = _a2a(dist, rows[rank], rows[:, rank], d)  # combine, backward
+        for o in outs:
+            o.backward(torch.ones_like(o))
+        _a2a(dist, rows[:, rank], rows[rank], d, torch.cat([xi.grad for xi in ins]) if ins else gy)  # dispatch, backward
+    # expert state: reduce-scatter gradients to the shard owners, Adam on own shards, all-gather weights
+    for phase in ("grad_reduce_scatter", "weight_all_gather", *sorted(set(work.comm) - {"grad_reduce_scatter", "weight_all_gather"})):
+        if phase not in work.comm:
+            continue
+        m = np.ceil(work.comm[phase] / 4)  # fp32 elements
+        _a2a(dist, m[rank], m[:, rank], 1)
+        if phase == "grad_reduce_scatter":
+            for st, g in states:
+                st.update(job["_shard"], g, job["lr"])
+
+
+def _rank_main(job_path: str, rank: int, port: int, out_path: str) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from mlsys_flows.systems.moe.model import ExpertLayout, MoEConfig, TinyMoE
+
+    from .policies import AdamState
+
+    torch.set_num_threads(1)
+    with open(job_path, "rb") as f:
+        job = pickle.load(f)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
+                            timeout=timedelta(seconds=60))
+    try:
+        cfg = MoEConfig(**job["cfg"])
+        gen = torch.Generator().manual_seed(job["seed"] + rank)
+        layout = ExpertLayout(cfg.d_model, cfg.d_ff)
+        n_calls = max(len(c) for t in job["trace"] for c in t["compute"])
+        job["_w"] = [[layout.init(gen).requires_grad_(True) for _ in range(max(1, n_calls))] for _ in range(cfg.n_layers)]
+        shard = -(-layout.numel // WORLD)
+        job["_shard"] = torch.zeros(shard)
+        states = [(AdamState.zeros_like(job["_shard"]), torch.randn(shard, generator=gen))
+                  for _ in range(cfg.n_layers * cfg.n_experts)]
+        model = TinyMoE(cfg, job["seed"])
+        opt = torch.optim.Adam(model.parameters(), lr=job["lr"])
+        tokens = torch.randint(0, cfg.vocab, (job["micro_batch"], cfg.seq_len + 1), generator=gen)
+        # the link: one large all-to-all, each rank sending LINK_PROBE_FLOATS floats to the other
+        probe = torch.randn(WORLD * LINK_PROBE_FLOATS)
+        link = []
+        for _ in range(5):
+            out = torch.empty_like(probe)
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_to_all_single(out, probe)
+            link.append(time.perf_counter() - t0)
+        bytes_per_s = LINK_PROBE_FLOATS * 4 / min(link)
+
+        def window() -> float:
+            dist.barrier()
+            t0 = time.perf_counter()
+            for t in job["trace"]:
+                job["_t"] = t
+                _replay(dist, rank, job, model, opt, tokens, states)
+            dist.barrier()
+            return (time.perf_counter() - t0) / len(job["trace"])
+
+        window()  # warm-up
+        iter_s = [window() for _ in range(job["repeats"])]
+        if rank == 0:
+            with open(out_path, "w") as f:
+                json.dump({"iter_s": iter_s, "link_bytes_per_s": bytes_per_s}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
