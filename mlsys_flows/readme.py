@@ -1,8 +1,10 @@
-"""Regenerate the README's generated sections: ``python -m mlsys_flows.readme``.
+"""Regenerate the generated sections of the README and the system pages: ``python -m mlsys_flows.readme``.
 
-- the system table, from the registry;
-- the results, from the RunReports that ``mlsys-flows bench NAME --scale quick`` wrote
-  to ``benchmarks/results/`` (no number is typed in).
+- README: the system table, from the registry, and the results table;
+- ``docs/<name>.md``: every claim of the system's committed quick RunReport;
+
+both from the RunReports that ``mlsys-flows bench NAME --scale quick --save`` wrote to
+``benchmarks/results/`` (no number is typed in).
 """
 import json
 from pathlib import Path
@@ -34,17 +36,58 @@ def results_table(results: Path = RESULTS) -> str:
 SECTIONS["results"] = results_table
 
 
+def _x(v) -> str:
+    return f"{v:.2f}x" if v is not None else "-"
+
+
+def system_results(name: str, results: Path = RESULTS) -> str:
+    """Every claim of one system's committed quick RunReport, as a markdown table."""
+    path = results / f"{name}-quick.json"
+    if not path.exists():
+        return f"No committed result yet: `mlsys-flows bench {name} --scale quick --save`."
+    r = json.loads(path.read_text())
+    h, env = r["headline"], r["environment"]
+    load = f", load {env['load_before'][0]:.2f} -> {env['load_after'][0]:.2f}" if env.get("load_before") else ""
+    lines = [f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
+             f"{env.get('usable_cores') or env['cores']} usable cores{load}, {r['parameters']['repeats']} repeats, "
+             f"code `{env['code_hash'][:10]}`. Ratios above 1 mean the technique wins; measured ratios show their "
+             "min-max over the repeats.", "",
+             "| claim | kind | baseline | technique | ratio | range | paper |", "|---|---|---|---|---|---|---|"]
+    s = h["vs_strongest"]
+    rows = [(f"**{h['metric']}** (headline)", h), (f"{s['metric']} vs the strongest baseline", s),
+            *((r_["metric"], r_) for r_ in r["ratios"])]
+    for label, x in rows:
+        spread = f"{x['range'][0]:.2f}-{x['range'][1]:.2f}" if x.get("range") else ""
+        lines.append(f"| {label} | {x['kind']} | {x['baseline']} | {x['technique']} | **{x['ratio']:.2f}x** | "
+                     f"{spread} | {_x(x['paper'])} |")
+    if r["notes"]:
+        lines += ["", "Notes written by the run:", "", *(f"- {n}" for n in r["notes"])]
+    return "\n".join(lines)
+
+
+def _replace(text: str, name: str, body: str) -> str:
+    start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    return f"{head}{start}{body}\n{end}{tail}"
+
+
 def render(text: str) -> str:
     for name, make in SECTIONS.items():
-        start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
-        head, rest = text.split(start, 1)
-        tail = rest.split(end, 1)[1]
-        text = f"{head}{start}{make()}\n{end}{tail}"
+        text = _replace(text, name, make())
     return text
 
 
-def update(path: Path = Path("README.md")) -> None:
+def render_system(name: str, text: str) -> str:
+    return _replace(text, "results", system_results(name)) if "<!-- results:start -->" in text else text
+
+
+def update(path: Path = Path("README.md"), docs: Path = Path("docs")) -> None:
     path.write_text(render(path.read_text()))
+    for spec in registry.implemented():
+        page = docs / f"{spec.name}.md"
+        if page.exists():
+            page.write_text(render_system(spec.name, page.read_text()))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,27 @@
 """Measure one pipeline three ways on the same data (pure): torch DataLoader at each candidate
 ``num_workers`` (the best is the baseline), cedar as written, cedar optimized. Runs are
-interleaved; each run is ``epochs`` full passes, and the optimized run's time includes profiling,
-optimizing, starting workers and writing its cache (a fresh cache every run)."""
+interleaved; each run is ``epochs`` full passes. The DataLoader run builds one DataLoader and
+keeps its (persistent) workers across the epochs; the optimized run's time includes profiling,
+optimizing, its trials, starting workers and writing its cache (a fresh cache every run). After
+timing, every variant's outputs are checked against cedar as written: a difference fails the run."""
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, Callable
 
 from mlsys_flows.systems.cedar.api import Pipeline
-from mlsys_flows.systems.cedar.pipeline import DirStore, store_label
-from mlsys_flows.systems.cedar.workloads import count, dataloader, multiset
+from mlsys_flows.systems.cedar.pipeline import Cache, DirStore, Plan, Stage, store_label
+from mlsys_flows.systems.cedar.workloads import TorchLoader, count, multiset
 from mlsys_flows.systems.common.timing import interleaved, median
+
+
+class OutputsDiffer(RuntimeError):
+    """A variant's outputs are not the same multiset of samples as cedar as written."""
 
 
 class PrefixedStore:
@@ -52,10 +60,22 @@ def _epochs(batches_of_epoch: Callable[[int], Any], epochs: int) -> tuple[float,
     return time.perf_counter() - t0, n
 
 
+def _loader_epochs(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int) -> tuple[float, int]:
+    """One DataLoader for all epochs; its construction and worker start-up are timed too."""
+    n = 0
+    t0 = time.perf_counter()
+    with TorchLoader(pipe, workers, prefetch_factor) as loader:
+        for _ in range(epochs):
+            for b in loader.epoch():
+                n += count(b)
+    return time.perf_counter() - t0, n
+
+
 def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repeats: int, workers_grid: list[int],
-                   profile_samples: int, cache: Any = None, verify_items: int = 48,
+                   profile_samples: int, cache: Any = None, prefetch_factor: int = 4, verify_items: int = 48,
                    log: Callable[[str], None] = print) -> dict:
-    """Returns medians per variant, the optimized plan, and whether outputs matched."""
+    """Returns per-repeat times and medians per variant, the optimized plan and the verified
+    variants. Raises OutputsDiffer when a variant's outputs differ from cedar as written."""
     import torch.utils.data  # noqa: F401 - imported before timing, not inside the first measured run
 
     pipe = build(None)
@@ -66,13 +86,14 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     counts: dict[str, set[int]] = {}
     plans: list[str] = []
     decisions: list[list[dict]] = []
+    timed_plans: list = []
 
     def note(name: str, t_n: tuple[float, int]) -> float:
         counts.setdefault(name, set()).add(t_n[1])
         return t_n[0]
 
     def run_dataloader(w: int) -> Callable[[], float]:
-        return lambda: note(f"dataloader_w{w}", _epochs(lambda e: dataloader(pipe, w, e), epochs))
+        return lambda: note(f"dataloader_w{w}", _loader_epochs(pipe, w, epochs, prefetch_factor))
 
     def run_cedar() -> float:
         return note("cedar", _epochs(pipe.iterate, epochs))
@@ -84,6 +105,7 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
             t_opt = time.perf_counter() - t0
             t, n = _epochs(opt.iterate, epochs)
             plans.append(opt.explain())
+            timed_plans.append(opt.plan)
             decisions.append([{"rule": d.rule, "applied": d.applied, "detail": d.detail, "est_gain_s": d.est_gain_s}
                               for d in opt.plan.decisions])
         store.delete()
@@ -92,16 +114,18 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
 
     variants = {f"dataloader_w{w}": run_dataloader(w) for w in workers_grid}
     variants |= {"cedar": run_cedar, "cedar_optimized": run_optimized}
-    times = interleaved(variants, repeats)
     try:
-        verified = verify(build, verify_items, epochs, profile_samples, cache)
+        times = interleaved(variants, repeats)
+        sizes = {n for c in counts.values() for n in c}
+        if len(sizes) != 1:
+            raise OutputsDiffer(f"variants delivered different sample counts per run: {counts}")
+        distinct = {_plan_key(pl): pl for pl in timed_plans}  # the plans the repeats chose
+        checked = verify(build, verify_items, epochs, profile_samples, cache, workers_grid, prefetch_factor,
+                         plans=list(distinct.values()))
     finally:
         pipe.close()
         if own_dir:
             shutil.rmtree(own_dir, ignore_errors=True)
-    sizes = {n for c in counts.values() for n in c}
-    if len(sizes) != 1:
-        raise RuntimeError(f"variants delivered different sample counts: {counts}")
     samples = sizes.pop()
     med = {k: median(v) for k, v in times.items()}
     best_w = min(workers_grid, key=lambda w: med[f"dataloader_w{w}"])
@@ -109,51 +133,101 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     out["dataloader"] = dict(out[f"dataloader_w{best_w}"], num_workers=float(best_w))
     return {"variants": out, "samples": samples, "epochs": epochs, "best_num_workers": best_w,
             "plan": plans[-1], "plan_as_written": pipe.explain(), "decisions": decisions[-1],
-            "outputs_match": verified, "times": times}
+            "verified": checked, "times": times}
 
 
-def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, profile_samples: int, cache: Any) -> bool:
-    """Same multiset of samples from DataLoader, cedar as written and cedar optimized (first
-    ``items`` source items, two epochs so the optimized run also reads its cache)."""
+def _plan_key(plan: Plan) -> tuple:
+    return (plan.chunk, plan.cache is not None, plan.prefetch,
+            tuple((s.label(), s.cold, s.warm, s.cache_ops) if isinstance(s, Stage) else s.label() for s in plan.steps))
+
+
+def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, profile_samples: int, cache: Any,
+           workers_grid: list[int] = (1,), prefetch_factor: int = 4, plans: list[Plan] = ()) -> list[str]:
+    """Check that every variant yields the same multiset of samples as cedar as written, on the
+    first ``items`` source items, in epochs 0 and 1 (so cached plans also serve from their cache
+    and random operators are redrawn): the DataLoader at each ``num_workers`` (one loader across
+    both epochs, as timed), cedar optimized with every legal rewrite (``mode="always"``) and
+    each optimized plan in ``plans`` (those the timed runs used). Returns the variants checked;
+    raises OutputsDiffer naming each variant and epoch that differs."""
     pipe = build(items)
-    store = PrefixedStore(cache, f"verify-{uuid.uuid4().hex[:8]}")
+    stores = [PrefixedStore(cache, f"verify-{uuid.uuid4().hex[:8]}") for _ in range(1 + len(plans))]
+    checked, bad = [], []
     try:
-        with pipe.optimize(epochs=max(2, epochs), sample=min(profile_samples, items), cache=store, mode="always") as opt:
-            for e in range(2):
-                ref = multiset(pipe.iterate(e))
-                if multiset(opt.iterate(e)) != ref or multiset(dataloader(pipe, 1, e)) != ref:
-                    return False
-        return True
+        refs = [multiset(pipe.iterate(e)) for e in range(2)]
+
+        def check(name: str, epochs_out: list[dict[str, int]]) -> None:
+            checked.append(name)
+            for e, (got, ref) in enumerate(zip(epochs_out, refs)):
+                if got != ref:
+                    missing = sum((ref[k] - got.get(k, 0)) for k in ref if ref[k] > got.get(k, 0))
+                    extra = sum((got[k] - ref.get(k, 0)) for k in got if got[k] > ref.get(k, 0))
+                    bad.append(f"{name} epoch {e}: {missing} of {sum(ref.values())} samples of cedar as written "
+                               f"missing, {extra} other samples")
+
+        for w in workers_grid:
+            with TorchLoader(pipe, w, prefetch_factor) as loader:
+                check(f"dataloader_w{w}", [multiset(loader.epoch()) for _ in range(2)])
+        with pipe.optimize(epochs=max(2, epochs), sample=min(profile_samples, items), cache=stores[0],
+                           mode="always") as opt:
+            check("cedar_optimized (every rewrite)", [multiset(opt.iterate(e)) for e in range(2)])
+        for k, plan in enumerate(plans, start=1):  # a timed run's plan on this source, with a cache of its own
+            cache_obj = Cache(stores[k], "cedar-cache/timed") if plan.cache is not None else None
+            with Pipeline(pipe.source, pipe.ops, pipe.seed, plan=replace(plan, cache=cache_obj)) as timed:
+                check("cedar_optimized (timed plan)" if len(plans) == 1 else f"cedar_optimized (timed plan {k})",
+                      [multiset(timed.iterate(e)) for e in range(2)])
     finally:
-        store.delete()
+        for st in stores:
+            st.delete()
         pipe.close()
+    if bad:
+        raise OutputsDiffer("outputs differ from cedar as written (same source items, same epochs): "
+                            + "; ".join(bad) + ". A rewrite or an operator's marks (deterministic, random, "
+                            "reads/writes, order_sensitive) are wrong; the run's timings are not comparable.")
+    return checked
+
+
+def geomean(xs: list[float]) -> float:
+    """Geometric mean of positive numbers."""
+    if not xs or any(x <= 0 for x in xs):
+        raise ValueError(f"geometric mean needs positive values (got {xs})")
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+KINDS = ("dataloader", "cedar", "cedar_optimized")
+
+
+def aggregate(results: dict[str, dict]) -> dict[str, dict[str, list[float]]]:
+    """Aggregate variants over the pipelines, one value per repeat (repeat i of every pipeline,
+    which ran interleaved): ``geomean_samples_per_s``, the geometric mean over the pipelines of
+    each one's samples/s (the ratio of two such means is exactly the geometric mean of the
+    per-pipeline ratios, the paper's average), and ``seconds``, the summed run time."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for kind in KINDS:
+        per_pipeline = [[r["samples"] / s for s in _times(r, kind)] for r in results.values()]
+        seconds = [sum(ts) for ts in zip(*(_times(r, kind) for r in results.values()))]
+        out[kind] = {"geomean_samples_per_s": [geomean(list(rates)) for rates in zip(*per_pipeline)],
+                     "seconds": seconds}
+    return out
+
+
+def _times(r: dict, kind: str) -> list[float]:
+    return r["times"][f"dataloader_w{r['best_num_workers']}" if kind == "dataloader" else kind]
 
 
 def summarize(results: dict[str, dict]):
-    """Variants, samples, curves and notes of a run over several pipelines. The aggregate variants
-    ('dataloader', 'cedar', 'cedar_optimized') are total samples / total seconds over the
-    pipelines, per repeat; the geometric mean of per-pipeline ratios is given in the notes."""
-    import math
-
+    """Variants, samples, curves and notes of a run over several pipelines: the aggregate
+    variants (see ``aggregate``) and, per pipeline, ``<name>/<variant>`` with samples/s and
+    seconds per repeat (and the DataLoader's chosen num_workers)."""
     from mlsys_flows.systems.common.report import Curve
 
-    kinds = ("dataloader", "cedar", "cedar_optimized")
-    timed = {name: {kind: r["times"][f"dataloader_w{r['best_num_workers']}" if kind == "dataloader" else kind]
-                    for kind in kinds} for name, r in results.items()}
-    total = sum(r["samples"] for r in results.values())
-    samples: dict[str, dict[str, list[float]]] = {}
-    for kind in kinds:  # repeat i of every pipeline makes aggregate sample i
-        seconds = [sum(ts) for ts in zip(*(timed[name][kind] for name in results))]
-        samples[kind] = {"seconds": seconds, "samples_per_s": [total / s for s in seconds]}
-        for name, r in results.items():
-            samples[f"{name}/{kind}"] = {"seconds": list(timed[name][kind]),
-                                         "samples_per_s": [r["samples"] / s for s in timed[name][kind]]}
-    variants: dict[str, dict[str, float]] = {"dataloader": {}, "cedar": {}, "cedar_optimized": {}}
+    samples = aggregate(results)
+    variants: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
     for name, r in results.items():
+        for kind in KINDS:
+            ts = _times(r, kind)
+            samples[f"{name}/{kind}"] = {"seconds": list(ts), "samples_per_s": [r["samples"] / s for s in ts]}
+            variants[f"{name}/{kind}"] = {}
         variants[f"{name}/dataloader"] = {"num_workers": float(r["best_num_workers"])}
-        variants[f"{name}/cedar"], variants[f"{name}/cedar_optimized"] = {}, {}
-    geo = math.exp(sum(math.log(r["variants"]["cedar_optimized"]["samples_per_s"] /
-                                r["variants"]["dataloader"]["samples_per_s"]) for r in results.values()) / len(results))
     curves = [Curve(title="DataLoader num_workers sweep (the fastest is the baseline)", x_label="num_workers",
                     y_label="samples/s",
                     series={name: ([float(k.rsplit("w", 1)[1]) for k in r["variants"] if k.startswith("dataloader_w")],
@@ -162,20 +236,22 @@ def summarize(results: dict[str, dict]):
               Curve(title="throughput per pipeline", y_label="samples/s",
                     x_label="pipeline (" + ", ".join(f"{i}: {n}" for i, n in enumerate(results)) + ")",
                     series={kind: (list(range(len(results))), [r["variants"][kind]["samples_per_s"]
-                                                                for r in results.values()]) for kind in kinds})]
+                                                                for r in results.values()]) for kind in KINDS})]
     notes = [
-        "Aggregate variants (dataloader, cedar, cedar_optimized) are total samples / total seconds over the "
-        "pipelines, one sample per repeat (repeat i of every pipeline); geometric mean of the per-pipeline cedar_optimized/dataloader ratios: {geo:.2f}x.",
+        f"Aggregate variants (dataloader, cedar, cedar_optimized): geomean_samples_per_s is, per repeat, the "
+        f"geometric mean over the {len(results)} pipelines ({', '.join(results)}) of each pipeline's samples/s, so "
+        f"the headline ratio is the geometric mean of the per-pipeline ratios (the paper averages its pipelines' "
+        f"speedups); seconds is the summed run time.",
     ]
     for name, r in results.items():
         v = r["variants"]
         sweep = ", ".join(f"{k[len('dataloader_w'):]}: {x['samples_per_s']:.0f}/s" for k, x in v.items()
                           if k.startswith("dataloader_w"))
         notes.append(
-            f"{name}: {r['samples']} samples per run ({r['epochs']} epochs); DataLoader best num_workers="
-            f"{r['best_num_workers']} ({sweep}); "
+            f"{name}: {r['samples']} samples per run ({r['epochs']} epochs); DataLoader (one loader across the epochs, "
+            f"persistent workers) best num_workers={r['best_num_workers']} ({sweep}); "
             f"cedar as written {v['cedar']['samples_per_s']:.0f}/s; cedar optimized {v['cedar_optimized']['samples_per_s']:.0f}/s "
-            f"(its time includes profiling, optimizing, starting workers and writing the cache). Outputs of the three "
-            f"match as multisets: {r['outputs_match']}.")
+            f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache). "
+            f"Outputs checked equal to cedar as written (multisets, epochs 0 and 1): {', '.join(r['verified'])}.")
         notes.append(f"{name} plan chosen by the optimizer:\n```\n{r['plan']}\n```")
     return variants, samples, curves, notes

@@ -12,8 +12,12 @@ outputs. The optimizer rewrites the plan from that profile with a cost model in 
 3. cache    - the deterministic prefix of the first stage is written to a cache (local disk or
               ObjectStorage) in the first epoch and read afterwards, at the cut where
               (epochs-1) * (recompute - read) - write is largest (read and write are measured);
-4. offload  - a stage runs in local worker processes or on remote (Dask) workers when the
-              Amdahl estimate with measured serialization and round-trip costs says it pays;
+4. offload  - a stage runs in local worker processes or on remote (Dask) workers when it pays:
+              an Amdahl model from the profile (measured serialization and round-trip costs)
+              must predict at least ``min_speedup``, and then a measured trial decides: the
+              stage's real chunk job runs on the same chunks inline and on the (warmed-up)
+              workers, and the epoch time calibrated by that measured factor must also beat
+              inline by ``min_speedup`` (``expected_offload_s``, ``offload_pays``);
 5. prefetch - a bounded buffer filled by a background thread when a consumer step time is given.
 
 Every decision is recorded with its estimated gain; ``explain()`` prints plan and decisions.
@@ -27,13 +31,13 @@ import os
 import pickle
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from mlsys_flows.systems.cedar.pipeline import (Cache, ChunkJob, Decision, Op, Plan, Source, Stage, _batches,
-                                                _run_chunk, _shuffled, apply_op, as_store, call_op, dumps, run_ops,
-                                                store_label)
+from mlsys_flows.systems.cedar.pipeline import (WARMUP_CHUNK, Cache, ChunkJob, Decision, Op, Plan, Source, Stage,
+                                                _batches, _parallel, _run_chunk, _shuffled, _warm_chunk, apply_op,
+                                                as_store, call_op, dumps, store_label)
 
 
 def nbytes(x: Any) -> int:
@@ -109,6 +113,14 @@ def profile(source: Source, ops: Sequence[Op], seed: int, sample: int = 32) -> P
     if n == 0:
         raise ValueError("cannot profile an empty source")
     order = list(dict.fromkeys(np.linspace(0, n - 1, min(sample, n)).astype(int).tolist()))
+    # untimed warm-up: one item through the operators, so that first calls (lazy imports, caches
+    # filled on first use) are not charged to the per-sample latency every later estimate scales
+    warm = [((order[0],), source.refs[order[0]])]
+    for op in ops:
+        if not warm:
+            break
+        if op.kind in ("map", "filter", "flat_map"):
+            warm = list(itertools.islice(apply_op(op, warm, seed, 0), 1))
     items = [((i,), source.refs[i]) for i in order]
     stats, snaps = [], []
     for pos, op in enumerate(ops):
@@ -273,6 +285,15 @@ def _probe_store(store: Any, prefix: str, items: list) -> tuple[float, float]:
     return (t1 - t0) / max(len(items), 1), (t2 - t1) / max(len(items), 1)
 
 
+def _delete(store: Any, prefix: str) -> None:
+    """Remove what the optimizer wrote under ``prefix`` (probes, trial shards), where the store can."""
+    if callable(getattr(store, "delete", None)):
+        try:
+            store.delete(prefix)
+        except Exception:  # noqa: BLE001 - leftovers under a cache prefix are harmless
+            pass
+
+
 def _fingerprint(source: Source, ops: Sequence[Op], seed: int) -> str:
     import cloudpickle
 
@@ -291,37 +312,104 @@ def _roundtrip(submit, n: int = 8) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def _trial(submit, ops: tuple[Op, ...], items: list, seed: int, workers: int) -> tuple[float, float]:
-    """Measured seconds to run ``items`` through ``ops`` inline and on ``workers`` workers through
-    ``submit`` (IPC included), after a warm-up that loads the stage in a worker."""
+TRIAL_WORK_S = 0.15  # inline seconds of stage work a trial aims at
+TRIAL_ROUNDS = 3  # at least this many rounds of one chunk per worker
+TRIAL_MAX_SHARE = 0.5  # never more than this share of the source items
+
+
+def _submit_chunk(submit) -> Callable:
+    return lambda *a: submit(_run_chunk, *a)
+
+
+def _trial(submit, job: ChunkJob, chunks: list, workers: int, warm: bool,
+           threshold: float) -> tuple[float, float, float]:
+    """Measured seconds of running ``chunks`` through ``job`` inline and on ``workers`` workers,
+    the way execution runs them: the same ChunkJob (cache writes in a cold phase, shard reads in
+    a warm one), at most 2 chunks per worker in flight, results received by this process.
+
+    Returns (inline_s, parallel_s, fill_s). ``parallel_s`` is the steady-state rate, scaled to
+    the trial's chunks: the time from the end of the first round (one chunk per worker) to the
+    last result. An epoch of many chunks runs at that rate; filling the workers and draining
+    them happens once per epoch, and ``fill_s`` (the first round's excess over a steady round)
+    is that one-time cost. Measuring it all in a few rounds would charge it to every round.
+
+    Every worker has loaded the stage before the clock starts (2 warm-up chunks per worker,
+    each holding its worker briefly so the next goes to another), so one-time costs of a fresh
+    process (unpickling the stage, first calls, copy-on-write page faults), which a run pays
+    once and not per trial, are not charged either. When the measured speedup lies near
+    ``threshold``, both sides are measured again and the faster time of each counts."""
     import cloudpickle
 
-    t0 = time.perf_counter()
-    run_ops(ops, items, seed, 0)
-    inline = time.perf_counter() - t0
-    blob = cloudpickle.dumps(ChunkJob(ops, seed, None, 0))
+    blob = cloudpickle.dumps(job)
     blob_id = hashlib.sha1(blob).hexdigest()
-    size = max(1, -(-len(items) // (2 * workers)))
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
-    submit(_run_chunk, blob_id, blob, 0, chunks[0][:1], 0, False).result()
-    t0 = time.perf_counter()
-    for f in [submit(_run_chunk, blob_id, blob, i, c, 0, False) for i, c in enumerate(chunks)]:
+    # a cold warm-up writes a spare shard (chunk id WARMUP_CHUNK); a warm one reads shard 0
+    cid, first = (0, None) if warm else (WARMUP_CHUNK, chunks[0][:1])
+    for f in [submit(_warm_chunk, blob_id, blob, cid, first, warm) for _ in range(2 * workers)]:
         f.result()
-    return inline, time.perf_counter() - t0
+    n, w = len(chunks), workers
+
+    def inline() -> float:
+        t0 = time.perf_counter()
+        for i, items in enumerate(chunks):
+            job.run(i, items, 0, warm)
+        return time.perf_counter() - t0
+
+    def parallel() -> tuple[float, float]:
+        arrived = []
+        t0 = time.perf_counter()
+        for _ in _parallel(_submit_chunk(submit), ((blob_id, blob, i, items, 0, warm) for i, items in enumerate(chunks)),
+                           2 * w, "trial"):
+            arrived.append(time.perf_counter() - t0)
+        if n < 2 * w:  # too few chunks for a steady state: all of it counts
+            return arrived[-1], 0.0
+        steady = (arrived[-1] - arrived[w - 1]) * n / (n - w)
+        return steady, max(0.0, arrived[w - 1] - steady * w / n)
+
+    t_in, (t_par, fill) = inline(), parallel()
+    if 0.8 < (t_in / max(t_par, 1e-9)) / threshold < 1.25:  # too close to call from one measurement
+        t_in = min(t_in, inline())
+        again = parallel()
+        if again[0] < t_par:
+            t_par, fill = again
+    return t_in, t_par, fill
 
 
-def _trial_inputs(prof: Profile, source: Source, ops: Sequence[Op], stage_ops: tuple[Op, ...], cached: int,
-                  group: int, at_least: int) -> tuple[tuple[Op, ...], list]:
-    """The operators a stage runs in a phase and profiled inputs for a trial of them: source items
-    (at least ``at_least``, spread over the source) for a first stage, otherwise the profiled
-    samples entering the operators."""
-    run = stage_ops[cached:]
-    if group == 0 and not cached:
-        keys = prof.source_keys
-        if len(keys) < at_least:
-            keys = tuple(dict.fromkeys(np.linspace(0, prof.n_source - 1, min(at_least, prof.n_source)).astype(int).tolist()))
-        return run, [((i,), source.refs[i]) for i in keys]
-    return run, list(prof.samples_at[ops.index(run[0]) - 1]) if run else []
+def _trial_chunks(prof: Profile, source: Source, ops: Sequence[Op], stage_ops: tuple[Op, ...], first: bool,
+                  chunk: int, n_chunks: int, workers: int) -> list[list]:
+    """Inputs of a trial of a stage, in chunks of the plan's size: for a first stage, source
+    items spread over the source (``n_chunks`` chunks, a multiple of ``workers`` so that no
+    round leaves a worker idle, at most TRIAL_MAX_SHARE of the source); otherwise the profiled
+    samples entering it."""
+    if first:
+        fit = max(workers, int(prof.n_source * TRIAL_MAX_SHARE) // chunk // workers * workers)
+        n = min(min(n_chunks, fit) * chunk, prof.n_source)
+        keys = list(dict.fromkeys(np.linspace(0, prof.n_source - 1, max(1, n)).astype(int).tolist()))
+        items = [((i,), source.refs[i]) for i in keys]
+    else:
+        items = list(prof.samples_at[ops.index(stage_ops[0]) - 1])
+    return [items[i:i + chunk] for i in range(0, len(items), chunk)] or [[]]
+
+
+def expected_offload_s(stage_s: float, main_s: float, ipc_main_s: float, trial_inline_s: float,
+                       trial_parallel_s: float, workers: int, cores: int | None, fill_s: float = 0.0) -> float:
+    """Epoch time with a stage offloaded, calibrated by a measured trial: the stage's inline
+    time ``stage_s`` shrinks by the measured steady-state factor inline/parallel (which includes
+    IPC, contention and the per-chunk round trips), plus ``fill_s`` once per epoch (filling and
+    draining the workers). The main process's own work (``main_s``: batching, the operators
+    outside the stage) overlaps with the workers only when a core is left for it (``workers <
+    cores``, or remote workers); otherwise it is added in full."""
+    stage_off = stage_s * trial_parallel_s / max(trial_inline_s, 1e-12) + fill_s
+    if cores is not None and workers >= cores:
+        return stage_off + main_s
+    return max(main_s + ipc_main_s, stage_off)
+
+
+def offload_pays(serial_s: float, model_s: float, expected_s: float | None, min_speedup: float) -> bool:
+    """The offload rule: the Amdahl model must predict at least ``min_speedup`` (else no trial
+    is run), and so must the estimate calibrated by the measured trial (``expected_s``)."""
+    if model_s <= 0 or serial_s / model_s < min_speedup:
+        return False
+    return expected_s is not None and expected_s > 0 and serial_s / expected_s >= min_speedup
 
 
 def _cores() -> int:
@@ -415,6 +503,7 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
                 if best is None or gain > best[0] or mode == "always":
                     best = (gain, k, recompute, r, w)
             gain, k, recompute, r, w = best
+            _delete(store, f"{prefix}/probe-{os.getpid()}.pkl")
             where = f"after {det[k - 1].name!r} on {store_label(store)}"
             if gain > 0 or mode == "always":
                 cache_ops, cache_read_s = k, r
@@ -431,11 +520,13 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
         per_item = sum(cost.op_s.values()) / prof.n_source
         chunk = int(min(max(1, 0.025 / max(per_item, 1e-9)), max(1, prof.n_source // (4 * workers)), 1024))
 
-    # offload: Amdahl estimate per stage, cold (first epoch) and warm (cache complete)
+    # offload: per stage and phase (cold: first epoch; warm: cache complete), an Amdahl model from
+    # the profile gates, a measured trial decides (expected_offload_s, offload_pays)
     remote_rt = _roundtrip(remote.submit) if remote is not None and remote_workers > 0 else None
-    local_rt = None
+    rt = {"process": None}
     total_s = sum(cost.op_s.values())
     steps: list[Stage | Op] = []
+    trial_prefixes: list[tuple[Any, str]] = []
     for gi, g in enumerate(groups):
         if not isinstance(g, list):
             steps.append(g)
@@ -450,6 +541,17 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
         in_ser = (prof.source_ser_s if gi == 0 else p[ops[ops.index(stage_ops[0]) - 1].name].ser_s) * cost.into[stage_ops[0].name]
         ipc = in_ser + last.ser_s * out_items  # both sides pay about half of dumps+loads
         n_chunks = cost.into[stage_ops[0].name] / chunk
+        # the trial's job is the stage's real job; a first stage with a cache writes/reads a trial cache
+        trial_cache = None
+        if cached:
+            trial_cache = Cache(cache_obj.store, f"{cache_obj.prefix}-trial-{os.getpid()}-{time.monotonic_ns()}")
+            trial_prefixes.append((cache_obj.store, trial_cache.prefix))
+        job = ChunkJob(stage_ops, seed, trial_cache, cached)
+        per_chunk_s = cold_s / max(n_chunks, 1e-9)
+        tw = remote_workers if remote_rt is not None and workers <= 1 else workers
+        trial_n = max(1, tw) * max(TRIAL_ROUNDS, int(np.ceil(TRIAL_WORK_S / max(per_chunk_s, 1e-9) / max(1, tw))))
+        trial_in = _trial_chunks(prof, source, ops, stage_ops, gi == 0, chunk, trial_n, max(1, tw))
+        shards_written = False  # the trial cache's shards, which a warm trial reads
         choice = {}
         for phase, stage_s in (("cold", cold_s), ("warm", warm_s)):
             if phase == "warm" and not cached:
@@ -457,9 +559,9 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
                 continue
             options = {"inline": (stage_s + main_s, "")}
             if workers > 1:
-                if local_rt is None:
-                    local_rt = _roundtrip(pipeline.runtime.pool(workers).submit)
-                t = _amdahl(stage_s, main_s, ipc / 2 + n_chunks * local_rt, ipc / 2, workers, cores)
+                if rt["process"] is None:
+                    rt["process"] = _roundtrip(pipeline.runtime.pool(workers).submit)
+                t = _amdahl(stage_s, main_s, ipc / 2 + n_chunks * rt["process"], ipc / 2, workers, cores)
                 options["process"] = (t, f"{workers} local processes")
             if remote_rt is not None:
                 t = _amdahl(stage_s, main_s, ipc / 2 + n_chunks * remote_rt / remote_workers, ipc / 2,
@@ -469,37 +571,65 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
             best = min(options, key=lambda k: options[k][0])
             if mode == "always" and len(options) > 1:  # prefer remote, then local processes
                 best = "remote" if "remote" in options else "process"
-            speedup = serial / options[best][0] if options[best][0] > 0 else 1.0
-            trial, why_not = "", ""
-            if best != "inline" and speedup >= min_speedup and mode == "cost":
-                # the model cannot see contention or IPC surprises: check with a short measured trial
-                n = workers if best == "process" else remote_workers
-                run, items = _trial_inputs(prof, source, ops, stage_ops, cached if phase == "warm" else 0, gi, 2 * n)
-                if not run:
-                    best, why_not = "inline", "only cache reads remain"
-                else:
-                    submit = pipeline.runtime.pool(workers).submit if best == "process" else remote.submit
-                    t_in, t_par = _trial(submit, run, items, seed, n)
-                    measured = t_in / t_par if t_par > 0 else 0.0
-                    trial = f"; trial on {len(items)} inputs measured {measured:.2f}x"
-                    if measured < min_speedup:
-                        best, why_not = "inline", f"Amdahl estimates {speedup:.2f}x{trial}"
-            if best != "inline" and (speedup >= min_speedup or mode == "always"):
+            model_x = serial / options[best][0] if options[best][0] > 0 else 1.0
+            label = f"{phase} stage [{' + '.join(o.name for o in stage_ops)}]"
+            model = (f"Amdahl model {model_x:.2f}x (stage {stage_s * 1e3:.0f} ms, main process {main_s * 1e3:.0f} ms, "
+                     f"IPC {ipc * 1e3:.0f} ms per epoch)")
+            if mode == "always" and best != "inline":
                 choice[phase] = best
-                decisions.append(Decision("offload", True, f"{phase} stage [{' + '.join(o.name for o in stage_ops)}] "
-                                          f"to {options[best][1]}: parallel {stage_s * 1e3:.0f} ms, serial "
-                                          f"{main_s * 1e3:.0f} ms, IPC {ipc * 1e3:.0f} ms; Amdahl speedup {speedup:.2f}x{trial}",
-                                          serial - options[best][0]))
+                decisions.append(Decision("offload", True, f"{label} to {options[best][1]} (mode='always'); {model}",
+                                          max(serial - options[best][0], 0.0)))
+                continue
+            if best == "inline":
+                choice[phase] = "inline"
+                why = "workers=1 and no remote executor" if len(options) == 1 else \
+                    f"every offload option is modelled slower; {model}"
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: {why}", 0.0))
+                continue
+            if model_x < min_speedup:
+                choice[phase] = "inline"
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: {model} "
+                                          f"< {min_speedup}x, no trial", 0.0))
+                continue
+            if phase == "warm" and cached == len(stage_ops):
+                choice[phase] = "inline"
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: only cache "
+                                          f"reads remain", 0.0))
+                continue
+            # the model cannot see contention, IPC through pipes or a busy machine: measure
+            n = workers if best == "process" else remote_workers
+            submit = pipeline.runtime.pool(workers).submit if best == "process" else remote.submit
+            if not trial_in[0]:
+                choice[phase] = "inline"
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: no inputs "
+                                          f"to try it on", 0.0))
+                continue
+            if phase == "warm":
+                if not shards_written:  # an inline cold run of the trial chunks writes them
+                    for i, items in enumerate(trial_in):
+                        job.run(i, items, 0, False)
+                t_in, t_par, fill = _trial(submit, job, [None] * len(trial_in), n, True, min_speedup)
+            else:
+                t_in, t_par, fill = _trial(submit, job, trial_in, n, False, min_speedup)
+                shards_written = cached > 0
+            expected = expected_offload_s(stage_s, main_s, ipc / 2, t_in, t_par, n,
+                                          cores if best == "process" else None, fill)
+            trial = (f"trial on {len(trial_in)} chunks of {chunk} ({sum(len(c) for c in trial_in)} inputs): inline "
+                     f"{t_in * 1e3:.0f} ms, on {n} workers {t_par * 1e3:.0f} ms at the steady rate "
+                     f"({t_in / max(t_par, 1e-9):.2f}x) + {fill * 1e3:.0f} ms to fill them; "
+                     f"expected epoch speedup {serial / expected:.2f}x")
+            if offload_pays(serial, options[best][0], expected, min_speedup):
+                choice[phase] = best
+                decisions.append(Decision("offload", True, f"{label} to {options[best][1]}: {model}; {trial}",
+                                          serial - expected))
             else:
                 choice[phase] = "inline"
-                alt = min((k for k in options if k != "inline"), key=lambda k: options[k][0], default=None)
-                why = (why_not if trial or why_not == "only cache reads remain" else
-                       f"best offload ({options[alt][1]}) estimates {serial / options[alt][0]:.2f}x < {min_speedup}x"
-                       if alt else "workers=1 and no remote executor")
-                decisions.append(Decision("offload", False, f"{phase} stage [{' + '.join(o.name for o in stage_ops)}] "
-                                          f"stays in the main process: {why}", 0.0))
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: {model}; {trial} "
+                                          f"< {min_speedup}x", 0.0))
         steps.append(Stage(stage_ops, cold=choice["cold"], warm=choice["warm"], cache_ops=cached))
-    if local_rt is not None and not any(isinstance(s, Stage) and "process" in (s.cold, s.warm) for s in steps):
+    for store, prefix in trial_prefixes:
+        _delete(store, prefix)
+    if rt["process"] is not None and not any(isinstance(s, Stage) and "process" in (s.cold, s.warm) for s in steps):
         pipeline.runtime.close()
 
     # prefetch: overlap the pipeline with the consumer

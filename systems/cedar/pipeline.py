@@ -254,6 +254,16 @@ class DirStore:
     def exists(self, key: str) -> bool:
         return os.path.exists(self._path(key))
 
+    def delete(self, key_or_prefix: str) -> None:
+        """Remove a key or everything under a prefix."""
+        import shutil
+
+        path = self._path(key_or_prefix.strip("/"))
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.exists(path):
+            os.remove(path)
+
     def __repr__(self) -> str:
         return f"local disk {self.root}"
 
@@ -375,6 +385,19 @@ def _run_chunk(blob_id: str, blob: bytes, chunk_id: int, items, epoch: int, warm
 
         job = _STAGE_CACHE[blob_id] = cloudpickle.loads(blob)
     return job.run(chunk_id, items, epoch, warm)
+
+
+WARMUP_CHUNK = 999_999  # chunk id of the optimizer's warm-up jobs (a spare shard in a trial cache)
+
+
+def _warm_chunk(blob_id: str, blob: bytes, chunk_id: int, items, warm: bool, hold_s: float = 0.02) -> int:
+    """Load a stage in this worker and run one small chunk, then hold the worker for ``hold_s``
+    so that concurrent warm-up jobs land on the other workers (the optimizer's trials)."""
+    import time
+
+    out = _run_chunk(blob_id, blob, chunk_id, items, 0, warm)
+    time.sleep(hold_s)
+    return len(out)
 
 
 def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:

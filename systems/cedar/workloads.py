@@ -1,12 +1,16 @@
-"""The two benchmark pipelines, their data, and the DataLoader baseline (pure).
+"""The three benchmark pipelines, their data, and the DataLoader baseline (pure).
 
 Image: PNGs made at run time, read -> decode -> drop unlabelled images -> random crop -> flip ->
 color jitter -> normalize -> batch, written the way a user naturally writes it (the label filter
 after the decode, like a torchvision ``__getitem__`` followed by a check).
 Text: a parquet file of documents, tokenize -> filter by length -> pad -> batch.
+Audio: WAV clips made at run time, read -> decode -> resample -> log-mel spectrogram ->
+normalize (a deterministic, cacheable prefix) -> SpecAugment masks -> random time crop (random,
+redrawn every epoch) -> batch, shaped like the paper's speech pipeline.
 
 The DataLoader baseline runs the *same* functions in the order written inside an
-``IterableDataset`` (round-robin shards per worker) with torch's batching and collation.
+``IterableDataset`` (round-robin shards per worker) with torch's batching and collation, one
+DataLoader kept across epochs (persistent workers), set up the way a careful user tunes it.
 """
 from __future__ import annotations
 
@@ -185,46 +189,266 @@ def text_pipeline(store: Any, key: str, vocab: list[str], min_tokens: int, max_t
             .batch(batch))
 
 
+# ----- audio data and operators ---------------------------------------------------------------
+
+def make_clip(rng: np.random.Generator, label: int, seconds: float, rate: int) -> np.ndarray:
+    """A speech-like clip of class ``label``: a harmonic tone whose pitch depends on the class,
+    with a slow pitch glide, syllable-like amplitude bursts and background noise; int16 PCM."""
+    n = max(1, int(round(seconds * rate)))
+    t = np.arange(n, dtype=np.float64) / rate
+    f0 = 110.0 * 2 ** (label / 6) * (1 + 0.05 * np.sin(2 * np.pi * rng.uniform(0.2, 1.0) * t))
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    wave = sum(rng.uniform(0.2, 1.0) / k * np.sin(k * phase + rng.uniform(0, 2 * np.pi)) for k in range(1, 6))
+    bursts = 0.5 + 0.5 * np.sin(2 * np.pi * rng.uniform(2, 5) * t + rng.uniform(0, 2 * np.pi)) ** 2
+    wave = wave * bursts + rng.normal(0, 0.05, n)
+    return np.clip(wave / np.abs(wave).max() * 0.8 * 32767, -32768, 32767).astype(np.int16)
+
+
+def encode_wav(pcm: np.ndarray, rate: int) -> bytes:
+    """Mono 16-bit PCM WAV (the standard library's ``wave`` writer)."""
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def decode_wav(s: dict) -> dict:
+    """WAV bytes -> float32 waveform in [-1, 1] and its sample rate."""
+    import wave
+
+    with wave.open(io.BytesIO(s["data"]), "rb") as w:
+        if w.getsampwidth() != 2 or w.getnchannels() != 1:
+            raise ValueError(f"expected mono 16-bit PCM, got {w.getnchannels()} channels of {w.getsampwidth()} bytes")
+        rate, frames = w.getframerate(), w.readframes(w.getnframes())
+    wave_ = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0
+    return {k: v for k, v in s.items() if k != "data"} | {"wave": wave_, "rate": rate}
+
+
+@dataclass(frozen=True)
+class Resample:
+    """Polyphase resampling to ``rate`` (scipy ``resample_poly`` with its default Kaiser
+    low-pass, designed once per source rate and reused)."""
+
+    rate: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "filters", {})
+
+    def __call__(self, s: dict) -> dict:
+        from math import gcd
+
+        from scipy.signal import firwin, resample_poly
+
+        src = int(s["rate"])
+        if src == self.rate:
+            return s
+        g = gcd(src, self.rate)
+        up, down = self.rate // g, src // g
+        h = self.filters.get((up, down))
+        if h is None:  # what resample_poly designs on every call
+            half_len = 10 * max(up, down)
+            h = self.filters[(up, down)] = firwin(2 * half_len + 1, 1.0 / max(up, down),
+                                                  window=("kaiser", 5.0)).astype(np.float32)
+        out = resample_poly(s["wave"], up, down, window=h).astype(np.float32)
+        return s | {"wave": out, "rate": self.rate}
+
+
+def mel_filterbank(rate: int, n_fft: int, n_mels: int) -> np.ndarray:
+    """Triangular filters on the mel scale (HTK formula), shape (n_mels, n_fft // 2 + 1)."""
+    def mel(f):
+        return 2595.0 * np.log10(1.0 + f / 700.0)
+
+    def hz(m):
+        return 700.0 * (10 ** (m / 2595.0) - 1.0)
+
+    edges = hz(np.linspace(mel(0.0), mel(rate / 2), n_mels + 2))
+    freqs = np.linspace(0, rate / 2, n_fft // 2 + 1)
+    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    fb = np.maximum(0.0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))
+    return fb.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class LogMel:
+    """Short-time Fourier transform (Hann window) -> power -> mel filterbank -> log; the
+    waveform is replaced by a float32 (n_mels, frames) spectrogram."""
+
+    rate: int
+    n_fft: int = 400
+    hop: int = 160
+    n_mels: int = 64
+
+    def __post_init__(self):
+        object.__setattr__(self, "window", np.hanning(self.n_fft + 1)[:-1].astype(np.float32))
+        object.__setattr__(self, "fb", mel_filterbank(self.rate, self.n_fft, self.n_mels))
+
+    def __call__(self, s: dict) -> dict:
+        if s["rate"] != self.rate:
+            raise ValueError(f"log-mel expects {self.rate} Hz audio, got {s['rate']} Hz")
+        x = s["wave"]
+        if len(x) < self.n_fft:
+            x = np.pad(x, (0, self.n_fft - len(x)))
+        frames = np.lib.stride_tricks.sliding_window_view(x, self.n_fft)[::self.hop] * self.window
+        power = (np.abs(np.fft.rfft(frames, axis=1)) ** 2).astype(np.float32)
+        # einsum, not a BLAS matmul: a small product that OpenBLAS would spread over a thread pool
+        # per process (and spin on, with several worker processes on few cores)
+        mel = np.log(np.einsum("mf,tf->mt", self.fb, power) + 1e-6)
+        return {k: v for k, v in s.items() if k not in ("wave", "rate")} | {"mel": mel.astype(np.float32)}
+
+
+def normalize_mel(s: dict) -> dict:
+    """Per-clip mean and variance normalization of each mel band (CMVN)."""
+    m = s["mel"]
+    return s | {"mel": ((m - m.mean(axis=1, keepdims=True)) / (m.std(axis=1, keepdims=True) + 1e-5)).astype(np.float32)}
+
+
+@dataclass(frozen=True)
+class SpecAugment:
+    """SpecAugment masks: ``freq_masks`` bands of up to ``max_freq`` mel bins and ``time_masks``
+    spans of up to ``max_time`` frames are set to zero (the normalized mean)."""
+
+    freq_masks: int = 2
+    max_freq: int = 8
+    time_masks: int = 2
+    max_time: int = 12
+
+    def __call__(self, s: dict, rng: np.random.Generator) -> dict:
+        m = s["mel"].copy()
+        n_mels, frames = m.shape
+        for _ in range(self.freq_masks):
+            w = int(rng.integers(0, self.max_freq + 1))
+            f0 = int(rng.integers(0, max(1, n_mels - w + 1)))
+            m[f0:f0 + w, :] = 0.0
+        for _ in range(self.time_masks):
+            w = int(rng.integers(0, self.max_time + 1))
+            t0 = int(rng.integers(0, max(1, frames - w + 1)))
+            m[:, t0:t0 + w] = 0.0
+        return s | {"mel": m}
+
+
+@dataclass(frozen=True)
+class RandomTimeCrop:
+    """A random window of ``frames`` frames (zero-padded when the clip is shorter)."""
+
+    frames: int
+
+    def __call__(self, s: dict, rng: np.random.Generator) -> dict:
+        m = s["mel"]
+        if m.shape[1] < self.frames:
+            m = np.pad(m, ((0, 0), (0, self.frames - m.shape[1])))
+        t0 = int(rng.integers(0, m.shape[1] - self.frames + 1))
+        return s | {"mel": np.ascontiguousarray(m[:, t0:t0 + self.frames])}
+
+
+def audio_pipeline(store: Any, keys: list[str], labels: list[int], rate: int, n_mels: int, crop_frames: int,
+                   batch: int, seed: int) -> Pipeline:
+    return (Pipeline.from_storage(store, keys, meta=[{"label": int(lb)} for lb in labels], seed=seed)
+            .map(decode_wav, reads=("data",), writes=("data", "wave", "rate"))
+            .map(Resample(rate), name="resample", reads=("wave", "rate"), writes=("wave", "rate"))
+            .map(LogMel(rate, n_mels=n_mels), name="log_mel", reads=("wave", "rate"), writes=("wave", "rate", "mel"))
+            .map(normalize_mel, reads=("mel",), writes=("mel",))
+            .map(SpecAugment(), name="spec_augment", random=True, reads=("mel",), writes=("mel",))
+            .map(RandomTimeCrop(crop_frames), name="time_crop", random=True, reads=("mel",), writes=("mel",))
+            .batch(batch))
+
+
 # ----- the DataLoader baseline ------------------------------------------------------------------
 
 def _torch_dataset_class():
     from torch.utils.data import IterableDataset, get_worker_info
 
     class PipelineDataset(IterableDataset):
-        """The per-sample functions applied in the order written, on this worker's shard."""
+        """The per-sample functions applied in the order written, on this worker's shard. The
+        n-th pass over the dataset is epoch ``start_epoch + n``: with persistent workers each
+        worker keeps its own copy and counts its passes, so the epoch that seeds the random
+        operators advances in every process alike without any message from the main process."""
 
-        def __init__(self, refs, ops, seed: int, epoch: int):
-            self.refs, self.ops, self.seed, self.epoch = refs, ops, seed, epoch
+        def __init__(self, refs, ops, seed: int, start_epoch: int = 0):
+            self.refs, self.ops, self.seed = refs, ops, seed
+            self.start_epoch, self.passes = start_epoch, 0
 
         def __iter__(self):
+            epoch = self.start_epoch + self.passes
+            self.passes += 1
             info = get_worker_info()
             wid, nw = (info.id, info.num_workers) if info else (0, 1)
             items = (((i,), r) for i, r in enumerate(self.refs) if i % nw == wid)
             for op in self.ops:
-                items = apply_op(op, items, self.seed, self.epoch)
+                items = apply_op(op, items, self.seed, epoch)
             for _, x in items:
                 yield x
 
     return PipelineDataset
 
 
-def dataloader(pipeline: Pipeline, num_workers: int, epoch: int):
-    """``torch.utils.data.DataLoader`` over the pipeline's per-sample functions, as a user writes it:
-    an IterableDataset applying them in the order written, round-robin shards per worker, torch's
-    own batching and collation. Workers fork, the Linux default (a Dask worker process would
-    otherwise hand its 'spawn' setting down)."""
-    import multiprocessing as mp
+def _one_thread(_worker_id: int) -> None:
+    """worker_init_fn: one intra-op thread per worker process, so N workers use N cores."""
+    import torch
 
-    from torch.utils.data import DataLoader
+    torch.set_num_threads(1)
 
-    ops = list(pipeline.ops)
-    batch_op = ops[-1]
-    if batch_op.kind != "batch" or not all(o.per_sample for o in ops[:-1]):
-        raise ValueError("the DataLoader baseline needs per-sample operators followed by one batch")
-    dataset = _torch_dataset_class()(pipeline.source.refs, ops[:-1], pipeline.seed, epoch)
-    ctx = mp.get_context("fork") if num_workers and "fork" in mp.get_all_start_methods() else None
-    return DataLoader(dataset, batch_size=batch_op.size, num_workers=num_workers, drop_last=batch_op.drop_last,
-                      multiprocessing_context=ctx)
+
+class TorchLoader:
+    """``torch.utils.data.DataLoader`` over the pipeline's per-sample functions, set up the way a
+    careful user does: an IterableDataset applying them in the order written with round-robin
+    shards per worker, torch's own batching and collation, ONE DataLoader kept across epochs
+    (``persistent_workers=True``: workers start once, not every epoch), ``prefetch_factor``
+    batches ready per worker, one torch thread per worker (``worker_init_fn``) and, while it
+    iterates, one torch thread in the main process (collation of small batches gains nothing
+    from intra-op threads and loses to them on a small machine). Workers fork, the Linux
+    default (a Dask worker process would otherwise hand its 'spawn' setting down).
+
+        with TorchLoader(pipe, num_workers=2) as loader:
+            for epoch in range(3):
+                for batch in loader.epoch(): ...
+    """
+
+    def __init__(self, pipeline: Pipeline, num_workers: int, prefetch_factor: int = 4, start_epoch: int = 0):
+        import multiprocessing as mp
+
+        from torch.utils.data import DataLoader
+
+        ops = list(pipeline.ops)
+        batch_op = ops[-1]
+        if batch_op.kind != "batch" or not all(o.per_sample for o in ops[:-1]):
+            raise ValueError("the DataLoader baseline needs per-sample operators followed by one batch")
+        self.num_workers = num_workers
+        self.dataset = _torch_dataset_class()(pipeline.source.refs, ops[:-1], pipeline.seed, start_epoch)
+        extra = {}
+        if num_workers:
+            extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor, "worker_init_fn": _one_thread,
+                     "multiprocessing_context": mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None}
+        self.loader = DataLoader(self.dataset, batch_size=batch_op.size, num_workers=num_workers,
+                                 drop_last=batch_op.drop_last, **extra)
+
+    def epoch(self):
+        """The batches of the next epoch (epoch ``start_epoch`` first)."""
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield from self.loader
+        finally:
+            torch.set_num_threads(threads)
+
+    def close(self) -> None:
+        """Stop the persistent workers now (otherwise when the loader is garbage collected)."""
+        it = getattr(self.loader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self.loader._iterator = None
+
+    def __enter__(self) -> "TorchLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def count(batch: Any) -> int:

@@ -18,3 +18,15 @@ def test_readme_generated_sections_are_current(monkeypatch):
 def test_every_implemented_system_has_a_docs_page():
     for spec in registry.implemented():
         assert (ROOT / "docs" / f"{spec.name}.md").exists(), spec.name
+
+
+def test_every_docs_page_shows_its_committed_results(monkeypatch):
+    """Each system page carries a generated block with every claim of its quick RunReport."""
+    from mlsys_flows import readme
+
+    monkeypatch.chdir(ROOT)
+    for spec in registry.implemented():
+        text = (ROOT / "docs" / f"{spec.name}.md").read_text()
+        assert "<!-- results:start -->" in text, f"docs/{spec.name}.md has no generated results block"
+        assert readme.render_system(spec.name, text) == text, \
+            f"docs/{spec.name}.md results are stale: python -m mlsys_flows.readme"
