@@ -10,11 +10,23 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+_LAYER_ORDER = {"unit": 0, "flows": 1, "integration": 2}
+
+
+def pytest_collection_modifyitems(items):
+    """Unit tests first, then flows, then integration (a stable sort keeps each layer's order):
+    fast feedback first, and the unit tests that fork (cedar's DataLoader workers) run before the
+    session's Prefect harness starts its threads. A child forked from a process whose harness
+    threads hold the logging and capture locks died at exit (exit code 1) under pytest's capture."""
+    items.sort(key=lambda item: _LAYER_ORDER.get(Path(str(item.fspath)).parent.name, len(_LAYER_ORDER)))
 
 
 @pytest.fixture(autouse=True)
