@@ -325,6 +325,29 @@ class MappingResult:
     sweep_passes: int = 0
 
 
+def _window_columns(ncol: int, ny: int, y: np.ndarray, z: np.ndarray, cc: np.ndarray, weight: np.ndarray,
+                    start: np.ndarray | None, fix_first: bool, fix_last: bool):
+    """Column bounds and integrality shared by both ILP-2 window formulations: assignment columns
+    ``y[layer, cluster, gpu]`` are binary (fixed end layers pinned to ``start``), each transition
+    cost ``z[t]`` is at least its co-location bound; an unfixed first layer breaks the GPU symmetry
+    with cluster 0 on GPU 0."""
+    nt, g = len(z), y.shape[1]
+    col_lo, col_hi = np.zeros(ncol), np.ones(ncol)
+    col_hi[z] = np.inf
+    col_lo[z] = [colocation_bound(cc[t], weight) for t in range(nt)]
+    for layer, fixed in ((0, fix_first), (nt, fix_last)):
+        if fixed:
+            col_hi[y[layer].ravel()] = 0
+            col_lo[y[layer][np.arange(g), start[layer]]] = col_hi[y[layer][np.arange(g), start[layer]]] = 1
+    if not fix_first:
+        if start is not None and start[0, 0] != 0:
+            raise ValueError("an unfixed first layer must start with cluster 0 on GPU 0")
+        col_lo[y[0, 0, 0]] = 1
+    integer = np.zeros(ncol, bool)
+    integer[:ny] = True
+    return col_lo, col_hi, integer
+
+
 def ilp2_window(cc: np.ndarray, weight: np.ndarray, start: np.ndarray | None, *, fix_first: bool,
                 fix_last: bool, time_limit_s: float, seed: int = 0):
     """Joint mapping of ``len(cc) + 1`` consecutive layers. The product y[l,c,i] * y[l+1,c',j] of the
@@ -372,19 +395,7 @@ def ilp2_window(cc: np.ndarray, weight: np.ndarray, start: np.ndarray | None, *,
             rows(cols[None], np.append(weight[i, j] * cc[t].ravel(), -1.0)[None], -np.inf, 0)
     a = sparse.coo_matrix((np.concatenate(blocks_v), (np.concatenate(blocks_r), np.concatenate(blocks_c))),
                           shape=(len(lo), ncol))
-    col_lo, col_hi = np.zeros(ncol), np.ones(ncol)
-    col_hi[z] = np.inf
-    col_lo[z] = [colocation_bound(cc[t], weight) for t in range(nt)]
-    for layer, fixed in ((0, fix_first), (nt, fix_last)):
-        if fixed:
-            col_hi[y[layer].ravel()] = 0
-            col_lo[y[layer][np.arange(g), start[layer]]] = col_hi[y[layer][np.arange(g), start[layer]]] = 1
-    if not fix_first:
-        if start is not None and start[0, 0] != 0:
-            raise ValueError("an unfixed first layer must start with cluster 0 on GPU 0")
-        col_lo[y[0, 0, 0]] = 1
-    integer = np.zeros(ncol, bool)
-    integer[:ny] = True
+    col_lo, col_hi, integer = _window_columns(ncol, ny, y, z, cc, weight, start, fix_first, fix_last)
     x0 = None
     if start is not None:
         x0 = np.zeros(ncol)
@@ -477,19 +488,7 @@ def ilp2_window_colocation(cc: np.ndarray, weight: np.ndarray, start: np.ndarray
                     if m_ is not None:
                         row([z[t], m_[t, c, c2]], [1, inter * f], inter * f, np.inf)
     a = sparse.coo_matrix((np.concatenate(v_), (np.concatenate(r_), np.concatenate(c_))), shape=(len(lo), ncol))
-    col_lo, col_hi = np.zeros(ncol), np.ones(ncol)
-    col_hi[z] = np.inf
-    col_lo[z] = [colocation_bound(cc[t], weight) for t in range(nt)]
-    for layer, fixed in ((0, fix_first), (nt, fix_last)):
-        if fixed:
-            col_hi[y[layer].ravel()] = 0
-            col_lo[y[layer][np.arange(g), start[layer]]] = col_hi[y[layer][np.arange(g), start[layer]]] = 1
-    if not fix_first:
-        if start is not None and start[0, 0] != 0:
-            raise ValueError("an unfixed first layer must start with cluster 0 on GPU 0")
-        col_lo[y[0, 0, 0]] = 1
-    integer = np.zeros(ncol, bool)
-    integer[:ny] = True
+    col_lo, col_hi, integer = _window_columns(ncol, ny, y, z, cc, weight, start, fix_first, fix_last)
     x0 = None
     if start is not None:
         x0 = np.zeros(ncol)
