@@ -101,8 +101,8 @@ class ResourcePool(Block):
             try:
                 import torch
 
-                if torch.cuda.is_available():
-                    return "cuda"
+                if torch.cuda.is_available():  # a worker per GPU sees its own as cuda:0 (CUDA_VISIBLE_DEVICES)
+                    return f"cuda:{torch.cuda.current_device()}"
             except ImportError:
                 pass
             log.warning("ResourcePool %r: no CUDA device on this worker; falling back to CPU", self.name)

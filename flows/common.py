@@ -4,21 +4,25 @@ A system module writes only its body: ``@system_flow("name")`` on a function tha
 :class:`RunContext` and returns a :class:`SystemResult` (variants, every metric's kind, the samples
 of repeated metrics, the assumptions of modelled ones). The harness makes the Prefect flow users
 deploy (parameters ``scale``, ``overrides``, ``storage``, ``cluster``, ``run_key``), validates the
-parameters before any work, runs the body as a subflow on the cluster's ``DaskTaskRunner``,
+parameters before any work, runs the body in the same flow run with its tasks submitted to the
+cluster's ``DaskTaskRunner`` (one run page holds the parameters, every task and the artifacts),
 computes every claim of the system's spec into the RunReport (``build_report``), and publishes it.
 """
 from __future__ import annotations
 
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from prefect import flow, get_run_logger
+from pydantic import BaseModel
+from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
 
 from mlsys_flows import registry
-from mlsys_flows.flow_params import RUN_KEY
+from mlsys_flows.flow_params import PARAMETERS, RUN_KEY
 from mlsys_flows.blocks import CheckpointStore, DaskCluster, ObjectStorage, ResourcePool
 from mlsys_flows.runtime import shared_api
 from mlsys_flows.systems.common.environment import capture, load_average
@@ -36,8 +40,9 @@ class RunContext:
     params: Any  # the system's validated SystemParams subclass
     storage: ObjectStorage
     cluster: DaskCluster
-    gpus: ResourcePool
     run_id: str
+    # The devices parameter's pool; None: device tasks run anywhere (see ``devices``, ``submit``).
+    device_pool: ResourcePool | None = None
     # Names a resumable training run across flow runs; None (the default) means not resumable.
     run_key: str | None = None
 
@@ -52,6 +57,30 @@ class RunContext:
     def key(self, *parts: str) -> str:
         """A storage key private to this run: runs/<system>/<run_id>/<parts...>."""
         return "/".join(["runs", self.spec.name, self.run_id, *parts])
+
+    @property
+    def devices(self) -> ResourcePool:
+        """The pool device tasks use: the ``devices`` parameter's block, else this machine's GPUs
+        (a task falls back to the CPU with a warning where there is none)."""
+        return self.device_pool or ResourcePool(kind="gpu", name="local")
+
+    def submit(self, task, *args: Any, device: Literal["gpu", "fpga"] | None = None, **kwargs: Any):
+        """``task.submit(*args, **kwargs)`` on the run's cluster. ``device="gpu"`` (or ``"fpga"``) marks
+        a device task: with a ``devices`` pool it carries the pool's Dask resource annotation, so only
+        workers started with that resource run it. The task is passed ``ctx.devices`` and holds a
+        device with ``with pool.claim() as device:`` (a slot of the pool's Prefect concurrency limit,
+        one per device, and the torch device to use)."""
+        if device is None or self.device_pool is None:
+            if device is not None and device != "gpu":
+                raise ParamsError(self.spec.name, "devices", f"task {task.name} needs a {device} pool: "
+                                                             f"pass the name of a saved ResourcePool block")
+            return task.submit(*args, **kwargs)
+        pool = self.device_pool
+        if pool.kind != device:
+            raise ParamsError(self.spec.name, "devices", f"task {task.name} needs a {device} pool; "
+                                                         f"{pool.name!r} is a {pool.kind} pool")
+        with pool.annotate():
+            return task.submit(*args, **kwargs)
 
     @property
     def repeats(self) -> int:
@@ -71,30 +100,68 @@ def resolve_cluster(cluster: str | DaskCluster | None) -> DaskCluster:
     return DaskCluster.load(cluster) if cluster else DaskCluster()
 
 
+def resolve_devices(devices: str | ResourcePool | None) -> ResourcePool | None:
+    if devices is None or isinstance(devices, ResourcePool):
+        return devices
+    return ResourcePool.load(devices)
+
+
+@contextmanager
+def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None):
+    """Tasks submitted inside this block run on ``cluster``, as task runs of the current flow run.
+
+    The cluster is a run parameter, but a Prefect flow fixes its task runner when it is defined; so
+    the harness enters the cluster's task runner itself and puts it in a copy of the flow run's
+    context (``Task.submit`` reads the runner from there). No subflow: the run the user started
+    shows every task."""
+    run_context = FlowRunContext.get()
+    if run_context is None:
+        raise RuntimeError("tasks_on() needs a running flow")
+    with cluster.task_runner() as runner, run_context.model_copy(update={"task_runner": runner}):
+        if pool is not None:
+            check_workers_have(runner, pool)
+        yield runner
+
+
+def check_workers_have(runner, pool: ResourcePool) -> None:
+    """Device tasks wait for a worker with the pool's resource: fail now, naming the parameter,
+    when the cluster has none (rather than hang)."""
+    workers = runner.client.scheduler_info(n_workers=-1)["workers"].values()
+    if not any(w.get("resources", {}).get(pool.resource_name, 0) >= pool.per_task for w in workers):
+        raise ParamsError("flow", "devices", f"no worker of the cluster advertises {pool.per_task:g} "
+                                             f"{pool.resource_name}; start one with `dask worker ADDRESS --resources "
+                                             f"{pool.resource_name}={len(pool.devices)}`")
+
+
 def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], Any]:
     spec = registry.get(name)
     params_model: type[SystemParams] = spec.params_model()
 
     def decorate(body: Callable[[RunContext], SystemResult]):
-        inner = flow(name=f"{name}-body", validate_parameters=False, log_prints=True)(body)
-
         def run(scale: Literal["smoke", "quick", "full"] = "quick", overrides: dict[str, Any] | None = None,
-                storage: str | ObjectStorage | None = None, cluster: str | DaskCluster | None = None,
+                storage: str | None = None, cluster: str | None = None, devices: str | None = None,
                 run_key: str | None = None) -> dict:
             logger = get_run_logger()
+            if isinstance(overrides, BaseModel):  # a Python caller may pass the typed model itself
+                overrides = overrides.model_dump(exclude_none=True)
             params = params_model.for_scale(scale, **(overrides or {}))  # fails before any work
             if run_key is not None and not RUN_KEY.fullmatch(str(run_key)):
                 raise ParamsError(name, "run_key", f"must be 1-128 letters, digits, '.', '_' or '-' (got {run_key!r})")
+            logger.info("resolved parameters: %s", params.model_dump(mode="json"))
             store = resolve_storage(storage).check()
             dask_cluster = resolve_cluster(cluster)
+            pool = resolve_devices(devices)
             run_id = str(flow_run.get_id() or uuid.uuid4())
-            ctx = RunContext(spec=spec, params=params, storage=store, cluster=dask_cluster,
-                             gpus=ResourcePool(kind="gpu"), run_id=run_id, run_key=run_key)
-            logger.info("%s at scale %s on %s cluster; storage %s", name, scale, dask_cluster.mode, store.root_url)
+            ctx = RunContext(spec=spec, params=params, storage=store, cluster=dask_cluster, run_id=run_id,
+                             device_pool=pool, run_key=run_key)
+            ctx.devices.ensure_concurrency_limit()  # the slots device tasks claim
+            logger.info("%s at scale %s on %s cluster; storage %s; devices %s", name, scale, dask_cluster.mode,
+                        store.root_url, f"pool {pool.name!r} ({pool.kind}: {', '.join(pool.devices)})" if pool
+                        else "any worker's own")
             environment = capture(name)
             started = time.perf_counter()
-            with shared_api():
-                result: SystemResult = inner.with_options(task_runner=dask_cluster.task_runner())(ctx)
+            with shared_api(), tasks_on(dask_cluster, pool):
+                result: SystemResult = body(ctx)
             environment.load_after = load_average()
             report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,
                                   environment=environment, wall_time_s=time.perf_counter() - started)
@@ -106,8 +173,13 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             return report.model_dump(mode="json")
 
         run.__name__ = name
-        run.__doc__ = f"{spec.title} ({spec.paper}): {spec.headline.statement}. Runs the technique and its " \
+        description = f"{spec.title} ({spec.paper}): {spec.headline.statement}. Runs the technique and its " \
                       f"baselines on the same workload and reports each claim's ratio."
-        return flow(name=name, description=run.__doc__, log_prints=True)(run)
+        # The run form of the UI is the deployment's parameter schema, which Prefect derives from this
+        # signature and docstring: the system's typed overrides and a description per parameter.
+        run.__annotations__["overrides"] = params_model.overrides_model() | None
+        run.__doc__ = description + "\n\nArgs:\n" + "".join(f"    {p.name}: {p.description}\n" for p in PARAMETERS)
+        # validated by the system's Params (ParamsError names the field), not by Prefect's signature check
+        return flow(name=name, description=description, log_prints=True, validate_parameters=False)(run)
 
     return decorate

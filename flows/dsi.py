@@ -16,17 +16,17 @@ VARIANTS = ("inline", "inline_full_rows", "dpp")
 def dsi(ctx: RunContext) -> SystemResult:
     p = ctx.params
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data")).result()
-    cpu = t.cpu_budget.submit(p, ctx.storage, data, ctx.gpus).result()
+    cpu = ctx.submit(t.cpu_budget, p, ctx.storage, data, ctx.devices, device="gpu").result()
     # timed one after the other, rotating which goes first: DPP's workers must not compete with an
     # on-trainer loader, and no variant always runs on a warmer machine
     runs: dict[str, list[dict]] = {n: [] for n in VARIANTS}
     for r in range(ctx.repeats):
         for name in VARIANTS[r % 3:] + VARIANTS[:r % 3]:
             if name == "dpp":
-                runs[name].append(t.train_dpp.submit(p, ctx.storage, data, ctx.gpus, cpu).result())
+                runs[name].append(ctx.submit(t.train_dpp, p, ctx.storage, data, ctx.devices, cpu, device="gpu").result())
             else:
-                runs[name].append(t.train_inline.submit(p, ctx.storage, data, ctx.gpus, cpu,
-                                                        projected=name == "inline").result())
+                runs[name].append(ctx.submit(t.train_inline, p, ctx.storage, data, ctx.devices, cpu,
+                                             projected=name == "inline", device="gpu").result())
     dpp = runs["dpp"][0]
     measured = [m for m, kind in KINDS.items() if kind == "measured"]
     per_run = {"inline": runs["inline"], "inline_full_rows": runs["inline_full_rows"],

@@ -22,8 +22,8 @@ def recd(ctx: RunContext) -> SystemResult:
     # the steps run one after another: each is timed and must not share the CPU with the next
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data")).result()
     reader = t.preprocess_throughput.submit(p, ctx.storage, data).result()
-    trained = t.train.submit(p, ctx.storage, data, ctx.gpus, ctx.checkpoints, ctx.run_key).result()
-    points = t.mix_sweep.submit(p, ctx.gpus).result() if p.mix_sweep else []
+    trained = ctx.submit(t.train, p, ctx.storage, data, ctx.devices, ctx.checkpoints, ctx.run_key, device="gpu").result()
+    points = ctx.submit(t.mix_sweep, p, ctx.devices, device="gpu").result() if p.mix_sweep else []
 
     stored = {n: (data["clustered_bytes"], data["dedup_clustered"]) for n in TRAINERS}  # the file each reads
     stored["kjt"] = (data["arrival_bytes"], data["dedup_arrival"])

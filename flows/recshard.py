@@ -36,8 +36,8 @@ def recshard(ctx: RunContext) -> SystemResult:
         for name, c in f.result().items():
             counts[name] = counts.get(name, 0) + c
     # timed alone, after the replay, one after the other: nothing else runs on the workers meanwhile
-    tier = t.tier_costs.submit(p, ctx.gpus).result()
-    looked = t.lookup.submit(p, ctx.storage, data, planned, ctx.gpus, ctx.key("lookup")).result()
+    tier = ctx.submit(t.tier_costs, p, ctx.devices, device="gpu").result()
+    looked = ctx.submit(t.lookup, p, ctx.storage, data, planned, ctx.devices, ctx.key("lookup"), device="gpu").result()
     planned, data = planned.result(), data.result()
 
     prof = Profile.from_npz(ctx.storage.read_bytes(data["profile"]))

@@ -39,10 +39,10 @@ def swiftmoe(ctx: RunContext) -> SystemResult:
     p = ctx.params
     data = t.make_workload.submit(p, ctx.storage, ctx.key("tokens.npz")).result()
     # timed alone; the training tasks below only replay this measurement, so they may overlap
-    prof = t.profile.submit(p, ctx.gpus).result()
+    prof = ctx.submit(t.profile, p, ctx.devices, device="gpu").result()
     # also alone: 2 real processes time the recorded work, measured against the simulator
     calib = t.calibrate.submit(p, ctx.repeats).result()
-    futures = {n: t.train.submit(n, p, ctx.storage, data, prof, ctx.gpus, record=n in ("flexmoe", "swiftmoe"))
+    futures = {n: t.train.submit(n, p, ctx.storage, data, prof, ctx.devices, record=n in ("flexmoe", "swiftmoe"))
                for n in POLICIES}
     runs = {n: f.result() for n, f in futures.items()}
     links = [p.link_gbps * f for f in LINK_FACTORS]

@@ -11,7 +11,7 @@ Airflow task (needs prefect in the same environment; imported only then).
     MlsysFlowOperator(task_id="recd", system="recd", scale="quick",
                       overrides={"seed": 1}, api_url="{{ var.value.prefect_api_url }}")
 
-Its flow-parameter arguments (``scale``, ``overrides``, ``storage``, ``cluster``, ``run_key``) are
+Its flow-parameter arguments (``scale``, ``overrides``, ``storage``, ``cluster``, ``devices``, ``run_key``) are
 the harness's, declared in ``flow_params.py``, and are checked by the same rules before any run.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ class MlsysFlowOperator(BaseOperator):
                  mode: Literal["deployment", "in_process"] = "deployment", wait: bool = True,
                  poll_interval_s: float = 5.0, run_timeout_s: float = 6 * 3600,
                  idempotency_key: str | None = None, storage: str | None = None, cluster: str | None = None,
-                 run_key: str | None = None, **kwargs: Any):
+                 devices: str | None = None, run_key: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         if mode not in ("deployment", "in_process"):
             raise ValueError(f"mode must be 'deployment' or 'in_process' (got {mode!r})")
@@ -52,7 +52,8 @@ class MlsysFlowOperator(BaseOperator):
         self.system, self.scale = system, scale
         self.deployment, self.api_url, self.mode, self.wait = deployment, api_url, mode, wait
         self.poll_interval_s, self.run_timeout_s, self.idempotency_key = poll_interval_s, run_timeout_s, idempotency_key
-        self.storage, self.cluster = storage, cluster  # names of saved ObjectStorage / DaskCluster blocks
+        # names of saved ObjectStorage / DaskCluster / ResourcePool blocks
+        self.storage, self.cluster, self.devices = storage, cluster, devices
         self.run_key = run_key  # makes the run's training resumable under this key
 
     def _parameters(self) -> dict[str, Any]:
@@ -116,7 +117,7 @@ class MlsysFlowOperator(BaseOperator):
 
         try:
             report = run_system(self.system, self.scale, self.overrides, storage=self.storage, cluster=self.cluster,
-                                run_key=self.run_key)
+                                devices=self.devices, run_key=self.run_key)
         except RunError as exc:
             raise AirflowException(str(exc)) from None
         h = report.headline

@@ -66,14 +66,22 @@ def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSO
 
 
 def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], cluster: Optional[str],
-             run_key: Optional[str] = None):
+             devices: Optional[str] = None, run_key: Optional[str] = None):
     overrides = dict(parse_param(p) for p in params)
     validate(name, scale, overrides)  # before any work: names the bad system or field
     started = time.perf_counter()
     with console.status(f"[bold]running {name}[/bold] at scale {scale} (Prefect flow on Dask)...", spinner="dots"):
-        report = run_system(name, scale, overrides, storage=storage, cluster=cluster, run_key=run_key)
+        report = run_system(name, scale, overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key)
     console.print(f"{name} finished in {time.perf_counter() - started:.1f} s")
     return report
+
+
+# The options `run` and `bench` share: a scripted user runs any system with any parameters either way.
+SCALE_OPT = typer.Option("quick", help="smoke | quick | full")
+PARAM_OPT = typer.Option([], "--param", "-p", help="Parameter override key=value (repeatable).")
+STORAGE_OPT = typer.Option(None, help="Name of a saved ObjectStorage block (reports, checkpoints).")
+CLUSTER_OPT = typer.Option(None, help="Name of a saved DaskCluster block (where tasks run).")
+DEVICES_OPT = typer.Option(None, help="Name of a saved ResourcePool block (the devices device tasks claim).")
 
 
 def _paper(r) -> str:
@@ -107,44 +115,52 @@ def _guard(fn):
 
 @app.command()
 def run(name: str = typer.Argument(..., help="System name (see `mlsys-flows list`)."),
-        scale: str = typer.Option("quick", help="smoke | quick | full"),
-        param: List[str] = typer.Option([], "--param", "-p", help="Parameter override key=value (repeatable)."),
-        storage: Optional[str] = typer.Option(None, help="Name of a saved ObjectStorage block."),
-        cluster: Optional[str] = typer.Option(None, help="Name of a saved DaskCluster block."),
+        scale: str = SCALE_OPT, param: List[str] = PARAM_OPT,
+        storage: Optional[str] = STORAGE_OPT, cluster: Optional[str] = CLUSTER_OPT,
+        devices: Optional[str] = DEVICES_OPT,
+        json_path: Optional[Path] = typer.Option(None, "--json", help="Write the RunReport JSON here."),
         run_key: Optional[str] = typer.Option(None, "--run-key", help="Make training resumable: a rerun with the "
                                               "same key continues from its last complete checkpoint.")) -> None:
-    """Run one system's flow locally and print its report."""
+    """Run one system's flow and print its report."""
     _check_scale(scale)
-    report = _guard(lambda: _run_one(name, scale, param, storage, cluster, run_key))
+    report = _guard(lambda: _run_one(name, scale, param, storage, cluster, devices, run_key))
     _print_report(report)
+    if json_path:
+        _write_json(json_path, report.model_dump(mode="json"))
+
+
+def _write_json(path: Path, payload) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2))
+    console.print(f"wrote {path}")
 
 
 @app.command()
 def bench(name: str = typer.Argument(..., help="System name, or 'all' for every implemented system."),
-          scale: str = typer.Option("quick", help="smoke | quick | full"),
+          scale: str = SCALE_OPT, param: List[str] = PARAM_OPT,
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the RunReport JSON here "
                                                    "(for 'all': a JSON list of reports)."),
           save: bool = typer.Option(False, "--save", help=f"Also write {RESULTS}/<name>-<scale>.json, the committed "
                                     "results the README and the stale-results test read."),
-          storage: Optional[str] = typer.Option(None, help="Name of a saved ObjectStorage block."),
-          cluster: Optional[str] = typer.Option(None, help="Name of a saved DaskCluster block.")) -> None:
+          storage: Optional[str] = STORAGE_OPT, cluster: Optional[str] = CLUSTER_OPT,
+          devices: Optional[str] = DEVICES_OPT) -> None:
     """Run systems and compare each headline ratio (with its kind) with the paper's claim."""
     _check_scale(scale)
     names = [s.name for s in registry.implemented()] if name == "all" else [name]
     if not names:
         _fail("no system is implemented yet")
+    if save and param:
+        _fail("--save writes the committed results, which are the scale's preset: drop the -p overrides or use --json")
     reports = []
     for n in names:
-        report = _guard(lambda: _run_one(n, scale, [], storage, cluster))
+        report = _guard(lambda: _run_one(n, scale, param, storage, cluster, devices))
         if save:
             write_report(report, RESULTS / f"{n}-{scale}.json")
             console.print(f"saved {RESULTS / f'{n}-{scale}.json'}")
         reports.append(report)
     if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         payload = [r.model_dump(mode="json") for r in reports]
-        json_path.write_text(json.dumps(payload[0] if name != "all" else payload, indent=2))
-        console.print(f"wrote {json_path}")
+        _write_json(json_path, payload[0] if name != "all" else payload)
     table = Table(title=f"paper claim vs this run ({scale})")
     for col in ("system", "metric", "technique vs baseline", "kind", "ratio", "range", "paper", "vs strongest"):
         table.add_column(col)

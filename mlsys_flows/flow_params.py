@@ -68,6 +68,11 @@ PARAMETERS: tuple[FlowParam, ...] = (
                                   "default folder.", block_type="ObjectStorage"),
     FlowParam("cluster", "block", "DaskCluster block the tasks run on; none: an embedded LocalCluster.",
               block_type="DaskCluster"),
+    FlowParam("devices", "block", "ResourcePool block of the devices (GPUs, FPGAs) the run's device tasks claim: "
+                                  "they run only on Dask workers started with that resource (e.g. `dask worker "
+                                  "--resources GPU=1`), no more at a time than the pool has devices; none: device "
+                                  "tasks run on any worker, on its own device if it has one.",
+              block_type="ResourcePool"),
     FlowParam("run_key", "run_key", "Makes training resumable: a rerun with the same key continues from the "
                                     "last complete checkpoint; none: not resumable.",
               from_webhook_body=True),

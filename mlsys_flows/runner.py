@@ -39,22 +39,23 @@ def validate(name: str, scale: str, overrides: dict[str, Any]):
 
 
 def run_system(name: str, scale: str = "quick", overrides: dict[str, Any] | None = None,
-               storage: Any = None, cluster: Any = None, run_key: str | None = None):
+               storage: Any = None, cluster: Any = None, devices: Any = None, run_key: str | None = None):
     """Validate, run the flow, return its RunReport. ``run_key`` makes a training run resumable:
     a rerun with the same key continues from its last complete checkpoint."""
     overrides = dict(overrides or {})
     spec, _ = validate(name, scale, overrides)
     configure_prefect_home()
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    from mlsys_flows.blocks import DaskCluster, ObjectStorage
+    from mlsys_flows.blocks import DaskCluster, ObjectStorage, ResourcePool
     from mlsys_flows.systems.common.report import RunReport
 
     storage = _load_block(ObjectStorage, storage, "--storage")
     cluster = _load_block(DaskCluster, cluster, "--cluster")
+    devices = _load_block(ResourcePool, devices, "--devices")
     if storage is not None:
         storage.check()
     flow = spec.load_flow()
-    state = flow(scale=scale, overrides=overrides, storage=storage, cluster=cluster, run_key=run_key,
+    state = flow(scale=scale, overrides=overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key,
                  return_state=True)
     if not state.is_completed():
         raise RunError(f"{name} flow run ended {state.type.value}: {state.message}")

@@ -79,13 +79,13 @@ def make_dataset(p: Params, storage: ObjectStorage, prefix: str) -> dict:
 
 
 @task(name="dsi-cpu-budget")
-def cpu_budget(p: Params, storage: ObjectStorage, data: dict, gpus: ResourcePool) -> dict:
+def cpu_budget(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool) -> dict:
     """Split the cores (trainer host: one; DPP workers: the rest) and calibrate the CPU trainer step:
     how many real DLRM passes per batch take ``step_ms`` on the trainer's core. Every variant then
     does the same step work."""
     trainer, dpp, note = split_cores(available_cores())
     passes, pass_ms = None, float("nan")
-    if not gpus.device().startswith("cuda"):
+    if not pool.device().startswith("cuda"):
         batch = d.process_item(data["items"][0], storage.open_input, p.used_columns(), p, projected=True)[0][0]
         with pinned(trainer), torch_threads(len(trainer)):
             passes, pass_ms = calibrate_passes(p, p.used_columns(), batch)
@@ -94,34 +94,35 @@ def cpu_budget(p: Params, storage: ObjectStorage, data: dict, gpus: ResourcePool
 
 
 @task(name="dsi-inline")
-def train_inline(p: Params, storage: ObjectStorage, data: dict, gpus: ResourcePool, cpu: dict,
+def train_inline(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict,
                  projected: bool = True) -> dict:
     """The on-trainer loader: the trainer and its prefetch threads pinned to the trainer host's core."""
     log = get_run_logger()
-    warm_up(p, storage, data, gpus.device())
-    with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
-        m = run_inline(data["items"], storage.open_input, p.used_columns(), p, device=gpus.device(),
-                       projected=projected, passes=cpu["passes"])
+    with pool.claim() as device:
+        warm_up(p, storage, data, device)
+        with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
+            m = run_inline(data["items"], storage.open_input, p.used_columns(), p, device=device,
+                           projected=projected, passes=cpu["passes"])
     log.info("inline (%s): %.0f samples/s, stall %.0f%%, %.1f MB read", "projected" if projected else "full rows",
              m["trainer_samples_per_s"], 100 * m["stall_fraction"], m["bytes_read"] / 1e6)
     return m
 
 
 @task(name="dsi-dpp")
-def train_dpp(p: Params, storage: ObjectStorage, data: dict, gpus: ResourcePool, cpu: dict) -> dict:
+def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict) -> dict:
     """The trainer runs here, pinned to the trainer host's core; DPP work items run on the other Dask
     worker processes, pinned to the DPP cores."""
     from distributed import get_worker, worker_client
 
     log = get_run_logger()
     me = get_worker().address
-    warm_up(p, storage, data, gpus.device())
-    with worker_client() as client:  # secedes; this worker is excluded from preprocessing anyway
+    with pool.claim() as device, worker_client() as client:  # secedes; this worker is excluded from preprocessing
+        warm_up(p, storage, data, device)
         executor = DaskExecutor(client, storage, p.used_columns(), p, exclude=me, cores=cpu["dpp_cores"])
         with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
-            m, details = run_dpp(data["items"], executor, p.used_columns(), p, device=gpus.device(),
+            m, details = run_dpp(data["items"], executor, p.used_columns(), p, device=device,
                                  passes=cpu["passes"])
     log.info("dpp: %.0f samples/s, stall %.0f%%, %.1f MB read, workers mean %.2f max %d, re-issued %d",
              m["trainer_samples_per_s"], 100 * m["stall_fraction"], m["bytes_read"] / 1e6, m["workers_mean"],
              m["workers_max"], m["reissued_items"])
-    return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": gpus.device()}
+    return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": device}

@@ -51,47 +51,47 @@ def preprocess_throughput(p: Params, storage: ObjectStorage, data: dict) -> dict
 
 
 @task(name="recd-train")
-def train(p: Params, storage: ObjectStorage, data: dict, gpus: ResourcePool,
+def train(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
           checkpoints: CheckpointStore | None = None, run_key: str | None = None) -> dict:
     """Three trainers on the same samples, taking turns: KJT batches of the arrival-order file (the
     paper's baseline), KJT batches of the session-clustered file, and IKJT batches of the clustered
     file (RecD). With a ``run_key`` the training checkpoints (about 8 times per run) and a rerun resumes."""
     log = get_run_logger()
-    device = gpus.device()
-    arrival, clustered = storage.read_bytes(data["arrival_key"]), storage.read_bytes(data["clustered_key"])
-    batches = {"kjt": list(pl.read_batches(arrival, p, dedup=False, where=data["arrival_key"])),
-               "kjt_clustered": list(pl.read_batches(clustered, p, dedup=False, where=data["clustered_key"])),
-               "ikjt": list(pl.read_batches(clustered, p, dedup=True, where=data["clustered_key"]))}
-    digest = pl.check_same_samples(batches)  # the same multiset of samples, or no comparison at all
-    values = {n: sum(b.sparse[1].num_values() for b in bs) for n, bs in batches.items()}
-    log.info("recd training %d batches of %d on %s (samples digest %s); user-feature values per epoch: %s",
-             len(batches["kjt"]), p.batch_size, device, digest[:12], values)
-    state, save = None, None
-    if checkpoints is not None and run_key:
-        last, state = checkpoints.resume(run_key)
-        if state is not None:
-            log.info("recd training resumes after turn %d of run key %s", last, run_key)
-        save = partial(checkpoints.save, run_key)  # save(turn, state)
-    turns = -(-len(batches["kjt"]) // p.chunk_steps)
-    result = pl.train_interleaved(batches, p, device, state=state, checkpoint=save, checkpoint_every=max(1, turns // 8))
-    for n, r in result.items():
-        r["user_values"] = values[n]
-        log.info("recd %s: %.0f samples/s, final loss %.4f", n, r["samples_per_s"], pl.final_loss(r["losses"]))
-    return {"device": device, "digest": digest, **result}
+    with pool.claim() as device:  # a device of the run's pool (or this worker's own)
+        arrival, clustered = storage.read_bytes(data["arrival_key"]), storage.read_bytes(data["clustered_key"])
+        batches = {"kjt": list(pl.read_batches(arrival, p, dedup=False, where=data["arrival_key"])),
+                   "kjt_clustered": list(pl.read_batches(clustered, p, dedup=False, where=data["clustered_key"])),
+                   "ikjt": list(pl.read_batches(clustered, p, dedup=True, where=data["clustered_key"]))}
+        digest = pl.check_same_samples(batches)  # the same multiset of samples, or no comparison at all
+        values = {n: sum(b.sparse[1].num_values() for b in bs) for n, bs in batches.items()}
+        log.info("recd training %d batches of %d on %s (samples digest %s); user-feature values per epoch: %s",
+                 len(batches["kjt"]), p.batch_size, device, digest[:12], values)
+        state, save = None, None
+        if checkpoints is not None and run_key:
+            last, state = checkpoints.resume(run_key)
+            if state is not None:
+                log.info("recd training resumes after turn %d of run key %s", last, run_key)
+            save = partial(checkpoints.save, run_key)  # save(turn, state)
+        turns = -(-len(batches["kjt"]) // p.chunk_steps)
+        result = pl.train_interleaved(batches, p, device, state=state, checkpoint=save, checkpoint_every=max(1, turns // 8))
+        for n, r in result.items():
+            r["user_values"] = values[n]
+            log.info("recd %s: %.0f samples/s, final loss %.4f", n, r["samples_per_s"], pl.final_loss(r["losses"]))
+        return {"device": device, "digest": digest, **result}
 
 
 @task(name="recd-mix-sweep")
-def mix_sweep(p: Params, gpus: ResourcePool) -> list[dict]:
+def mix_sweep(p: Params, pool: ResourcePool) -> list[dict]:
     """At each user-feature share of ``p.mix_sweep``: a short run of the three trainers (KJT arrival
     order, KJT clustered, IKJT clustered) on the same samples, ids per sample held at the headline's."""
     log = get_run_logger()
-    device = gpus.device()
-    points = []
-    for share in p.mix_sweep:
-        t0 = time.perf_counter()
-        pt = sw.mix_point(p, share, device)
-        points.append(pt)
-        log.info("recd mix %.3f (counted %.3f; user lists ~%d, item lists ~%d) samples/s: %s (%.1f s)",
-                 share, pt["user_id_share"], pt["user_list_len"], pt["item_list_len"],
-                 {n: [round(x) for x in pt[n]["rates"]] for n in sw.TRAINERS}, time.perf_counter() - t0)
-    return points
+    with pool.claim() as device:
+        points = []
+        for share in p.mix_sweep:
+            t0 = time.perf_counter()
+            pt = sw.mix_point(p, share, device)
+            points.append(pt)
+            log.info("recd mix %.3f (counted %.3f; user lists ~%d, item lists ~%d) samples/s: %s (%.1f s)",
+                     share, pt["user_id_share"], pt["user_list_len"], pt["item_list_len"],
+                     {n: [round(x) for x in pt[n]["rates"]] for n in sw.TRAINERS}, time.perf_counter() - t0)
+        return points

@@ -71,40 +71,40 @@ def replay_shard(p: Params, storage: ObjectStorage, data: dict, planned: dict, s
 
 
 @task(name="recshard-tier-costs")
-def tier_costs(p: Params, gpus: ResourcePool) -> dict:
+def tier_costs(p: Params, pool: ResourcePool) -> dict:
     """Seconds per row access of the fast (HBM) and slow (UVM) tier at each dim, measured here."""
-    device = gpus.device()
-    fast, slow, what = tiers.measure(p.dims(), device, gathers=p.measure_gathers, fast_kb=p.fast_tier_kb,
-                                     slow_mb=p.slow_tier_mb, repeats=p.measure_repeats, seed=p.seed)
-    get_run_logger().info("tier costs %s", tiers.describe(fast, slow))
-    return {"fast": fast, "slow": slow, "what": what, "device": device}
+    with pool.claim() as device:
+        fast, slow, what = tiers.measure(p.dims(), device, gathers=p.measure_gathers, fast_kb=p.fast_tier_kb,
+                                         slow_mb=p.slow_tier_mb, repeats=p.measure_repeats, seed=p.seed)
+        get_run_logger().info("tier costs %s", tiers.describe(fast, slow))
+        return {"fast": fast, "slow": slow, "what": what, "device": device}
 
 
 @task(name="recshard-lookup")
-def lookup(p: Params, storage: ObjectStorage, data: dict, planned: dict, gpus: ResourcePool, scratch: str) -> dict:
+def lookup(p: Params, storage: ObjectStorage, data: dict, planned: dict, pool: ResourcePool, scratch: str) -> dict:
     """Every plan's sharded lookups over the first ``lookup_batches`` held-out batches, run end to end
     with torch and timed (``repeats`` times, plans interleaved). ``scratch`` names this run's folder for
     the memmap slow tier (under ``lookup_dir``); a rerun of the task starts it afresh and it is removed
     at the end."""
     log = get_run_logger()
-    device = gpus.device()
-    slow_tier = p.slow_tier(device)
-    tables = tables_from_npz(storage.read_bytes(data["tables"]))
-    prof = Profile.from_npz(storage.read_bytes(data["profile"]))
-    plans = {n: Plan(np.asarray(g), np.asarray(h)) for n, (g, h) in planned["plans"].items()}
-    traces = lookup_traces(p, tables, prof)
-    del tables
-    workdir = Path(p.lookup_dir or tempfile.gettempdir()) / re.sub(r"[^A-Za-z0-9_.-]", "_", scratch)
-    shutil.rmtree(workdir, ignore_errors=True)  # a retried or recomputed task starts afresh
-    workdir.mkdir(parents=True)
-    try:
-        out = lk.measure_plans(plans, traces, p.gpus, seed=p.seed, device=device, slow_tier=slow_tier,
-                               workdir=workdir, repeats=p.repeats)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    for n, r in out.items():
-        log.info("lookup %s: %.4g samples/s (median of %d), %.3g MB fast, %.3g MB slow, %d slow accesses", n,
-                 np.median([lk.samples_per_s(t, p.batch)[0] for t in r["times"]]), p.repeats, r["fast_bytes"] / 1e6,
-                 r["slow_bytes"] / 1e6, r["slow_accesses"])
-    return {"plans": out, "what": lk.describe(device, slow_tier, str(workdir) if slow_tier == "memmap" else None),
-            "device": device, "slow_tier": slow_tier}
+    with pool.claim() as device:
+        slow_tier = p.slow_tier(device)
+        tables = tables_from_npz(storage.read_bytes(data["tables"]))
+        prof = Profile.from_npz(storage.read_bytes(data["profile"]))
+        plans = {n: Plan(np.asarray(g), np.asarray(h)) for n, (g, h) in planned["plans"].items()}
+        traces = lookup_traces(p, tables, prof)
+        del tables
+        workdir = Path(p.lookup_dir or tempfile.gettempdir()) / re.sub(r"[^A-Za-z0-9_.-]", "_", scratch)
+        shutil.rmtree(workdir, ignore_errors=True)  # a retried or recomputed task starts afresh
+        workdir.mkdir(parents=True)
+        try:
+            out = lk.measure_plans(plans, traces, p.gpus, seed=p.seed, device=device, slow_tier=slow_tier,
+                                   workdir=workdir, repeats=p.repeats)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        for n, r in out.items():
+            log.info("lookup %s: %.4g samples/s (median of %d), %.3g MB fast, %.3g MB slow, %d slow accesses", n,
+                     np.median([lk.samples_per_s(t, p.batch)[0] for t in r["times"]]), p.repeats, r["fast_bytes"] / 1e6,
+                     r["slow_bytes"] / 1e6, r["slow_accesses"])
+        return {"plans": out, "what": lk.describe(device, slow_tier, str(workdir) if slow_tier == "memmap" else None),
+                "device": device, "slow_tier": slow_tier}

@@ -27,11 +27,12 @@ def make_workload(p: Params, storage: ObjectStorage, key: str) -> dict:
 
 
 @task(name="swiftmoe-profile")
-def profile(p: Params, gpus: ResourcePool) -> dict:
+def profile(p: Params, pool: ResourcePool) -> dict:
     """Measure one expert call (by rows) and one worker's dense part on this worker's device.
     Runs alone: every policy's time model uses this one measurement."""
     torch.set_num_threads(1)  # a simulated worker is one core
-    prof = measure_profile(p, gpus.device())
+    with pool.claim() as device:
+        prof = measure_profile(p, device)
     get_run_logger().info("swiftmoe profile on %s: expert call %.3f ms + %.4f ms/row, dense %.2f ms per micro-batch",
                           prof.device, prof.call_s * 1e3, prof.row_s * 1e3, prof.dense_s * 1e3)
     return asdict(prof)
@@ -54,15 +55,16 @@ def calibrate(p: Params, repeats: int) -> dict | None:
 
 
 @task(name="swiftmoe-train")
-def train(name: str, p: Params, storage: ObjectStorage, data: dict, prof: dict, gpus: ResourcePool,
+def train(name: str, p: Params, storage: ObjectStorage, data: dict, prof: dict, pool: ResourcePool,
           record: bool = False) -> dict:
     """Train the tiny MoE for real under one variant's policy; simulated time comes from the
-    profile, so variants may train concurrently without distorting each other's numbers."""
+    profile, so variants may train concurrently without distorting each other's numbers (and
+    without holding one of the pool's device slots each)."""
     log = get_run_logger()
     torch.set_num_threads(1)
     wl = Workload.from_bytes(storage.read_bytes(data["key"]))
     policy, cf = variant_policy(name, p.capacity_factor)
-    run = train_policy(name, p, wl, Profile(**prof), gpus.device(), log=log.info, policy=policy, capacity_factor=cf,
+    run = train_policy(name, p, wl, Profile(**prof), pool.device(), log=log.info, policy=policy, capacity_factor=cf,
                        record=record)
     log.info("swiftmoe %s: time to target %.2f s (reached: %s), %.1f%% tokens dropped, %.2f MB expert traffic/iter",
              name, run.metrics["time_to_target_s"], bool(run.metrics["reached_target"]),

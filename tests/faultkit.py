@@ -85,19 +85,20 @@ def child_flow_runs(flow_run_id) -> list:
 
 
 def body_task_durations(flow_run_id) -> dict[str, float]:
-    """Seconds each task function of a flow's body (its subflows, which run on the Dask cluster)
-    ran, its longest run, keyed by function name: the prefix of the task's Dask key."""
+    """Seconds each task function of a flow's body (the tasks it ran on the Dask cluster, in the
+    run itself or in a subflow of the body) ran, its longest run, keyed by function name: the
+    prefix of the task's Dask key. The harness's own ``publish-report`` task is left out."""
     from distributed.utils import key_split
 
     durations: dict[str, float] = {}
-    stack = [child.id for child in child_flow_runs(flow_run_id)]  # the outer flow's own tasks run in-process
+    stack = [flow_run_id]
     while stack:
         run_id = stack.pop()
         children = child_flow_runs(run_id)
         stack += [child.id for child in children]
         subflow_calls = {child.parent_task_run_id for child in children}  # not tasks: subflows' stand-ins
         for tr in task_runs_of(run_id):
-            if tr.id not in subflow_calls:
+            if tr.id not in subflow_calls and not tr.name.startswith("publish-report"):
                 name, seconds = key_split(tr.task_key), tr.total_run_time.total_seconds()
                 durations[name] = max(seconds, durations.get(name, 0.0))
     return durations

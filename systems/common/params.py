@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
 Scale = Literal["smoke", "quick", "full"]
 SCALES: tuple[str, ...] = get_args(Scale)
@@ -64,3 +65,23 @@ class SystemParams(BaseModel):
     def describe(cls) -> dict[str, str]:
         """Field name -> description, for CLI help and docs."""
         return {name: (f.description or "") for name, f in cls.model_fields.items()}
+
+    @classmethod
+    def overrides_model(cls) -> type[BaseModel]:
+        """The flow's ``overrides`` parameter as a model: every field of this system (but ``scale``,
+        chosen by its own parameter) optional, with its description, limits and each scale's preset.
+        Prefect turns it into the deployment's parameter schema, so the UI's run form shows a typed
+        field per parameter; an unset field keeps the scale's preset."""
+        fields: dict[str, Any] = {}
+        for name, info in cls.model_fields.items():
+            if name == "scale":
+                continue
+            default = info.get_default(call_default_factory=True)
+            presets = {s: {**_SCALE_DEFAULTS.get(s, {}), **cls.PRESETS.get(s, {})}.get(name, default)
+                       for s in SCALES}
+            shown = ", ".join(f"{s} {v!r}" for s, v in presets.items())
+            optional = FieldInfo.merge_field_infos(info, default=None, default_factory=None, validate_default=False,
+                                                   description=f"{info.description or name} Preset: {shown}.")
+            fields[name] = (info.annotation | None, optional)
+        return create_model(f"{cls.SYSTEM.capitalize()}Overrides", __config__=ConfigDict(extra="forbid"), **fields)
+

@@ -192,8 +192,28 @@ class RunReport(BaseModel):
             names += [m for m in metrics if m not in names]
         return names
 
-    def table_rows(self) -> list[dict[str, Any]]:
-        return [{"variant": v, **m} for v, m in self.variants.items()]
+    def table_rows(self) -> list[dict[str, str]]:
+        """One row per claim, headline first, every number formatted: what the paper claims beside
+        what this run measured, so the table reads left to right without scrolling."""
+        rows = []
+        for r in [self.headline, *self.ratios]:
+            rows.append({
+                "claim": f"{r.metric}: {r.technique} vs {r.baseline}" + (" (headline)" if r is self.headline else ""),
+                "paper": _x(r.paper),
+                "this run": f"{r.ratio:.2f}x",
+                "kind": r.kind,
+                "range": f"{r.range[0]:.2f}-{r.range[1]:.2f}x" if r.range else "",
+                "baseline value": _fmt(r.baseline_value),
+                "technique value": _fmt(r.technique_value),
+                "vs strongest": f"{r.vs_strongest.ratio:.2f}x vs {r.vs_strongest.baseline}" if r.vs_strongest else "",
+            })
+        return rows
+
+    def parameters_markdown(self) -> str:
+        """The run's resolved parameters (preset of its scale plus overrides), as a markdown table."""
+        lines = ["| parameter | value |", "|---|---|"]
+        lines += [f"| {k} | `{v}` |" for k, v in self.parameters.items()]
+        return "\n".join(lines)
 
 
 def _fmt(v: float | None) -> str:

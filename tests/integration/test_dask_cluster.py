@@ -71,3 +71,45 @@ def test_gpu_tasks_land_only_on_the_gpu_worker(dask_processes):
     placed = state.result()
     assert placed["gpu"] == ["gpu-worker"] * 6
     assert set(placed["cpu"]) <= {"gpu-worker", "cpu-worker"} and "cpu-worker" in placed["cpu"]
+
+
+def test_a_system_flows_device_tasks_claim_the_pool_and_run_only_on_the_gpu_worker(dask_processes, local_storage):
+    """recd at smoke with ``devices`` = a GPU pool: its device tasks (``ctx.submit(..., device="gpu")``:
+    training and the mix sweep) run only on the worker started with ``--resources GPU=1``, the
+    others on any worker, and the pool's Prefect concurrency limit exists with one slot per device."""
+    from distributed import Client, get_task_stream
+    from distributed.utils import key_split
+    from prefect.client.orchestration import get_client
+
+    from mlsys_flows import registry
+
+    flow = registry.get("recd").load_flow()
+    pool = ResourcePool(kind="gpu", devices=["cuda:0"], name="lab")
+    with Client(dask_processes, timeout=60) as client:
+        names = {a: w["name"] for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        with get_task_stream(client) as stream:
+            report = flow(scale="smoke", cluster=DaskCluster(address=dask_processes), devices=pool,
+                          storage=local_storage)
+    ran_on: dict[str, set[str]] = {}
+    for record in stream.data:
+        ran_on.setdefault(key_split(record["key"]), set()).add(names.get(record["worker"], record["worker"]))
+    # Dask keys start with the task function's name (tasks/recd.py)
+    assert ran_on.get("train") == ran_on.get("mix_sweep") == {"gpu-worker"}, ran_on
+    assert {"make_dataset", "preprocess_throughput"} <= set(ran_on), ran_on  # the plain tasks ran too, anywhere
+    assert report["headline"]["metric"] == "train_samples_per_s"
+    with get_client(sync_client=True) as api:
+        assert api.read_global_concurrency_limit_by_name(pool.concurrency_limit_name).limit == 1
+
+
+def test_a_device_pool_no_worker_has_fails_naming_the_parameter(prefect_api, local_storage):
+    """The embedded cluster's workers advertise no GPU: the run fails fast naming ``devices``
+    instead of waiting forever for a worker that will never come."""
+    from mlsys_flows import registry
+
+    flow = registry.get("recd").load_flow()
+    started = time.monotonic()
+    state = flow(scale="smoke", devices=ResourcePool(kind="gpu", name="lab"), storage=local_storage,
+                 return_state=True)
+    assert state.is_failed()
+    assert "'devices'" in str(state.result(raise_on_failure=False)) and "--resources GPU=" in state.message
+    assert time.monotonic() - started < 60

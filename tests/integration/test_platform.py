@@ -158,6 +158,26 @@ def test_webhook_run_completes_with_its_report(runs):
     assert {a["key"] for a in arts} >= {f"{runs['system']}-report", f"{runs['system']}-summary"}
 
 
+def test_the_run_the_user_started_holds_every_task_and_the_resolved_parameters(runs):
+    """One run page: no body subflow; the system's tasks are task runs of the run the webhook
+    started; the summary artifact carries the resolved parameters and the plot."""
+    run, api = runs["webhook"], runs["api"]
+    children = api._call("POST", "flow_runs/filter", json={
+        "flow_runs": {"parent_flow_run_id": {"any_": [run["id"]]}}}).json()
+    assert children == [], [c["name"] for c in children]
+    tasks = api._call("POST", "task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}}).json()
+    names = {t["name"].rsplit("-", 1)[0] for t in tasks}
+    assert {f"{runs['system']}-train", "publish-report"} <= names, names
+    arts = {a["key"]: a for a in api._call("POST", "artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()}
+    summary = arts[f"{runs['system']}-summary"]["data"]
+    assert "## Parameters (resolved)" in summary and "| scale | `smoke` |" in summary
+    assert "](data:image/png;base64," in summary
+    table = arts[f"{runs['system']}-report"]["data"]
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert list(rows[0])[:3] == ["claim", "paper", "this run"] and rows[0]["claim"].endswith("(headline)")
+
+
 def test_airflow_operator_runs_the_deployment(runs):
     result = runs.get("airflow")
     if isinstance(result, ImportError):
@@ -209,10 +229,26 @@ def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
             page.get_by_text(f"{name}-report").first.wait_for(timeout=60_000)
             shot = tmp_path / "flow-run.png"
             page.screenshot(path=str(shot), full_page=True)
+            # the summary artifact's page: the table with the paper column and the plot, really loaded
+            summary = next(a for a in runs["api"]._call("POST", "artifacts/filter", json={
+                "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json() if a["key"] == f"{name}-summary")
+            page.goto(f"{platform.ui_url}/artifacts/artifact/{summary['id']}", wait_until="domcontentloaded")
+            page.get_by_text("Parameters (resolved)").first.wait_for(timeout=60_000)
+            page.get_by_text("paper").first.wait_for(timeout=60_000)
+            plot = page.locator(f"img[alt='{name} plot']").first
+            plot.wait_for(timeout=60_000)
+            page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=plot.element_handle(),
+                                   timeout=60_000)
+            width = plot.evaluate("img => img.naturalWidth")
+            plot.scroll_into_view_if_needed()
+            report_shot = tmp_path / "report-artifact.png"
+            page.screenshot(path=str(report_shot), full_page=True)
         finally:
             browser.close()
+    assert width > 300, width
     assert shot.stat().st_size > 10_000
     if os.environ.get("MLSYS_FLOWS_SAVE_SCREENSHOTS"):  # refresh the docs' picture
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, DOCS_IMG / "prefect-ui-flow-run.png")
         shutil.copy(tmp_path / "deployments.png", DOCS_IMG / "prefect-ui-deployments.png")
+        shutil.copy(report_shot, DOCS_IMG / "prefect-ui-report-artifact.png")

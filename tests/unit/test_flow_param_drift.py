@@ -48,13 +48,17 @@ def test_flow_signature_is_the_declaration(name):
         accepted = set(typing.get_args(hints[p.name])) or {hints[p.name]}
         if p.kind == "scale":
             assert typing.get_args(hints[p.name]) == SCALES, (name, hints[p.name])
-        elif p.kind == "overrides":
-            assert any(typing.get_origin(t) is dict for t in accepted), (name, hints[p.name])
+        elif p.kind == "overrides":  # the system's Params, every field optional: the UI's typed run form
+            model = next(t for t in accepted if t is not type(None))
+            fields = registry.get(name).params_model().model_fields
+            assert set(model.model_fields) == set(fields) - {"scale"}, (name, hints[p.name])
+            assert all(f.description for f in model.model_fields.values()), name
         else:  # block names and run keys travel as strings
             assert str in accepted and type(None) in accepted, (name, p.name, hints[p.name])
     # what a deployment registers (enforce_parameter_schema): Prefect's schema of the same function
     assert tuple(flow.parameters.properties) == NAMES, name
     assert not flow.parameters.required, name
+    assert all(flow.parameters.properties[n].get("description") for n in NAMES), name
 
 
 def test_harness_run_key_rule_is_the_declared_one():

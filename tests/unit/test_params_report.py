@@ -137,3 +137,27 @@ def test_smoke_takes_one_repeat_and_other_scales_three():
     assert Demo.for_scale("smoke").repeats == 1
     assert Demo.for_scale("quick").repeats == 3
     assert Demo.for_scale("smoke", repeats=2).repeats == 2
+
+
+def test_table_artifact_leads_with_claim_paper_and_this_run_formatted():
+    rows = _report().table_rows()
+    assert list(rows[0])[:4] == ["claim", "paper", "this run", "kind"]
+    assert rows[0]["claim"] == "t: tech vs base (headline)" and rows[0]["paper"] == "1.50x"
+    assert rows[0]["this run"] == "2.00x" and rows[0]["range"] == "2.00-3.00x"
+    assert rows[0]["vs strongest"] == "1.25x vs tuned"
+    # every cell is text, floats rounded: no 9464.688011540606 in the UI
+    assert all(isinstance(v, str) and len(v) < 80 for row in rows for v in row.values())
+    assert len(rows) == 1 + len(SPEC.claims) - 1
+
+
+def test_overrides_model_is_the_params_all_optional_with_presets_and_limits():
+    model = Demo.overrides_model()
+    assert set(model.model_fields) == {"rows", "ratio", "seed", "repeats"}  # scale has its own parameter
+    schema = model.model_json_schema()
+    rows = schema["properties"]["rows"]
+    assert rows["default"] is None and "Preset: smoke 10, quick 1000, full 100." in rows["description"]
+    assert {"type": "integer", "minimum": 1, "maximum": 10**6} in rows["anyOf"]
+    assert schema["additionalProperties"] is False
+    assert model(rows=5).model_dump(exclude_none=True) == {"rows": 5}
+    with pytest.raises(ValueError):
+        model(rows=0)
