@@ -144,23 +144,26 @@ class ObjectStorage(Block):
 
     # ----- bytes ----------------------------------------------------------------------
     def write_bytes(self, key: str, data: bytes) -> str:
-        """Write atomically: a temporary key first, then a move onto the final key."""
+        """Write atomically: readers see the whole object or none. On S3 one PUT (or one multipart
+        upload, which completes at once) already is; a local folder needs a temporary file, then a
+        rename onto the final name."""
         fs, _ = self.filesystem()
         final = self.path(key)
+        if self.is_s3:
+            try:
+                fs.pipe_file(final, data)
+            except Exception as exc:  # noqa: BLE001
+                raise self._fail("writing", key, exc) from None
+            return final
         parent, name = final.rsplit("/", 1)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
         try:
-            if not self.is_s3:
-                fs.makedirs(parent, exist_ok=True)
-                with open(tmp, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, final)
-            else:
-                fs.pipe_file(tmp, data)
-                fs.copy(tmp, final)
-                fs.rm_file(tmp)
+            fs.makedirs(parent, exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
         except Exception as exc:  # noqa: BLE001
             try:
                 if fs.exists(tmp):

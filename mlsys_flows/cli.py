@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -69,11 +70,34 @@ def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], c
              devices: Optional[str] = None, run_key: Optional[str] = None):
     overrides = dict(parse_param(p) for p in params)
     validate(name, scale, overrides)  # before any work: names the bad system or field
+    ui = _use_running_server()
     started = time.perf_counter()
     with console.status(f"[bold]running {name}[/bold] at scale {scale} (Prefect flow on Dask)...", spinner="dots"):
         report = run_system(name, scale, overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key)
     console.print(f"{name} finished in {time.perf_counter() - started:.1f} s")
+    if ui:
+        console.print(f"flow run: {ui}/runs/flow-run/{report.run_id}", highlight=False, soft_wrap=True)
     return report
+
+
+def _use_running_server() -> str | None:
+    """Runs go to the Prefect API of a running `mlsys-flows server` (or PREFECT_API_URL), so they show
+    in its UI; else to an embedded temporary API. Says which; returns the UI's URL when there is one."""
+    import json as _json
+
+    from mlsys_flows.server import discover_api_url, state_file
+
+    url = discover_api_url()
+    if url is None:
+        console.print("Prefect API: embedded, temporary (start `mlsys-flows server` to keep runs in its UI)")
+        return None
+    os.environ["PREFECT_API_URL"] = url
+    ui = None
+    if state_file().exists():
+        info = _json.loads(state_file().read_text())
+        ui = info.get("ui_url") if info.get("api_url") == url else None
+    console.print(f"Prefect API: {url}" + (f" (UI {ui})" if ui else ""), highlight=False, soft_wrap=True)
+    return ui
 
 
 # The options `run` and `bench` share: a scripted user runs any system with any parameters either way.

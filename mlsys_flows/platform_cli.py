@@ -74,8 +74,15 @@ def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to de
             done = run_deploy(url, names or None)
     except DeployError as exc:
         _fail(str(exc))
+    # a command that works in a fresh shell: this venv's prefect, the API named explicitly
+    import shlex
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    prefect = shlex.quote(str(_Path(_sys.executable).parent / "prefect"))
     for name in done:
-        console.print(f"deployed {name}  (run: prefect deployment run '{name}')", highlight=False)
+        console.print(f"deployed {name}  (run: PREFECT_API_URL={shlex.quote(url)} {prefect} deployment run "
+                      f"'{name}' --param scale=smoke)", highlight=False)
 
 
 @webhooks_app.command("serve")

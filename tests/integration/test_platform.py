@@ -252,3 +252,20 @@ def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
         shutil.copy(shot, DOCS_IMG / "prefect-ui-flow-run.png")
         shutil.copy(tmp_path / "deployments.png", DOCS_IMG / "prefect-ui-deployments.png")
         shutil.copy(report_shot, DOCS_IMG / "prefect-ui-report-artifact.png")
+
+
+def test_cli_run_uses_the_running_server(platform, runs, tmp_path):
+    """`mlsys-flows run` in a fresh shell (no PREFECT_* variables) finds the running server through
+    its server.json, says so, and its run is on that server (so in its UI)."""
+    name = runs["system"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["MLSYS_FLOWS_HOME"] = str(platform.root)
+    out = subprocess.run([str(Path(sys.executable).parent / "mlsys-flows"), "run", name, "--scale", "smoke",
+                          "-p", "seed=3", "--json", str(tmp_path / "report.json")],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert f"Prefect API: {platform.api_url}" in out.stdout, out.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["parameters"]["seed"] == 3
+    run = runs["api"].read_flow_run(report["run_id"])
+    assert run["state"]["type"] == "COMPLETED" and f"/runs/flow-run/{report['run_id']}" in out.stdout

@@ -80,3 +80,21 @@ def test_killed_writer_never_leaves_a_partial_object(s3_storage):
         if s3_storage.exists("big/final.bin"):
             assert s3_storage.size("big/final.bin") == size
         assert all(not k.endswith("final.bin") or k == "big/final.bin" for k in s3_storage.list("big"))
+
+
+def test_an_s3_write_is_one_put(s3_storage):
+    """An S3 PUT is atomic already: a write costs one request, leaves no temporary key, and is whole."""
+    fs, _ = s3_storage.filesystem()
+    calls: list[str] = []
+
+    def count(model, **_):
+        calls.append(model.name)
+
+    fs.s3.meta.events.register("before-call.s3", count)
+    try:
+        s3_storage.write_bytes("one/put.bin", b"x" * 1000)
+    finally:
+        fs.s3.meta.events.unregister("before-call.s3", count)
+    assert calls == ["PutObject"], calls
+    assert s3_storage.read_bytes("one/put.bin") == b"x" * 1000
+    assert s3_storage.list("one") == ["one/put.bin"]
