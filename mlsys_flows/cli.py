@@ -196,6 +196,22 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     console.print(table)
 
 
+@app.command()
+def generate(check: bool = typer.Option(False, "--check", help="Write nothing; fail if a generated file is stale.")) -> None:
+    """Rewrite every generated file (README tables, docs results blocks, docs/limits.md, prefect.yaml,
+    infra/work-pools templates) from the registry and the committed RunReports."""
+    from mlsys_flows import generate as gen
+
+    if check:
+        stale = gen.stale()
+        if stale:
+            _fail("stale generated files (run `mlsys-flows generate`): " + ", ".join(stale))
+        console.print(f"{len(gen.files())} generated files are current")
+        return
+    written = gen.write()
+    console.print("\n".join(f"wrote {p}" for p in written) or "every generated file is current")
+
+
 @blocks_app.command("register")
 def blocks_register() -> None:
     """Register the block types with the Prefect API (like `prefect block register -m mlsys_flows.blocks`)."""

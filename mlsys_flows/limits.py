@@ -1,7 +1,7 @@
 """Each system's documented parameter limits, read from its ``Params`` model (pure: no prefect).
 
 The pydantic field constraints (``ge``/``gt``/``le``/``lt``, ``Literal`` choices) ARE the documented
-limits: ``python -m mlsys_flows.limits > docs/limits.md`` renders them for every implemented
+limits: ``mlsys-flows generate`` renders them for every implemented
 system, a test checks that the page matches the models, and the reliability tests derive invalid
 values from the same limits (``bad_override``).
 """
@@ -96,7 +96,7 @@ def field_limits(model: type[SystemParams]) -> list[FieldLimit]:
 def render_markdown(specs: list | None = None) -> str:
     specs = registry.implemented() if specs is None else specs
     lines = ["# Parameter limits", "",
-             "Generated from each system's `Params` model by `python -m mlsys_flows.limits > docs/limits.md`",
+             "Generated from each system's `Params` model by `mlsys-flows generate`",
              "(`tests/unit/test_bad_inputs.py::test_limits_doc_matches_models` fails when this page drifts).",
              "A value outside its range, of the wrong type, or an unknown key is rejected before any work",
              "starts, with an error that names the parameter (CLI: one line on stderr, exit code 2; flow:",

@@ -12,7 +12,8 @@ from pathlib import Path
 from mlsys_flows import registry
 
 SECTIONS = {"systems": registry.markdown_table}
-RESULTS = Path("benchmarks/results")
+RESULTS = Path("benchmarks/results")  # shown relative; read under the repository (REPO / an absolute path = it)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def results_table(results: Path = RESULTS) -> str:
@@ -20,7 +21,7 @@ def results_table(results: Path = RESULTS) -> str:
              "vs strongest baseline | run | device |",
              "|---|---|---|---|---|---|---|---|"]
     for spec in registry.implemented():
-        path = results / f"{spec.name}-quick.json"
+        path = REPO / results / f"{spec.name}-quick.json"
         if not path.exists():
             continue
         r = json.loads(path.read_text())
@@ -43,9 +44,9 @@ def _x(v) -> str:
 def system_results(name: str, results: Path = RESULTS) -> str:
     """Every claim of one system's committed quick RunReport, as a markdown table."""
     path = results / f"{name}-quick.json"
-    if not path.exists():
+    if not (REPO / path).exists():
         return f"No committed result yet: `mlsys-flows bench {name} --scale quick --save`."
-    r = json.loads(path.read_text())
+    r = json.loads((REPO / path).read_text())
     h, env = r["headline"], r["environment"]
     load = f", load {env['load_before'][0]:.2f} -> {env['load_after'][0]:.2f}" if env.get("load_before") else ""
     lines = [f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
@@ -82,13 +83,7 @@ def render_system(name: str, text: str) -> str:
     return _replace(text, "results", system_results(name)) if "<!-- results:start -->" in text else text
 
 
-def update(path: Path = Path("README.md"), docs: Path = Path("docs")) -> None:
-    path.write_text(render(path.read_text()))
-    for spec in registry.implemented():
-        page = docs / f"{spec.name}.md"
-        if page.exists():
-            page.write_text(render_system(spec.name, page.read_text()))
-
-
 if __name__ == "__main__":
-    update()
+    from mlsys_flows.generate import write
+
+    print("\n".join(write()) or "every generated file is current")

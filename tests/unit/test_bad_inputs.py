@@ -93,7 +93,7 @@ def test_scale_is_not_an_override(name):
 def test_limits_doc_matches_models():
     doc = ROOT / "docs" / "limits.md"
     assert doc.exists() and doc.read_text() == render_markdown(), \
-        "docs/limits.md is out of date: run `.venv/bin/python -m mlsys_flows.limits > docs/limits.md`"
+        "docs/limits.md is out of date: run `mlsys-flows generate`"
 
 
 # ----- CLI: one line on stderr naming the parameter, exit code 2, no traceback ---------------------

@@ -11,7 +11,7 @@ def test_readme_generated_sections_are_current(monkeypatch):
 
     monkeypatch.chdir(ROOT)
     text = (ROOT / "README.md").read_text()
-    assert readme.render(text) == text, "regenerate with: python -m mlsys_flows.readme"
+    assert readme.render(text) == text, "regenerate with: mlsys-flows generate"
     assert "<!-- results:start -->" in text
 
 
@@ -29,4 +29,4 @@ def test_every_docs_page_shows_its_committed_results(monkeypatch):
         text = (ROOT / "docs" / f"{spec.name}.md").read_text()
         assert "<!-- results:start -->" in text, f"docs/{spec.name}.md has no generated results block"
         assert readme.render_system(spec.name, text) == text, \
-            f"docs/{spec.name}.md results are stale: python -m mlsys_flows.readme"
+            f"docs/{spec.name}.md results are stale: mlsys-flows generate"
