@@ -7,6 +7,8 @@ from typing import Any
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator
 
+from ._docs import DOCS_URL
+
 
 class DaskCluster(Block):
     """The Dask cluster a flow's tasks run on, as a Prefect ``DaskTaskRunner``.
@@ -19,13 +21,15 @@ class DaskCluster(Block):
         ```python
         from mlsys_flows.blocks import DaskCluster
 
-        DaskCluster(address="tcp://10.0.0.5:8786").save("lab-dask")
-        runner = DaskCluster.load("lab-dask").task_runner()
+        DaskCluster(address="tcp://10.0.0.5:8786").save("BLOCK_NAME")
+        cluster = DaskCluster.load("BLOCK_NAME")
+        runner = cluster.task_runner()
         ```
     """
 
     _block_type_name = "mlsys DaskCluster"
     _block_type_slug = "mlsys-dask-cluster"
+    _documentation_url = DOCS_URL + "#daskcluster"
     _description = "An embedded LocalCluster, a scheduler address, or a cluster class (Kubernetes, cloud, Coiled)."
 
     address: str | None = Field(default=None, description="Address of an existing scheduler, e.g. tcp://127.0.0.1:8786.")

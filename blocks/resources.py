@@ -8,6 +8,8 @@ from typing import Iterator, Literal
 from prefect.blocks.core import Block
 from pydantic import Field, model_validator
 
+from ._docs import DOCS_URL
+
 log = logging.getLogger("mlsys_flows.resources")
 
 _RESOURCE_NAMES = {"gpu": "GPU", "fpga": "FPGA", "cpu": "CPU"}
@@ -28,15 +30,18 @@ class ResourcePool(Block):
         ```python
         from mlsys_flows.blocks import ResourcePool
 
-        ResourcePool(kind="gpu", devices=["cuda:0", "cuda:1"]).save("lab-gpus")
-        pool = ResourcePool.load("lab-gpus")
-        with pool.annotate():
-            future = train.submit(...)
+        ResourcePool(kind="gpu", devices=["cuda:0", "cuda:1"], name="lab").save("BLOCK_NAME")
+        pool = ResourcePool.load("BLOCK_NAME")
+        # flows: run with devices="BLOCK_NAME"; a flow body submits a device task with
+        # ctx.submit(task, ..., ctx.devices, device="gpu"), and the task holds a device with
+        with pool.claim() as device:
+            ...
         ```
     """
 
     _block_type_name = "mlsys ResourcePool"
     _block_type_slug = "mlsys-resource-pool"
+    _documentation_url = DOCS_URL + "#resourcepool"
     _description = "GPU/FPGA/CPU device inventory mapped to Dask worker resources and a Prefect concurrency limit."
 
     kind: Literal["gpu", "fpga", "cpu"] = Field(default="gpu", description="Device kind: gpu, fpga or cpu.")

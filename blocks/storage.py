@@ -8,36 +8,40 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
-from prefect.blocks.core import Block
+from prefect.filesystems import WritableFileSystem
 from pydantic import Field, PrivateAttr, SecretStr, field_validator
 
 from mlsys_flows.settings import default_storage_url
+
+from ._docs import DOCS_URL
 
 
 class StorageError(RuntimeError):
     """A storage operation failed; the message names the URL and the cause, never a secret."""
 
 
-class ObjectStorage(Block):
+class ObjectStorage(WritableFileSystem):
     """Object storage for datasets, reports and checkpoints: a local folder (``file://``) or an
     S3 bucket and prefix (``s3://bucket/prefix``, any endpoint through s3fs).
 
-    Every write goes to a temporary key first and is then moved to its final key, so a crash
-    never leaves a half-written object under the final key.
+    Writes are atomic: one PUT on S3; a temporary file renamed onto the final name in a local
+    folder. A crash never leaves a half-written object under the final key.
 
     Example:
+        Save one (once), then load it by name in flows, the CLI (``--storage``) or the UI:
         ```python
         from mlsys_flows.blocks import ObjectStorage
 
         ObjectStorage(url="s3://mlsys/runs", endpoint_url="http://127.0.0.1:8333",
-                      access_key_id="...", secret_access_key="...").save("lab-s3")
-        storage = ObjectStorage.load("lab-s3")
+                      access_key_id="...", secret_access_key="...").save("BLOCK_NAME")
+        storage = ObjectStorage.load("BLOCK_NAME")
         storage.write_json("hello.json", {"ok": True})
         ```
     """
 
     _block_type_name = "mlsys ObjectStorage"
     _block_type_slug = "mlsys-object-storage"
+    _documentation_url = DOCS_URL + "#objectstorage"
     _description = "A file:// folder or an s3:// bucket/prefix with atomic writes of bytes, JSON and parquet."
 
     url: str = Field(default="", description="fsspec URL of the root: file:///path or s3://bucket/prefix. "
@@ -172,6 +176,21 @@ class ObjectStorage(Block):
                 pass
             raise self._fail("writing", key, exc) from None
         return final
+
+    # ----- Prefect's WritableFileSystem: usable as a flow's result storage -------------------
+    # (Prefect's sync code paths pass ``_sync=True``, as to its own sync_compatible blocks)
+    def read_path(self, path: str, **_: Any) -> bytes:
+        """Bytes at ``path`` (a key under the root), for Prefect's result store."""
+        return self.read_bytes(path)
+
+    def write_path(self, path: str, content: bytes, **_: Any) -> str:
+        """Write ``content`` at ``path`` (a key under the root) atomically, for Prefect's result store."""
+        return self.write_bytes(path, content)
+
+    def _resolve_path(self, path: str) -> None:
+        """Keys stay relative to the root: Prefect's result store asks an unsaved block for absolute
+        paths (as ``LocalFileSystem`` gives); None tells it to use the key as it is."""
+        return None
 
     def read_bytes(self, key: str) -> bytes:
         fs, _ = self.filesystem()

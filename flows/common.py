@@ -33,6 +33,9 @@ from mlsys_flows.tasks.common import publish_report
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
 
+# Where a run's task results are persisted, under its storage root (see tasks_on)
+TASK_RESULTS = "task-results"
+
 
 @dataclass
 class RunContext:
@@ -107,17 +110,22 @@ def resolve_devices(devices: str | ResourcePool | None) -> ResourcePool | None:
 
 
 @contextmanager
-def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None):
+def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: ObjectStorage | None = None):
     """Tasks submitted inside this block run on ``cluster``, as task runs of the current flow run.
 
     The cluster is a run parameter, but a Prefect flow fixes its task runner when it is defined; so
     the harness enters the cluster's task runner itself and puts it in a copy of the flow run's
     context (``Task.submit`` reads the runner from there). No subflow: the run the user started
-    shows every task."""
+    shows every task. With ``results``, every task's result is persisted there (Prefect's result
+    store): a task that finished on a worker lost later in the run is read back, not run again."""
     run_context = FlowRunContext.get()
     if run_context is None:
         raise RuntimeError("tasks_on() needs a running flow")
-    with cluster.task_runner() as runner, run_context.model_copy(update={"task_runner": runner}):
+    update: dict[str, Any] = {}
+    if results is not None:
+        update = {"persist_result": True, "result_store": run_context.result_store.model_copy(
+            update={"result_storage": results, "metadata_storage": None})}
+    with cluster.task_runner() as runner, run_context.model_copy(update={"task_runner": runner, **update}):
         if pool is not None:
             check_workers_have(runner, pool)
         yield runner
@@ -160,7 +168,8 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                         else "any worker's own")
             environment = capture(name)
             started = time.perf_counter()
-            with shared_api(), tasks_on(dask_cluster, pool):
+            results = store.model_copy(update={"url": f"{store.root_url}/{TASK_RESULTS}"})
+            with shared_api(), tasks_on(dask_cluster, pool, results):
                 result: SystemResult = body(ctx)
             environment.load_after = load_average()
             report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,
