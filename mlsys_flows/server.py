@@ -158,7 +158,8 @@ class LocalPlatform:
         return worker
 
     def stop(self) -> None:
-        stop_all(self.procs)
+        # at most (5 s TERM + 5 s INT + 5 s KILL + 5 s reap) per process, loaded machine or not
+        stop_all(self.procs, grace_s=5.0)
         self.procs.clear()
         path = state_file(self.root)
         if path.exists() and json.loads(path.read_text()).get("api_url") == self.api_url:

@@ -1,0 +1,94 @@
+"""AI Metropolis flow: out-of-order cluster scheduling vs global synchronization and the oracle,
+on the simulated clock (plan) and for real (threads sleeping through each LLM call) on Dask."""
+from __future__ import annotations
+
+import statistics
+import time
+
+from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
+from mlsys_flows.systems.common.report import Curve, param_assumptions
+from mlsys_flows.systems.metropolis import POLICIES
+from mlsys_flows.tasks import metropolis as t
+
+COUNTED = ("llm_calls", "cluster_steps", "conversations", "state_matches_global")
+SIMULATED = ("sim_makespan_s", "sim_max_clock_spread", "sim_utilization")
+MEASURED = ("makespan_s", "utilization", "orchestration_overhead_s", "max_clock_spread", "prefect_task_overhead_s")
+
+
+@system_flow("metropolis")
+def metropolis(ctx: RunContext) -> SystemResult:
+    p = ctx.params
+    truth_key = ctx.key("true_clusters.json")
+    planned = t.plan.submit(p, ctx.storage, truth_key).result()
+    sims = planned["policies"]
+
+    # the cost of one Prefect task on this runner: why cluster steps are not Prefect tasks
+    probe = []
+    for _ in range(p.overhead_probe_tasks):
+        t0 = time.perf_counter()
+        t.noop.submit().result()
+        probe.append(time.perf_counter() - t0)
+
+    # the timed runs, one at a time, the policies' order rotating every repeat
+    runs: dict[str, list[dict]] = {name: [] for name in POLICIES}
+    for r in range(ctx.repeats):
+        order = POLICIES[r % len(POLICIES):] + POLICIES[:r % len(POLICIES)]
+        for name in order:
+            runs[name].append(t.run_schedule.submit(p, name, ctx.storage, truth_key, r).result())
+
+    variants, samples = {}, {}
+    for name in POLICIES:
+        sim, real = sims[name], runs[name]
+        matches = sim["digest"] == planned["digest"] and sim["steps_match_global"] == 1.0 and \
+            all(x["digest"] == planned["digest"] for x in real)
+        variants[name] = {"llm_calls": sim["llm_calls"], "cluster_steps": sim["cluster_steps"],
+                          "conversations": sim["conversations"], "state_matches_global": float(matches),
+                          "sim_makespan_s": sim["makespan_s"], "sim_max_clock_spread": sim["max_clock_spread"],
+                          "sim_utilization": sim["utilization"]}
+        samples[name] = {"makespan_s": [x["makespan_s"] for x in real],
+                         "utilization": [x["utilization"] for x in real],
+                         "orchestration_overhead_s": [x["makespan_s"] - sim["makespan_s"] for x in real],
+                         "max_clock_spread": [float(x["max_clock_spread"]) for x in real]}
+    samples["out_of_order"]["prefect_task_overhead_s"] = probe
+    kinds = dict.fromkeys(COUNTED, "counted") | dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(MEASURED, "measured")
+    latency = param_assumptions(p, "latency_median_s", "latency_sigma", "llm_slots", "act_prob", "talk_prob", "max_turns")
+    assumptions = {m: latency for m in ("makespan_s", "utilization", *SIMULATED)}
+
+    curves = [Curve(title="simulated progress", x_label="simulated time (s)", y_label="mean agent clock (steps)",
+                    series={name: ([x for x, _ in sims[name]["progress"]], [y for _, y in sims[name]["progress"]])
+                            for name in POLICIES})]
+    if any(planned["sweep"].values()):
+        curves.append(Curve(title="simulated makespan vs LLM slots", x_label="concurrent LLM calls (K)",
+                            y_label="makespan (s)", series={name: ([k for k, _ in pts], [m for _, m in pts])
+                                                            for name, pts in planned["sweep"].items()}))
+    med = {name: statistics.median(samples[name]["makespan_s"]) for name in POLICIES}
+    notes = [
+        f"Workload: {p.agents} agents for {p.steps} steps on a {p.map_size}x{p.map_size} grid, interaction radius "
+        f"{p.radius}, speed <= {p.max_speed} cell/step, {p.hotspots} hotspots; {sims['global_sync']['cluster_steps']:.0f} "
+        f"cluster steps making {sims['global_sync']['llm_calls']:.0f} LLM calls ({sims['global_sync']['conversations']:.0f} "
+        "conversations), the same in every policy (counted).",
+        f"LLM calls are not a model: each call's latency is drawn lognormal (median {p.latency_median_s} s, sigma "
+        f"{p.latency_sigma}) from a key of (agent, step, call) and really slept by a thread holding one of "
+        f"{p.llm_slots} priority slots (lagging agents first), so makespan_s is wall clock (measured); sim_makespan_s "
+        "is the same schedule on a discrete-event clock with no orchestration cost (simulated).",
+        f"Equivalence: every run's final world (positions, goals, memories, cooldowns of all agents) "
+        f"{'equals' if all(v['state_matches_global'] == 1.0 for v in variants.values()) else 'DOES NOT equal'} "
+        f"global synchronization's (digest {planned['digest']}), and each policy stepped exactly the same clusters.",
+        f"Granularity: one Prefect task on this runner took {statistics.median(probe) * 1e3:.0f} ms (median of "
+        f"{len(probe)} no-op tasks, measured) against a median LLM call of {p.latency_median_s * 1e3:.0f} ms. Every "
+        f"agent's {p.steps} steps form a chain, so a Prefect task per cluster step would put at least "
+        f"{p.steps} x {statistics.median(probe):.2f} s = {p.steps * statistics.median(probe):.1f} s of dispatch on the "
+        "critical path of every policy; each run of a policy is therefore one Prefect task on a Dask worker, and its "
+        "cluster steps go to a worker-side thread executor whose whole cost is orchestration_overhead_s (wall clock "
+        "minus the simulated clock of the same schedule).",
+        f"Median makespans: global_sync {med['global_sync']:.2f} s, out_of_order {med['out_of_order']:.2f} s, oracle "
+        f"{med['oracle']:.2f} s. The oracle knows the clusters of the finished run (hindsight); it is a bound, not a "
+        "baseline a user can run, so it is not in the spec's baselines.",
+        "The paper ran LLM-driven generative agents on GPU serving engines; here the agents' "
+        "decisions are seeded rules and the calls are slept, so the speedup reflects the scheduling alone: it grows "
+        "with the latency spread, the agents' spread over the map and the free LLM slots, and shrinks when the slots "
+        "are saturated (see the slot sweep).",
+    ]
+    deterministic = set(COUNTED) | {"sim_makespan_s", "sim_max_clock_spread", "sim_utilization"}
+    return SystemResult(variants=variants, kinds=kinds, samples=samples, assumptions=assumptions, curves=curves,
+                        notes=notes, deterministic=deterministic)

@@ -1,0 +1,59 @@
+"""The measurement: the same training run with no checkpoints, synchronous saves, eager and lazy
+asynchronous saves, repeated with the variants interleaved (pure: the savers come from a factory)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import MODES, Params
+from .train import TrainResult, train
+
+
+def order(repeat: int, variants: tuple[str, ...] = tuple(MODES)) -> list[str]:
+    """Variants of one repeat: rotated by the repeat (each goes first in turn), the rest reversed on
+    odd repeats, so none always runs first (after a warm-up) or right after the same neighbour."""
+    k = repeat % len(variants)
+    out = list(variants[k:] + variants[:k])
+    return [out[0], *out[:0:-1]] if repeat % 2 else out
+
+
+def summarize(result: TrainResult, flushes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's numbers: seconds per iteration (wall and stall), flush bandwidth, copy bandwidth."""
+    n = result.iterations
+    out: dict[str, Any] = {"iter_time_s": result.wall_s / n, "stall_s_per_iter": result.stall_s / n,
+                           "digest": result.digest, "last_loss": result.last_loss, "step_s": result.step_s,
+                           "checkpoints": len(flushes)}
+    if flushes:
+        total = sum(f["bytes"] for f in flushes)
+        out["checkpoint_bytes"] = flushes[-1]["bytes"]
+        out["flush_mb_s"] = total / 1e6 / sum(f["seconds"] for f in flushes)
+        copy_s = sum(f["copy_s"] for f in flushes)
+        out["copy_gb_s"] = total / 1e9 / copy_s if copy_s > 0 else None
+    return out
+
+
+def run_bench(p: Params, make_saver: Callable[[str, int], Any], done: Callable[[str, int, Any], None] | None = None,
+              log: Callable[[str], None] = lambda _: None) -> dict[str, list[dict[str, Any]]]:
+    """``p.repeats`` rounds of every variant of MODES (interleaved), each a full training run of
+    ``p.steps`` steps from the same seed. ``make_saver(variant, repeat)`` returns a saver (None for
+    "none"); ``done(variant, repeat, saver)`` runs after each (cleanup). Returns {variant: [run]}."""
+    # warm-up (not recorded): first-touch allocations and code paths of the training loop
+    train(p.width, p.depth, p.batch_size, min(2, p.steps), p.seed, threads=p.train_threads)
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in MODES}
+    for r in range(p.repeats):
+        for variant in order(r):
+            saver = make_saver(variant, r)
+            res = train(p.width, p.depth, p.batch_size, p.steps, p.seed, saver=saver,
+                        every=p.every if saver is not None else 0, threads=p.train_threads)
+            run = summarize(res, list(getattr(saver, "flushes", [])))
+            runs[variant].append(run)
+            log(f"repeat {r} {variant}: {run['iter_time_s']:.3f} s/iter, stall {run['stall_s_per_iter']:.3f} s/iter"
+                + (f", flush {run['flush_mb_s']:.0f} MB/s" if "flush_mb_s" in run else ""))
+            if done is not None:
+                done(variant, r, saver)
+    return runs
+
+
+def overheads(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
+    """Per repeat: a checkpointed variant's seconds per iteration minus the run without checkpoints."""
+    base = [r["iter_time_s"] for r in runs["none"]]
+    return {v: [r["iter_time_s"] - b for r, b in zip(runs[v], base)] for v in runs if v != "none"}

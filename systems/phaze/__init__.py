@@ -1,0 +1,129 @@
+"""PHAZE (ICML 2024): accelerator architecture and device placement co-search, vs a TPUv4-like chip
+and vs choosing the best single chip first and placing afterwards."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Claim, SystemSpec
+
+from .arch import Arch, Tech, area_mm2, candidates, tpuv4_like
+from .ops import Model
+from .placement import LayerCost, Plan, PlacementError, System, dp_split, exhaustive, place, score_plan
+from .schedule import ScheduleError, brute_force, ilp_schedule, list_schedule, validate
+from .search import Space, evaluate_design
+
+TECH_FIELDS = ("clock_ghz", "mac_area_um2", "lane_area_um2", "sram_mm2_per_mib", "hbm_phy_mm2", "fixed_mm2",
+               "hbm_gib_per_stack", "hbm_gb_s_per_stack", "sram_gb_s", "link_gb_s", "link_latency_us",
+               "min_sram_mib")
+SIZES = ("", "_large")
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "phaze"
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(candidates=3, chips=8, global_batch=16, seq_len=512, vocab=8192, layers=4, hidden=512,
+                      heads=8, large_layers=8, large_hidden=1024, large_heads=16, max_tp=2, max_micro_batch=2,
+                      ilp_time_limit_s=0.2),
+        "quick": dict(candidates=16, chips=64, global_batch=256, seq_len=2048, vocab=51200, layers=24, hidden=2048,
+                      heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=4,
+                      ilp_time_limit_s=0.2),
+        "full": dict(candidates=81, chips=256, global_batch=1024, seq_len=2048, vocab=51200, layers=24, hidden=2048,
+                     heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=8,
+                     ilp_time_limit_s=5.0),
+    }
+
+    # search space and system
+    candidates: int = Field(16, ge=2, le=81, description="Equal-area designs searched (the TPUv4-like one included); a seeded sample of the 81-point grid over tensor-core size, total MACs, vector cores and HBM stacks.")
+    chips: int = Field(64, ge=1, le=4096, description="Chips of the training system (data x pipeline x tensor parallel degrees multiply to this).")
+    global_batch: int = Field(256, ge=1, le=65536, description="Sequences per training iteration.")
+    max_tp: int = Field(8, ge=1, le=64, description="Largest tensor-parallel degree tried (powers of two).")
+    max_micro_batch: int = Field(4, ge=1, le=64, description="Largest micro-batch size tried (powers of two), the outer loop of the placement search.")
+    ilp_time_limit_s: float = Field(0.2, gt=0.0, le=600.0, description="HiGHS time limit of each per-layer scheduling ILP (the gap is reported).")
+    state_bytes_per_param: float = Field(16.0, gt=0.0, le=64.0, description="Bytes of weights, gradients and optimizer state per parameter (mixed-precision Adam: 2 + 2 + 12).")
+    # workload: GPT-style block stacks at two sizes
+    seq_len: int = Field(2048, ge=16, le=65536, description="Tokens per sequence.")
+    vocab: int = Field(51200, ge=256, le=1_000_000, description="Vocabulary size (embedding and LM head).")
+    layers: int = Field(24, ge=1, le=256, description="Transformer blocks of the smaller model.")
+    hidden: int = Field(2048, ge=64, le=65536, description="Hidden size of the smaller model.")
+    heads: int = Field(16, ge=1, le=512, description="Attention heads of the smaller model.")
+    large_layers: int = Field(32, ge=1, le=256, description="Transformer blocks of the larger model.")
+    large_hidden: int = Field(4096, ge=64, le=65536, description="Hidden size of the larger model.")
+    large_heads: int = Field(32, ge=1, le=512, description="Attention heads of the larger model.")
+    # technology constants (the area model and the roofline)
+    clock_ghz: float = Field(1.05, gt=0.0, le=10.0, description="Core clock of every design, GHz (TPUv4's 1050 MHz).")
+    mac_area_um2: float = Field(600.0, gt=0.0, le=1e5, description="Area of one bf16 systolic-array MAC with its registers, um^2 (7 nm estimate).")
+    lane_area_um2: float = Field(10_000.0, gt=0.0, le=1e7, description="Area of one vector lane (fp32 ALU and register-file slice), um^2.")
+    sram_mm2_per_mib: float = Field(0.8, gt=0.0, le=100.0, description="On-chip SRAM area per MiB including periphery, mm^2.")
+    hbm_phy_mm2: float = Field(15.0, ge=0.0, le=1000.0, description="Die area of one HBM stack's PHY and controller, mm^2.")
+    fixed_mm2: float = Field(150.0, ge=0.0, le=10_000.0, description="Area every design spends alike (interconnect, ICI, control), mm^2.")
+    hbm_gib_per_stack: float = Field(8.0, gt=0.0, le=1024.0, description="Capacity of one HBM stack, GiB (TPUv4: 4 x 8 GiB).")
+    hbm_gb_s_per_stack: float = Field(300.0, gt=0.0, le=10_000.0, description="Bandwidth of one HBM stack, GB/s (TPUv4: 1200 GB/s over 4 stacks).")
+    sram_gb_s: float = Field(8000.0, gt=0.0, le=1e6, description="On-chip buffer bandwidth to the cores, GB/s (used when a layer's activations fit in SRAM).")
+    link_gb_s: float = Field(50.0, gt=0.0, le=10_000.0, description="Chip-to-chip link bandwidth per direction for collectives and pipeline sends, GB/s.")
+    link_latency_us: float = Field(2.0, ge=0.0, le=1000.0, description="Latency per hop of a ring collective, microseconds.")
+    min_sram_mib: float = Field(16.0, ge=0.0, le=4096.0, description="Least on-chip SRAM a design may keep, MiB (designs with less are dropped).")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        for name, h, a in (("heads", self.hidden, self.heads), ("large_heads", self.large_hidden, self.large_heads)):
+            if h % a:
+                raise ValueError(f"{name}: hidden size must be a multiple of the number of heads")
+        if self.chips & (self.chips - 1):
+            raise ValueError("chips must be a power of two")
+        if self.vocab % self.max_tp or (4 * self.hidden) % self.max_tp:
+            raise ValueError("vocab and 4 x hidden must be multiples of max_tp")
+        return self
+
+    def tech(self) -> Tech:
+        return Tech(**{f: getattr(self, f) for f in TECH_FIELDS})
+
+    def models(self) -> dict[str, Model]:
+        return {"": Model(self.layers, self.hidden, self.heads, self.seq_len, self.vocab),
+                "_large": Model(self.large_layers, self.large_hidden, self.large_heads, self.seq_len, self.vocab)}
+
+    def space(self) -> Space:
+        pow2 = lambda hi: tuple(2 ** i for i in range(hi.bit_length()) if 2 ** i <= hi)  # noqa: E731
+        return Space(tps=pow2(self.max_tp), mbs=pow2(self.max_micro_batch), chips=self.chips,
+                     global_batch=self.global_batch, state_bytes_per_param=self.state_bytes_per_param,
+                     ilp_time_limit_s=self.ilp_time_limit_s, seed=self.seed)
+
+    def designs(self) -> list[Arch]:
+        return candidates(self.tech(), self.candidates, self.seed)
+
+
+def evaluate_all_sizes(p: Params, arch: Arch) -> dict[str, dict]:
+    """One design on both model sizes (the unit of work of one Dask task)."""
+    return {size: evaluate_design(arch, p.tech(), mdl, p.space()) for size, mdl in p.models().items()}
+
+
+def pick(results: dict[str, dict[str, dict]], size: str) -> dict[str, str]:
+    """Variant -> design name for one model size: phaze (the best placed throughput over the search),
+    tpuv4_like (the fixed design) and single_chip_first (the best single-chip score, then placed)."""
+    feasible = {n: r[size] for n, r in results.items()}
+    phaze = max(feasible, key=lambda n: (feasible[n]["train_throughput"], n))
+    single = max(feasible, key=lambda n: (feasible[n]["single_chip_samples_per_s"], n))
+    return {"phaze": phaze, "tpuv4_like": "tpuv4_like", "single_chip_first": single}
+
+
+SPEC = SystemSpec(
+    name="phaze", title="PHAZE: accelerator architecture and placement co-search", paper="PHAZE (ICML 2024)",
+    family="parallelism", params=Params, baselines=("tpuv4_like", "single_chip_first"),
+    claims=(
+        Claim("train_throughput", "tpuv4_like", "phaze", "higher", None,
+              "higher training throughput than a TPUv4-like design and the Spotlight search", headline=True),
+        Claim("train_throughput", "tpuv4_like_large", "phaze_large", "higher",
+              statement="the same against the TPUv4-like design on the larger GPT-style model"),
+        Claim("train_throughput", "single_chip_first", "phaze", "higher",
+              statement="co-search vs choosing the best single chip first and placing it afterwards"),
+        Claim("train_throughput", "single_chip_first_large", "phaze_large", "higher",
+              statement="co-search vs best single chip first, larger model"),
+    ),
+)
+
+__all__ = ["Params", "SPEC", "Arch", "Tech", "Model", "LayerCost", "Plan", "PlacementError", "ScheduleError",
+           "System", "Space", "area_mm2", "candidates", "tpuv4_like", "dp_split", "exhaustive", "place",
+           "score_plan", "brute_force", "ilp_schedule", "list_schedule", "validate", "evaluate_design",
+           "evaluate_all_sizes", "pick", "SIZES", "TECH_FIELDS"]

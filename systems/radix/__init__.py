@@ -1,0 +1,110 @@
+"""RadixAttention (SGLang, Zheng et al., NeurIPS 2024): KV-cache reuse across requests through a radix
+tree with LRU eviction and longest-prefix-match-first scheduling, against serving with no cache.
+
+Pure: no prefect/dask imports; torch is imported only by the modules that run the model
+(``model``, ``engine``, ``run``), never here.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Claim, SystemSpec
+
+from .tree import NaivePrefixStore, RadixCache, common_prefix_len
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "radix"
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(fewshot_requests=12, fewshot_prefix=256, chat_sessions=3, chat_turns=3, tot_trees=1,
+                      tot_depth=2, tot_question=96, noshare_requests=12, noshare_prompt=128,
+                      pressure_templates=3, pressure_per_template=4, pressure_prefix=160, pressure_kv_slots=448,
+                      max_running=8),
+        "quick": dict(),
+        "full": dict(d_model=512, layers=8, heads=8, fewshot_requests=256, fewshot_prefix=1536,
+                     chat_sessions=64, chat_turns=6, tot_trees=16, tot_depth=3, noshare_requests=256,
+                     noshare_prompt=512, pressure_templates=12, pressure_per_template=32, pressure_prefix=1024,
+                     pressure_kv_slots=6144, kv_slots=131_072, max_running=64, torch_threads=4),
+    }
+
+    # model: a random-weight decoder (only the amount of computation matters, not what it says)
+    vocab: int = Field(512, ge=16, le=65_536, description="Vocabulary size of the decoder and of the random prompts.")
+    d_model: int = Field(128, ge=16, le=4096, description="Hidden size of the decoder; a multiple of heads.")
+    layers: int = Field(2, ge=1, le=64, description="Decoder layers.")
+    heads: int = Field(4, ge=1, le=64, description="Attention heads.")
+    torch_threads: int = Field(1, ge=1, le=256, description="torch CPU threads of the serving task (1 is steadier on a shared 2-core machine).")
+    # serving engine
+    max_running: int = Field(16, ge=1, le=1024, description="Most requests decoded together in one batch (continuous batching).")
+    kv_slots: int = Field(16_384, ge=64, le=4_194_304, description="Token slots of the KV pool for the few-shot, chat, tree-of-thought and no-sharing workloads.")
+    new_tokens: int = Field(8, ge=1, le=1024, description="Tokens generated per request in the few-shot, no-sharing and pressure workloads.")
+    question_len: int = Field(24, ge=1, le=4096, description="Tokens of the per-request question after a few-shot prefix.")
+    # workloads
+    fewshot_requests: int = Field(32, ge=2, le=100_000, description="Requests of the few-shot workload (headline).")
+    fewshot_prefix: int = Field(512, ge=1, le=32_768, description="Tokens of the few-shot prefix every request shares.")
+    chat_sessions: int = Field(12, ge=1, le=10_000, description="Multi-turn chat sessions.")
+    chat_turns: int = Field(4, ge=1, le=64, description="Turns per chat session (turn k resends the whole conversation).")
+    chat_system: int = Field(64, ge=1, le=32_768, description="Tokens of the system prompt all sessions share.")
+    chat_user: int = Field(48, ge=1, le=4096, description="Tokens of each user message.")
+    chat_new_tokens: int = Field(16, ge=1, le=1024, description="Tokens generated per chat turn.")
+    tot_trees: int = Field(4, ge=1, le=10_000, description="Tree-of-thought problems.")
+    tot_branch: int = Field(3, ge=1, le=16, description="Continuations of every tree-of-thought call.")
+    tot_depth: int = Field(2, ge=1, le=8, description="Levels of continuations below the root call.")
+    tot_question: int = Field(192, ge=1, le=32_768, description="Tokens of a tree-of-thought problem statement.")
+    tot_step: int = Field(16, ge=1, le=4096, description="Tokens each continuation appends (its instruction).")
+    tot_new_tokens: int = Field(16, ge=1, le=1024, description="Tokens generated per tree-of-thought call.")
+    noshare_requests: int = Field(48, ge=2, le=100_000, description="Requests of the no-sharing workload.")
+    noshare_prompt: int = Field(256, ge=1, le=32_768, description="Tokens of each independent no-sharing prompt.")
+    pressure_templates: int = Field(6, ge=2, le=1000, description="Few-shot templates interleaved in the cache-pressure workload.")
+    pressure_per_template: int = Field(8, ge=1, le=10_000, description="Requests per template in the cache-pressure workload.")
+    pressure_prefix: int = Field(384, ge=1, le=32_768, description="Tokens of each template's prefix in the cache-pressure workload.")
+    pressure_kv_slots: int = Field(1536, ge=64, le=4_194_304, description="Token slots of the KV pool in the cache-pressure workload: "
+                                   "fewer than all templates need, so the cache must evict.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Params":
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be a multiple of heads ({self.heads})")
+        one = {"kv_slots": max(self.fewshot_prefix + self.question_len + self.new_tokens,
+                               self.chat_system + self.chat_turns * (self.chat_user + self.chat_new_tokens),
+                               self.tot_question + self.tot_depth * self.tot_step + (self.tot_depth + 1) * self.tot_new_tokens,
+                               self.noshare_prompt + self.new_tokens),
+               "pressure_kv_slots": self.pressure_prefix + self.question_len + self.new_tokens}
+        for name, need in one.items():
+            if getattr(self, name) < need:
+                raise ValueError(f"{name} ({getattr(self, name)}) is smaller than the longest request's "
+                                 f"{need} tokens: it could never be served")
+        if self.pressure_kv_slots >= self.pressure_templates * self.pressure_prefix:
+            raise ValueError(f"pressure_kv_slots ({self.pressure_kv_slots}) holds all {self.pressure_templates} "
+                             f"template prefixes ({self.pressure_templates * self.pressure_prefix} tokens): no cache pressure")
+        return self
+
+
+SPEC = SystemSpec(
+    name="radix", title="RadixAttention: KV-cache reuse with a radix tree", paper="SGLang (NeurIPS 2024)",
+    family="llm-serving", params=Params, baselines=("no_cache",),
+    claims=(
+        Claim("requests_per_s", "no_cache", "radix", "higher", 5.0,
+              "SGLang speeds up common LLM tasks by up to 5x (paper, abstract); RadixAttention's KV reuse is the "
+              "main source on shared-prefix workloads such as few-shot benchmarks", headline=True),
+        Claim("prefill_tokens", "no_cache", "radix", "lower",
+              statement="prompt tokens whose K/V had to be computed, few-shot workload"),
+        Claim("requests_per_s", "no_cache_chat", "radix_chat", "higher",
+              statement="multi-turn chat: each turn resends the conversation"),
+        Claim("requests_per_s", "no_cache_tot", "radix_tot", "higher",
+              statement="tree-of-thought branching"),
+        Claim("requests_per_s", "no_cache_noshare", "radix_noshare", "higher",
+              statement="no sharing: the cache should cost nothing (about 1x) when nothing repeats"),
+        Claim("requests_per_s", "radix_fcfs_pressure", "radix_pressure", "higher",
+              statement="cache-aware scheduling: longest prefix match first vs first come first served, "
+                        "with a KV pool smaller than the templates' prefixes"),
+        Claim("prefill_tokens", "radix_fcfs_pressure", "radix_pressure", "lower",
+              statement="prefill tokens under cache pressure, longest prefix match first vs first come first served"),
+        Claim("requests_per_s", "no_cache_pressure", "radix_pressure", "higher",
+              statement="the cache under pressure against no cache"),
+    ),
+)
+
+__all__ = ["Params", "SPEC", "RadixCache", "NaivePrefixStore", "common_prefix_len"]

@@ -1,0 +1,91 @@
+"""One workload served by every variant, repeats interleaved (pure; torch imported here, not at
+package import)."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from . import workloads as w
+from .engine import Engine, Request, ServeStats
+from .model import ModelConfig
+
+WORKLOADS = ("fewshot", "chat", "tot", "noshare", "pressure")
+SUFFIX = {"fewshot": "", "chat": "_chat", "tot": "_tot", "noshare": "_noshare", "pressure": "_pressure"}
+# variant -> (cache, policy); the FCFS ablation runs where the cache is under pressure
+VARIANTS = {"no_cache": (False, "fcfs"), "radix": (True, "lpm"), "radix_fcfs": (True, "fcfs")}
+
+
+def variants_of(workload: str) -> tuple[str, ...]:
+    return tuple(VARIANTS) if workload == "pressure" else ("no_cache", "radix")
+
+
+def make_requests(p, workload: str) -> list[Request]:
+    rng = np.random.default_rng([p.seed, WORKLOADS.index(workload)])
+    if workload == "fewshot":
+        return w.fewshot(rng, p.vocab, p.fewshot_requests, p.fewshot_prefix, p.question_len, p.new_tokens)
+    if workload == "chat":
+        return w.chat(rng, p.vocab, p.chat_sessions, p.chat_turns, p.chat_system, p.chat_user, p.chat_new_tokens)
+    if workload == "tot":
+        return w.tree_of_thought(rng, p.vocab, p.tot_trees, p.tot_branch, p.tot_depth, p.tot_question,
+                                 p.tot_step, p.tot_new_tokens)
+    if workload == "noshare":
+        return w.no_sharing(rng, p.vocab, p.noshare_requests, p.noshare_prompt, p.new_tokens)
+    if workload == "pressure":
+        return w.interleaved_templates(rng, p.vocab, p.pressure_templates, p.pressure_per_template,
+                                       p.pressure_prefix, p.question_len, p.new_tokens)
+    raise ValueError(f"unknown workload {workload!r}")
+
+
+def model_config(p) -> ModelConfig:
+    longest = max(w.longest_sequence(make_requests(p, name)) for name in WORKLOADS)
+    return ModelConfig(vocab=p.vocab, d_model=p.d_model, layers=p.layers, heads=p.heads, mlp_mult=4,
+                       max_seq_len=longest)
+
+
+def outputs_digest(st: ServeStats) -> str:
+    return hashlib.sha256(json.dumps(sorted(st.outputs.items())).encode()).hexdigest()
+
+
+def serve(engine: Engine, p, workload: str, variant: str, requests: list[Request]) -> ServeStats:
+    cache, policy = VARIANTS[variant]
+    slots = p.pressure_kv_slots if workload == "pressure" else p.kv_slots
+    return engine.serve(requests, kv_slots=slots, max_running=p.max_running, cache=cache, policy=policy)
+
+
+def measure(p, workload: str, log=None) -> dict:
+    """Serve ``workload`` with each of its variants ``p.repeats`` times, variants interleaved and
+    their order rotated per repeat, after one untimed warm-up pass of each. Counts come from the
+    first timed pass (every pass of a variant serves the same requests the same way)."""
+    import torch
+
+    torch.set_num_threads(p.torch_threads)
+    engine = Engine(model_config(p), seed=p.seed)
+    requests = make_requests(p, workload)
+    names = variants_of(workload)
+    for v in names:  # warm-up: allocator, kernels, caches of the interpreter
+        serve(engine, p, workload, v, requests[: max(2, len(requests) // 8)])  # parents precede children
+    rates: dict[str, list[float]] = {v: [] for v in names}
+    first: dict[str, ServeStats] = {}
+    digests: dict[str, set[str]] = {v: set() for v in names}
+    for rep in range(p.repeats):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        for v in order:
+            st = serve(engine, p, workload, v, requests)
+            rates[v].append(st.requests / st.wall_s)
+            digests[v].add(outputs_digest(st))
+            first.setdefault(v, st)
+            if log:
+                log(f"{workload}/{v}: {st.requests} requests in {st.wall_s:.3f} s, prefill {st.prefill_tokens} "
+                    f"of {st.prompt_tokens} prompt tokens, hit rate {st.hit_rate:.3f}")
+    out = {"workload": workload, "rates": rates, "metrics": {}, "finished_prefill": {},
+           "digests": {v: sorted(d) for v, d in digests.items()}}
+    for v, st in first.items():
+        out["metrics"][v] = {
+            "prefill_tokens": float(st.prefill_tokens), "prompt_tokens": float(st.prompt_tokens),
+            "prefill_tokens_saved": float(st.cached_tokens), "hit_rate": st.hit_rate,
+            "evicted_tokens": float(st.evicted_tokens), "decode_steps": float(st.decode_steps),
+            "output_tokens": float(st.output_tokens), "requests": float(st.requests)}
+        out["finished_prefill"][v] = list(st.finished_prefill)
+    return out

@@ -1,0 +1,370 @@
+"""The shared two-tier embedding trainer of FAE, Hotline and Slipstream (torch + numpy).
+
+The dense part of a DLRM (systems/common/dlrm.py: bottom MLP, dot interaction, top MLP) lives in the
+trainer process with the fast tier (the hot rows, a torch tensor next to the compute). The full
+tables live in the slow tier (tier.SlowTier, a separate process). A step works on the unique rows of
+its inputs: their values are gathered (fast tier, slow tier or both), become one leaf tensor, the
+model's forward and backward give the rows' gradients, and each row is updated (plain SGD) where it
+is authoritative: in the fast tier or by a sparse update sent to the slow tier. Pipelines:
+
+- ``hybrid`` (the baseline): every batch gathers all its rows from the slow tier and sends all
+  gradients back (CPU-GPU hybrid / parameter-server training).
+- ``fae``: hot inputs (every row hot) form hot batches that train entirely in the fast tier; cold
+  batches run hybrid; the hot rows are written to the slow tier when a cold phase starts and read
+  back when a hot phase starts. ``fae_phases`` hot/cold phase pairs per epoch.
+- ``hotline``: each batch splits into its popular micro-batch (hot inputs) and the rest; the rest's
+  cold rows are gathered on a background thread while the popular part trains; both parts' gradients
+  are applied in one step (the same update as hybrid up to float rounding); hot rows always live in
+  the fast tier.
+- ``skip_stale`` (Slipstream) on top of hotline: every ``snapshot_every`` steps the hot rows' drift
+  is measured (hot.StalenessRule); popular inputs touching only stale rows are skipped.
+
+Input preparation (dedup of each batch's rows, the hot/cold split) is data-loader work done for
+every variant before the clock starts; everything after it is timed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from mlsys_flows.systems.common.dlrm import DLRM
+from mlsys_flows.systems.recsys_embeddings.hot import StalenessRule, hot_inputs, hot_slots
+from mlsys_flows.systems.recsys_embeddings.tier import EPS, SlowTier
+from mlsys_flows.systems.recsys_embeddings.workload import Dataset, auc, logloss
+
+PIPELINES = ("hybrid", "fae", "hotline")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int
+    epochs: int
+    lr: float                 # dense parameters (SGD)
+    emb_lr: float             # embedding rows (SGD, wherever the row lives)
+    dim: int
+    bottom: tuple[int, ...]
+    top: tuple[int, ...]
+    evals_per_epoch: int
+    seed: int
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    pipeline: str                          # hybrid | fae | hotline
+    hot_rows: np.ndarray | None = None     # global ids of the hot rows (fae, hotline)
+    fae_phases: int = 4                    # hot/cold phase pairs per epoch (fae)
+    skip_stale: bool = False               # Slipstream (on hotline)
+    snapshot_every: int = 50               # steps between snapshots of the hot rows
+    max_skip: float = 0.3                  # skip share the threshold may reach on the sample
+
+    def __post_init__(self):
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"unknown pipeline {self.pipeline!r}; one of {PIPELINES}")
+        if self.pipeline != "hybrid" and self.hot_rows is None:
+            raise ValueError(f"{self.pipeline} needs hot rows")
+        if self.skip_stale and self.pipeline != "hotline":
+            raise ValueError("skip_stale runs on the hotline pipeline")
+
+
+@dataclass
+class RunResult:
+    name: str
+    train_time_s: float
+    samples: int                 # inputs consumed (skipped ones included)
+    trained_samples: int         # inputs trained on
+    test_logloss: float
+    test_auc: float
+    curve: list[tuple[float, int, float, float]]   # (train seconds, samples consumed, test logloss, auc)
+    counters: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.train_time_s
+
+
+# ----- model -----------------------------------------------------------------------------------
+class _Rows:
+    """DLRM sparse input whose embeddings were gathered already: [B, T, dim]."""
+
+    def __init__(self, emb: torch.Tensor, keys: list[str]):
+        self.emb, self._keys = emb, keys
+
+    def keys(self) -> list[str]:
+        return self._keys
+
+    def pool(self, tables) -> dict[str, torch.Tensor]:
+        return dict(zip(self._keys, self.emb.unbind(1)))  # one backward op, not one per table
+
+
+def init_tables(offsets: np.ndarray, dim: int, seed: int) -> np.ndarray:
+    """The DLRM reference init (uniform +-rows^-0.5 per table), the same for every variant."""
+    g = np.random.default_rng([seed, 41])
+    out = np.empty((int(offsets[-1]), dim), np.float32)
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        bound = (b - a) ** -0.5
+        out[a:b] = g.uniform(-bound, bound, (b - a, dim))
+    return out
+
+
+def build_model(ds: Dataset, cfg: TrainConfig) -> DLRM:
+    torch.manual_seed(cfg.seed)
+    keys = {f"t{t}": 1 for t in range(ds.num_tables)}  # the tables live in the tiers, not in the module
+    return DLRM(ds.dense.shape[1], keys, cfg.dim, bottom=cfg.bottom, top=cfg.top)
+
+
+def dense_params(model: DLRM) -> list[nn.Parameter]:
+    return [p for n, p in model.named_parameters() if not n.startswith("tables.")]
+
+
+# ----- prepared inputs -------------------------------------------------------------------------
+@dataclass
+class Micro:
+    """One micro-batch, prepared: dense features, labels, unique rows, inverse map, slots, and which
+    of the unique rows come from the slow tier."""
+
+    dense: torch.Tensor
+    labels: torch.Tensor
+    ids: np.ndarray          # [b, T] global rows (Slipstream re-prepares after skipping)
+    uniq: np.ndarray
+    inv: torch.Tensor        # [b, T] positions in uniq
+    slots: np.ndarray        # fast-tier slot of each unique row, -1: cold
+    cold: np.ndarray         # positions in uniq read from / written to the slow tier
+
+
+def prepare(dense: np.ndarray, ids: np.ndarray, labels: np.ndarray, slots: np.ndarray | None,
+            all_slow: bool) -> Micro:
+    uniq, inv = np.unique(ids, return_inverse=True)
+    s = slots[uniq] if slots is not None else np.full(len(uniq), -1, np.int64)
+    cold = np.arange(len(uniq)) if all_slow else np.flatnonzero(s < 0)
+    return Micro(torch.from_numpy(dense), torch.from_numpy(labels), ids, uniq,
+                 torch.from_numpy(inv.reshape(ids.shape)), s, cold)
+
+
+def epoch_orders(n: int, epochs: int, seed: int) -> list[np.ndarray]:
+    g = np.random.default_rng([seed, 7])
+    return [g.permutation(n) for _ in range(epochs)]
+
+
+def batches_of(order: np.ndarray, batch: int) -> list[np.ndarray]:
+    return [order[i:i + batch] for i in range(0, len(order), batch)]
+
+
+def fae_schedule(order: np.ndarray, hot: np.ndarray, batch: int, phases: int) -> list[tuple[bool, np.ndarray]]:
+    """FAE's epoch: the epoch's order split into hot and cold inputs (order kept), batched within
+    each, and laid out as ``phases`` pairs of a hot phase then a cold phase."""
+    hb = batches_of(order[hot[order]], batch)
+    cb = batches_of(order[~hot[order]], batch)
+    out: list[tuple[bool, np.ndarray]] = []
+    for k in range(phases):
+        out += [(True, b) for b in hb[k * len(hb) // phases:(k + 1) * len(hb) // phases]]
+        out += [(False, b) for b in cb[k * len(cb) // phases:(k + 1) * len(cb) // phases]]
+    return out
+
+
+# ----- the trainer -------------------------------------------------------------------------------
+class Trainer:
+    def __init__(self, ds: Dataset, cfg: TrainConfig, variant: Variant, table0: np.ndarray):
+        self.ds, self.cfg, self.v = ds, cfg, variant
+        torch.set_num_threads(cfg.threads)
+        self.model = build_model(ds, cfg)
+        self.keys = self.model.keys
+        self.params = dense_params(self.model)
+        self.opt = torch.optim.SGD(self.params, lr=cfg.lr)
+        self.slots = hot_slots(variant.hot_rows, ds.total_rows) if variant.hot_rows is not None else None
+        self.hot_ids = variant.hot_rows
+        self.hot_w = torch.from_numpy(table0[variant.hot_rows].copy()) if variant.hot_rows is not None else None
+        self.hot_acc = torch.zeros(len(variant.hot_rows)) if variant.hot_rows is not None else None
+        self.fast_authoritative = variant.pipeline == "hotline"  # fae: only during hot phases
+        self.table0 = table0
+        self.counters: dict[str, float] = {"syncs": 0, "sync_rows": 0, "gather_s": 0.0, "gather_wait_s": 0.0,
+                                           "skipped": 0, "popular_inputs": 0, "sync_gathered": 0,
+                                           "blocking_gather_s": 0.0}
+        dense, ids, labels = ds.split("test")
+        self.test = (torch.from_numpy(dense), ids, labels)
+        self.test_uniq, inv = np.unique(ids, return_inverse=True)
+        self.test_inv = torch.from_numpy(inv.reshape(ids.shape))
+
+    # --- one step over one or two micro-batches ---
+    def _forward_backward(self, m: Micro, rows: torch.Tensor, scale: float) -> torch.Tensor:
+        u = rows.requires_grad_(True)
+        emb = u[m.inv]
+        logits = self.model(m.dense, [_Rows(emb, self.keys)])
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, m.labels, reduction="sum") * scale
+        loss.backward()
+        return u.grad
+
+    def _rows(self, m: Micro, slow_rows: np.ndarray | None) -> torch.Tensor:
+        if len(m.cold) == len(m.uniq):  # all from the slow tier
+            return torch.from_numpy(slow_rows)
+        rows = torch.empty(len(m.uniq), self.cfg.dim)
+        hot = m.slots >= 0
+        rows[torch.from_numpy(hot)] = self.hot_w[torch.from_numpy(m.slots[hot])]
+        if len(m.cold):
+            rows[torch.from_numpy(m.cold)] = torch.from_numpy(slow_rows)
+        return rows
+
+    def _apply(self, micros: list[Micro], grads: list[torch.Tensor | None], tier: SlowTier) -> None:
+        """Row-wise Adagrad on every row the step touched, where the row is authoritative: cold rows
+        by one sparse update sent to the slow tier, hot rows in the fast tier (a row in both
+        micro-batches gets the sum of its gradients, as in one hybrid step)."""
+        lr = self.cfg.emb_lr
+        hot_slots, hot_grads = [], []
+        for m, g in zip(micros, grads):
+            if g is None:
+                continue
+            if len(m.cold):
+                tier.update(m.uniq[m.cold], g[torch.from_numpy(m.cold)].numpy(), lr)
+            if len(m.cold) < len(m.uniq):
+                hot = np.flatnonzero(m.slots >= 0)
+                hot_slots.append(torch.from_numpy(m.slots[hot]))
+                hot_grads.append(g[torch.from_numpy(hot)])
+        if hot_slots:
+            slots, g = torch.cat(hot_slots), torch.cat(hot_grads)
+            if len(hot_slots) > 1:
+                slots, inv = torch.unique(slots, return_inverse=True)
+                g = torch.zeros(len(slots), g.shape[1]).index_add_(0, inv, g)
+            acc = self.hot_acc[slots] + (g * g).mean(dim=1)
+            self.hot_acc[slots] = acc
+            self.hot_w[slots] -= (lr / (acc.sqrt() + EPS))[:, None] * g
+
+    def step(self, micros: list[Micro], tier: SlowTier) -> None:
+        """Hybrid / FAE: one micro-batch; Hotline: popular first while the rest's cold rows are
+        gathered in the background."""
+        n = sum(len(m.labels) for m in micros)
+        if n == 0:
+            return
+        scale = 1.0 / n
+        grads = []
+        if len(micros) == 1:
+            m = micros[0]
+            t0 = time.perf_counter()
+            slow = tier.gather(m.uniq[m.cold]) if len(m.cold) else None
+            self.counters["blocking_gather_s"] += time.perf_counter() - t0  # includes queued updates ahead of it
+            grads.append(self._forward_backward(m, self._rows(m, slow), scale))
+        else:
+            pop, rest = micros
+            fut = tier.gather_async(rest.uniq[rest.cold]) if len(rest.cold) else None
+            if len(pop.labels):
+                grads.append(self._forward_backward(pop, self._rows(pop, None), scale))
+            else:
+                grads.append(None)
+            if fut is not None:
+                t0 = time.perf_counter()
+                slow, took = fut.result()
+                self.counters["gather_wait_s"] += time.perf_counter() - t0
+                self.counters["gather_s"] += took
+            else:
+                slow = None
+            grads.append(self._forward_backward(rest, self._rows(rest, slow), scale) if len(rest.labels) else None)
+        with torch.no_grad():
+            self._apply(micros, grads, tier)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    # --- FAE phase switches ---
+    def to_cold_phase(self, tier: SlowTier) -> None:
+        if self.fast_authoritative:
+            tier.write(self.hot_ids, torch.cat([self.hot_w, self.hot_acc[:, None]], dim=1).numpy())
+            self.fast_authoritative = False
+            self.counters["syncs"] += 1
+            self.counters["sync_rows"] += len(self.hot_ids)
+
+    def to_hot_phase(self, tier: SlowTier) -> None:
+        if not self.fast_authoritative:
+            both = torch.from_numpy(tier.gather(self.hot_ids, with_state=True))
+            self.counters["sync_gathered"] += len(self.hot_ids)
+            self.hot_w, self.hot_acc = both[:, :-1].contiguous(), both[:, -1].contiguous()
+            self.fast_authoritative = True
+            self.counters["syncs"] += 1
+            self.counters["sync_rows"] += len(self.hot_ids)
+
+    # --- evaluation (not timed) ---
+    @torch.no_grad()
+    def evaluate(self, tier: SlowTier) -> tuple[float, float]:
+        rows = tier.gather(self.test_uniq)
+        if self.hot_w is not None and self.fast_authoritative:
+            s = self.slots[self.test_uniq]
+            hot = s >= 0
+            rows[hot] = self.hot_w.numpy()[s[hot]]
+        table = torch.from_numpy(rows)
+        dense, _, labels = self.test
+        logits = []
+        for i in range(0, len(labels), 8192):
+            emb = table[self.test_inv[i:i + 8192]]
+            logits.append(self.model(dense[i:i + 8192], [_Rows(emb, self.keys)]))
+        p = torch.sigmoid(torch.cat(logits)).numpy()
+        return logloss(labels, p), auc(labels, p)
+
+    # --- a whole run ---
+    def run(self) -> RunResult:
+        ds, cfg, v = self.ds, self.cfg, self.v
+        dense, ids, labels = ds.split("train")
+        hot_in = hot_inputs(ids, self.slots) if self.slots is not None else None
+        plan: list[tuple[str, list[Micro]]] = []   # (kind, micro-batches) per step; kind: hot, cold, mixed
+        for order in epoch_orders(len(labels), cfg.epochs, cfg.seed):
+            if v.pipeline == "fae":
+                for is_hot, b in fae_schedule(order, hot_in, cfg.batch_size, v.fae_phases):
+                    plan.append(("hot" if is_hot else "cold", [prepare(dense[b], ids[b], labels[b], self.slots, not is_hot)]))
+            else:
+                for b in batches_of(order, cfg.batch_size):
+                    if v.pipeline == "hybrid":
+                        plan.append(("cold", [prepare(dense[b], ids[b], labels[b], None, True)]))
+                    else:
+                        pb, rb = b[hot_in[b]], b[~hot_in[b]]
+                        plan.append(("mixed", [prepare(dense[pb], ids[pb], labels[pb], self.slots, False),
+                                               prepare(dense[rb], ids[rb], labels[rb], self.slots, False)]))
+        steps_per_epoch = len(plan) // cfg.epochs
+        eval_every = max(1, steps_per_epoch // cfg.evals_per_epoch)
+        rule = StalenessRule(self.slots, v.max_skip) if v.skip_stale else None
+        rng = np.random.default_rng([cfg.seed, 99])
+        with SlowTier(self.table0) as tier:
+            if v.pipeline == "fae":
+                self.fast_authoritative = False
+            curve = [(0.0, 0, *self.evaluate(tier))]
+            clock, consumed, trained = 0.0, 0, 0
+            self._batch_gathered = 0
+            for i, (kind, micros) in enumerate(plan):
+                t0 = time.perf_counter()
+                consumed += sum(len(m.labels) for m in micros)
+                if v.pipeline == "fae":
+                    (self.to_hot_phase if kind == "hot" else self.to_cold_phase)(tier)
+                if rule is not None:
+                    if i % v.snapshot_every == 0:
+                        rule.observe(self.hot_w.numpy(), ids, rng)
+                    pop = micros[0]
+                    skip = rule.skippable(pop.ids)
+                    if skip.any():
+                        keep = ~skip
+                        micros = [prepare(pop.dense.numpy()[keep], pop.ids[keep], pop.labels.numpy()[keep],
+                                          self.slots, False), micros[1]]
+                        self.counters["skipped"] += int(skip.sum())
+                if kind == "mixed":
+                    self.counters["popular_inputs"] += len(micros[0].labels)
+                before = tier.rows_gathered
+                self.step(micros, tier)
+                self._batch_gathered += tier.rows_gathered - before
+                if i == len(plan) - 1 or (i + 1) % eval_every == 0:
+                    tier.barrier()  # the slow tier has applied every update sent: they count as training time
+                clock += time.perf_counter() - t0
+                trained += sum(len(m.labels) for m in micros)
+                if i == len(plan) - 1 or (i + 1) % eval_every == 0:
+                    curve.append((clock, consumed, *self.evaluate(tier)))
+            # batch traffic only: the syncs' rows are counted apart (sync_rows); evaluation gathers excluded
+            self.counters["rows_gathered"] = self._batch_gathered
+            self.counters["rows_sent"] = tier.rows_sent - (self.counters["sync_rows"] - self.counters["sync_gathered"])
+        final = curve[-1]
+        self.counters["hot_input_fraction"] = float(hot_in.mean()) if hot_in is not None else 0.0
+        self.counters["hot_rows"] = len(self.hot_ids) if self.hot_ids is not None else 0
+        self.counters["stale_threshold"] = float(rule.threshold or 0.0) if rule is not None else 0.0
+        return RunResult(v.name, clock, consumed, trained, final[2], final[3], curve, dict(self.counters))
+
+
+def train(ds: Dataset, cfg: TrainConfig, variant: Variant) -> RunResult:
+    table0 = init_tables(ds.offsets, cfg.dim, cfg.seed)
+    return Trainer(ds, cfg, variant, table0).run()

@@ -1,0 +1,108 @@
+"""ReCycle (arXiv 2405.14009): fault-tolerant pipeline training by rerouting a failed worker's
+micro-batches to its data-parallel peers, with decoupled backward and a staggered optimizer step,
+vs Oobleck-style reconfiguration and Bamboo-style redundant computation (simulated from calibrated
+per-stage times). Torch is imported lazily (``stage``, ``pairrun``)."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Claim, SystemSpec
+
+from .policies import (Cluster, LayerCosts, bamboo_plan, best_oobleck, oobleck_plan, place_failures, recycle_plan,
+                       window_throughput)
+from .sim import Group, MicroBatch, Plan, Result, SimulationError, simulate
+
+FAILURES = (1, 2, 4)       # failure counts compared
+HEADLINE_FAILURES = 1      # one failure at a time is the common case in a large cluster
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "recycle"
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(pipelines=4, stages=4, microbatches=4, d_model=64, layers_per_stage=1, seq=32,
+                      calibration_reps=3, sim_iterations=3, pair_check=False),
+        "quick": dict(pipelines=8, stages=4, microbatches=8, d_model=128, layers_per_stage=2, seq=64,
+                      calibration_reps=7, sim_iterations=4, pair_check=True),
+        "full": dict(pipelines=16, stages=8, microbatches=16, d_model=256, layers_per_stage=2, seq=128,
+                     calibration_reps=9, sim_iterations=4, pair_check=True),
+    }
+
+    # cluster
+    pipelines: int = Field(8, ge=2, le=64, description="Data-parallel pipelines D.")
+    stages: int = Field(4, ge=2, le=32, description="Pipeline stages S (one worker each).")
+    microbatches: int = Field(8, ge=1, le=128, description="Micro-batches per pipeline per iteration M.")
+    # the calibrated transformer stage
+    d_model: int = Field(128, ge=16, le=2048, description="Hidden size of the transformer stage timed for calibration.")
+    heads: int = Field(4, ge=1, le=32, description="Attention heads (must divide d_model).")
+    layers_per_stage: int = Field(2, ge=1, le=16, description="Transformer layers per pipeline stage.")
+    micro_batch: int = Field(4, ge=1, le=256, description="Sequences per micro-batch.")
+    seq: int = Field(64, ge=8, le=4096, description="Tokens per sequence.")
+    calibration_reps: int = Field(7, ge=2, le=100, description="Timed repetitions of each stage operation per calibration (median).")
+    # communication model (this machine has one CPU socket: links are assumed, not measured)
+    p2p_gb_s: float = Field(25.0, gt=0.0, le=10_000.0, description="Point-to-point bandwidth between adjacent stages, GB/s (assumed: a PCIe/NVLink-class link).")
+    p2p_latency_us: float = Field(10.0, ge=0.0, le=100_000.0, description="Latency of one point-to-point transfer, microseconds (assumed).")
+    allreduce_gb_s: float = Field(25.0, gt=0.0, le=10_000.0, description="Ring all-reduce bus bandwidth between data-parallel peers, GB/s (assumed).")
+    # failures and recovery
+    restart_iterations: float = Field(20.0, ge=0.0, le=10_000.0, description="Oobleck-style restart (re-instantiating pipelines, copying layers), in fault-free iterations per failure.")
+    lost_iterations: float = Field(1.0, ge=0.0, le=100.0, description="Work lost per failure by ReCycle and Oobleck (the iteration in flight is redone), in fault-free iterations; Bamboo recovers in place and loses none.")
+    window_iterations: int = Field(200, ge=1, le=1_000_000, description="Iterations over which the throughput (with the failures' stall) is averaged.")
+    sim_iterations: int = Field(4, ge=2, le=20, description="Iterations simulated per plan (the first is the pipeline fill; the rest give the steady iteration time).")
+    pair_check: bool = Field(True, description="Also run the real decoupled schedule of one stage pair on two gloo processes and compare with the simulator.")
+    pair_microbatches: int = Field(8, ge=2, le=64, description="Micro-batches of the stage-pair run (its timed steps are the repeats).")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.d_model % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
+        if max(FAILURES) >= self.pipelines * self.stages // 2:
+            raise ValueError(f"pipelines * stages must be at least {2 * max(FAILURES) + 2} to place {max(FAILURES)} failures")
+        for f in FAILURES:  # every stage keeps a live worker, no pipeline loses two neighbouring stages
+            try:
+                place_failures(self.pipelines, self.stages, f, self.seed)
+            except ValueError as exc:
+                raise ValueError(f"pipelines x stages: {exc}") from None
+        return self
+
+    def cluster(self) -> Cluster:
+        return Cluster(self.pipelines, self.stages, self.microbatches, self.layers_per_stage, self.micro_batch)
+
+
+def variant(policy: str, failures: int) -> str:
+    return "nofail" if failures == 0 and policy == "recycle" else f"{policy}_f{failures}"
+
+
+_CLAIMS = []
+for _f in FAILURES:
+    _head = _f == HEADLINE_FAILURES
+    _CLAIMS += [
+        Claim("throughput", variant("oobleck", _f), variant("recycle", _f), "higher", 1.46 if _head else None,
+              f"{_f} failure(s): ReCycle up to 1.46x the throughput of Oobleck (reconfiguration, restart)",
+              headline=_head),
+        Claim("throughput", variant("bamboo", _f), variant("recycle", _f), "higher", 1.64 if _head else None,
+              f"{_f} failure(s): ReCycle up to 1.64x the throughput of Bamboo (redundant computation)"),
+        Claim("steady_throughput", variant("oobleck", _f), variant("recycle", _f), "higher",
+              statement=f"{_f} failure(s), steady state only (no restart or lost work): rerouting vs shrunk pipelines"),
+        Claim("throughput", "nofail", variant("recycle", _f), "higher",
+              statement=f"{_f} failure(s): share of the fault-free throughput ReCycle keeps (< 1)"),
+    ]
+_CLAIMS += [
+    Claim("steady_throughput", variant("recycle_fused", HEADLINE_FAILURES), variant("recycle", HEADLINE_FAILURES), "higher",
+          statement="ablation: rerouting alone (fused backward, global barrier) vs with decoupled backward and "
+                    "staggered optimizer"),
+    Claim("steady_throughput", "oobleck_f0", "nofail", "higher",
+          statement="no failures: decoupled backward + staggered optimizer vs plain 1F1B"),
+]
+
+SPEC = SystemSpec(
+    name="recycle", title="ReCycle: pipeline-adaptive fault-tolerant training", paper="arXiv:2405.14009",
+    family="parallelism", params=Params,
+    baselines=(variant("oobleck", HEADLINE_FAILURES), variant("bamboo", HEADLINE_FAILURES)),
+    claims=tuple(_CLAIMS),
+)
+
+__all__ = ["Params", "SPEC", "FAILURES", "HEADLINE_FAILURES", "variant", "Cluster", "LayerCosts", "Plan",
+           "MicroBatch", "Group", "Result", "SimulationError", "simulate", "place_failures", "recycle_plan",
+           "bamboo_plan", "oobleck_plan", "best_oobleck", "window_throughput"]

@@ -1,0 +1,181 @@
+"""The real decoupled schedule for one stage pair: two processes, torch.distributed gloo on 127.0.0.1.
+
+Each process owns one pipeline stage (the same small transformer stage as the calibration). They
+first time their own F, B_input, B_weight and optimizer step at the same time (so both see the same
+CPU contention as in the run) and a ping-pong of one activation; the simulator then plans the
+iteration from those times (1F1B, Bw deferred into bubbles, per-stage optimizer step) and predicts its
+length; both processes execute exactly that per-worker operation order with real sends and receives,
+and rank 0 times the steps between two barriers. ``run_pair`` starts the processes and returns the
+prediction next to the measured step times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .sim import Group, MicroBatch, Plan, simulate
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    d_model: int = 128
+    heads: int = 4
+    layers: int = 2
+    micro_batch: int = 4
+    seq: int = 64
+    microbatches: int = 8
+    steps: int = 5
+    warmup_steps: int = 2
+    calibration_reps: int = 7
+    seed: int = 0
+
+
+def pair_plan(times: list[dict], p2p_s: float, microbatches: int) -> Plan:
+    """The two-stage plan of one data-parallel pipeline from each rank's measured times."""
+    durs = tuple((t["forward"], t["backward_input"], t["backward_weight"]) for t in times)
+    mbs = [MicroBatch((0, 1), durs, k) for k in range(microbatches)]
+    groups = [Group((s,), times[s]["optimizer"]) for s in range(2)]
+    return Plan(workers=["stage0", "stage1"], microbatches=mbs, groups=groups, limits=[2, 1], decoupled=True,
+                barrier=False, p2p_s=p2p_s, max_deferred=2, label="pair")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_pair(cfg: PairConfig, timeout_s: float = 120.0) -> dict:
+    """Run both ranks as subprocesses; returns rank 0's record (prediction and measurement)."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="recycle-pair-") as tmp:
+        out = Path(tmp) / "result.json"
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", __name__, "--port", str(port), "--out", str(out), "--config", json.dumps(asdict(cfg))]
+        procs = [subprocess.Popen([*cmd, "--rank", str(r)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                 for r in range(2)]
+        logs = []
+        try:
+            for p in procs:
+                logs.append(p.communicate(timeout=timeout_s)[0].decode(errors="replace"))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        if any(p.returncode for p in procs) or not out.exists():
+            raise RuntimeError("stage-pair run failed:\n" + "\n".join(x[-2000:] for x in logs))
+        return json.loads(out.read_text())
+
+
+def _worker(rank: int, port: int, out: str, cfg: PairConfig) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from .stage import Stage, backward_input, backward_weight, calibrate
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    peer = 1 - rank
+    try:
+        # 1. calibrate this rank's stage while the other rank calibrates its own
+        dist.barrier()
+        st = calibrate(cfg.d_model, cfg.heads, cfg.layers, cfg.micro_batch, cfg.seq, reps=cfg.calibration_reps,
+                       seed=cfg.seed + rank, threads=1)
+        mine = torch.tensor([st.forward, st.backward_input, st.backward_weight, st.optimizer], dtype=torch.float64)
+        both = [torch.zeros(4, dtype=torch.float64) for _ in range(2)]
+        dist.all_gather(both, mine)
+        times = [dict(zip(("forward", "backward_input", "backward_weight", "optimizer"), t.tolist())) for t in both]
+        # 2. one-way time of one activation (ping-pong)
+        act = torch.zeros(cfg.micro_batch, cfg.seq, cfg.d_model)
+        rtts = []
+        for _ in range(15):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(act, 1)
+                dist.recv(act, 1)
+            else:
+                dist.recv(act, 0)
+                dist.send(act, 0)
+            rtts.append(time.perf_counter() - t0)
+        p2p = torch.tensor([statistics.median(rtts[3:]) / 2], dtype=torch.float64)
+        dist.broadcast(p2p, 0)  # both ranks plan with the same numbers
+        plan = pair_plan(times, float(p2p.item()), cfg.microbatches)
+        predicted = simulate(plan, iterations=1)
+        order = predicted.order(rank, 0)
+        # 3. execute the planned order for real
+        torch.manual_seed(cfg.seed + rank)
+        stage = Stage(cfg.d_model, cfg.heads, cfg.layers)
+        opt = torch.optim.Adam(stage.parameters(), lr=1e-4)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        data = [torch.randn(cfg.micro_batch, cfg.seq, cfg.d_model, generator=gen) for _ in range(cfg.microbatches)]
+        steps = []
+        for step in range(cfg.warmup_steps + cfg.steps):
+            xs, ys, sends = {}, {}, []
+            dist.barrier()
+            t0 = time.perf_counter()
+            for kind, mb in order:
+                if kind == "F":
+                    if rank == 0:
+                        x = data[mb]
+                    else:
+                        x = torch.empty(cfg.micro_batch, cfg.seq, cfg.d_model)
+                        dist.recv(x, 0)
+                        x.requires_grad_(True)
+                    y = stage(x)
+                    xs[mb], ys[mb] = x, y
+                    if rank == 0:
+                        out_y = y.detach().contiguous()
+                        sends.append((dist.isend(out_y, 1), out_y))
+                elif kind == "Bi":
+                    y = ys.pop(mb)
+                    if rank == 1:  # loss = mean(y^2)
+                        dy = 2.0 * y.detach() / y.numel()
+                    else:
+                        dy = torch.empty_like(y)
+                        dist.recv(dy, 1)
+                    dx = backward_input(stage, xs.pop(mb), y, dy, mb)
+                    if rank == 1:
+                        dx = dx.contiguous()
+                        sends.append((dist.isend(dx, 0), dx))
+                elif kind == "Bw":
+                    backward_weight(stage, mb)
+                elif kind == "sync":
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+            for handle, _ in sends:
+                handle.wait()
+            dist.barrier()
+            if step >= cfg.warmup_steps:
+                steps.append(time.perf_counter() - t0)
+        if rank == 0:
+            Path(out).write_text(json.dumps({
+                "predicted_step_s": predicted.makespan, "measured_step_s": statistics.median(steps),
+                "measured_steps_s": steps, "times": times, "p2p_s": float(p2p.item()),
+                "order": [order, predicted.order(peer, 0)], "config": asdict(cfg)}))
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--config", required=True)
+    a = ap.parse_args(argv)
+    _worker(a.rank, a.port, a.out, PairConfig(**json.loads(a.config)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Prefect tasks of the checkpoint flow: a resumable training run with lazy asynchronous checkpoints,
+and the interleaved measurement of no / synchronous / eager-asynchronous / lazy-asynchronous checkpoints."""
+from __future__ import annotations
+
+import time
+
+from prefect import get_run_logger, task
+
+from mlsys_flows.blocks import CheckpointStore, ObjectStorage
+from mlsys_flows.systems.checkpoint import MODES, Params
+from mlsys_flows.systems.checkpoint.bench import run_bench
+from mlsys_flows.systems.checkpoint.train import train
+
+
+@task(name="checkpoint-train")
+def train_resumable(p: Params, checkpoints: CheckpointStore, run_key: str) -> dict:
+    """Train ``p.steps`` steps with lazy asynchronous checkpoints every ``p.every`` steps on
+    ``checkpoints`` under ``run_key``; a rerun with the same key resumes from the newest complete one."""
+    log = get_run_logger()
+    store = CheckpointStore(storage=checkpoints.storage, prefix=checkpoints.prefix, keep_last=p.keep_last)
+    last, state = store.resume(run_key)
+    if state is not None:
+        log.info("checkpoint training resumes after step %d of run key %s", last, run_key)
+    with store.saver(run_key, asynchronous=True, lazy=True) as saver:
+        res = train(p.width, p.depth, p.batch_size, p.steps, p.seed, saver=saver, every=p.every, state=state,
+                    threads=p.train_threads)
+    log.info("checkpoint training: steps %d..%d, %.3f s/iter, stall %.3f s/iter, %d flushes, weights %s",
+             res.start_step + 1, res.steps, res.wall_s / max(1, res.iterations), res.stall_s / max(1, res.iterations),
+             len(saver.flushes), res.digest[:12])
+    return {"start_step": res.start_step, "steps": res.steps, "last_loss": res.last_loss, "digest": res.digest,
+            "flushes": saver.flushes}
+
+
+@task(name="checkpoint-bench")
+def bench(p: Params, storage: ObjectStorage, prefix: str) -> dict:
+    """Every variant trains the same ``p.steps`` steps from the same seed, ``p.repeats`` times,
+    interleaved; checkpoints go to ``storage`` under ``prefix`` and are deleted after each run,
+    except that the first repeat's last checkpoints of every mode are compared tensor by tensor."""
+    import torch
+
+    log = get_run_logger()
+    store = CheckpointStore(storage=storage, prefix=prefix, keep_last=p.keep_last)
+    log.info("checkpoint bench: MLP %d x %d (%.0f MB of state), %d steps, a checkpoint every %d, %d repeats, "
+             "storage %s", p.depth, p.width, p.state_mb, p.steps, p.every, p.repeats, storage.root_url)
+
+    def make_saver(variant: str, repeat: int):
+        mode = MODES[variant]
+        return None if mode is None else store.saver(f"{variant}-r{repeat}", asynchronous=mode[0], lazy=mode[1])
+
+    first: dict[str, dict] = {}
+
+    def done(variant: str, repeat: int, saver) -> None:
+        if saver is None:
+            return
+        if repeat == 0:  # the newest checkpoint of each mode, kept for the comparison
+            first[variant] = store.load(saver.run_key)[1]
+        storage.delete(f"{prefix}/{saver.run_key}")
+
+    t0 = time.perf_counter()
+    runs = run_bench(p, make_saver, done, log=log.info)
+    equal = {v: float(_same(first[v], first["sync"], torch)) for v in first}
+    log.info("checkpoint bench done in %.1f s; last checkpoint equal to the synchronous one: %s",
+             time.perf_counter() - t0, equal)
+    return {"runs": runs, "equal_to_sync": equal}
+
+
+def _same(a, b, torch) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k], torch) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y, torch) for x, y in zip(a, b))
+    return a == b

@@ -1,0 +1,18 @@
+"""Prefect task of the RadixAttention flow: serve one workload with every variant, repeats interleaved."""
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+
+from mlsys_flows.systems.radix import Params
+
+
+@task(name="radix-serve-workload")
+def serve_workload(p: Params, workload: str) -> dict:
+    """Build the workload's requests from the seed, serve them without a cache and with the radix
+    cache (and, under cache pressure, with FCFS admission), timing each pass; returns rates and counts."""
+    from mlsys_flows.systems.radix.run import measure
+
+    log = get_run_logger()
+    result = measure(p, workload, log=log.info)
+    log.info("%s done: %s", workload, {v: round(sorted(r)[len(r) // 2], 2) for v, r in result["rates"].items()})
+    return result

@@ -1,0 +1,57 @@
+"""Prefect tasks of the ReCycle flow: calibrate a transformer stage with torch, simulate every policy,
+draw the schedules, and run the real decoupled schedule of one stage pair on two gloo processes."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from prefect import get_run_logger, task
+
+from mlsys_flows.blocks import ObjectStorage
+from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES, Params
+from mlsys_flows.systems.recycle.experiment import compare, layer_costs
+from mlsys_flows.systems.recycle.gantt import render_gantt, window_of
+
+
+@task(name="recycle-calibrate")
+def calibrate(p: Params, repeat: int) -> dict:
+    """Median times of forward, B_input, B_weight, fused backward and Adam step of one stage (1 thread)."""
+    from mlsys_flows.systems.recycle.stage import calibrate as run
+
+    st = asdict(run(p.d_model, p.heads, p.layers_per_stage, p.micro_batch, p.seq, reps=p.calibration_reps,
+                    seed=p.seed + repeat))
+    get_run_logger().info("calibration %d: F %.2f ms, B_input %.2f ms, B_weight %.2f ms, fused B %.2f ms, "
+                          "optimizer %.2f ms", repeat, st["forward"] * 1e3, st["backward_input"] * 1e3,
+                          st["backward_weight"] * 1e3, st["backward_fused"] * 1e3, st["optimizer"] * 1e3)
+    return st
+
+
+@task(name="recycle-simulate")
+def simulate_policies(p: Params, times: dict, keep: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
+    """Every policy at every failure count on the cost model of one calibration."""
+    metrics, schedules, info = compare(p, layer_costs(times, p), FAILURES, HEADLINE_FAILURES, keep)
+    f = HEADLINE_FAILURES
+    get_run_logger().info("simulated samples/s at %d failure(s): recycle %.1f, oobleck %.1f, bamboo %.1f (%s)", f,
+                          metrics[f"recycle_f{f}"]["throughput"], metrics[f"oobleck_f{f}"]["throughput"],
+                          metrics[f"bamboo_f{f}"]["throughput"], info[f"f{f}"])
+    return metrics, schedules, info
+
+
+@task(name="recycle-gantt")
+def gantt(schedules: dict, storage: ObjectStorage, key: str) -> str:
+    """The schedules of one steady iteration as a Gantt chart PNG on storage."""
+    storage.write_bytes(key, render_gantt(schedules, {n: window_of(s) for n, s in schedules.items()}))
+    return key
+
+
+@task(name="recycle-stage-pair")
+def stage_pair(p: Params) -> dict:
+    """The real decoupled 1F1B schedule of two stages on two processes (gloo, 127.0.0.1)."""
+    from mlsys_flows.systems.recycle.pairrun import PairConfig, run_pair
+
+    cfg = PairConfig(d_model=p.d_model, heads=p.heads, layers=p.layers_per_stage, micro_batch=p.micro_batch,
+                     seq=p.seq, microbatches=p.pair_microbatches, steps=p.repeats, warmup_steps=1,
+                     calibration_reps=min(p.calibration_reps, 5), seed=p.seed)
+    r = run_pair(cfg, timeout_s=480.0)
+    get_run_logger().info("stage pair: predicted %.1f ms, measured %.1f ms per step", r["predicted_step_s"] * 1e3,
+                          r["measured_step_s"] * 1e3)
+    return r

@@ -1,0 +1,86 @@
+"""Prefect tasks of the vCache flow: build the two prompt streams, replay them through the caches."""
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+from prefect import get_run_logger, task
+
+from mlsys_flows.blocks import ObjectStorage
+from mlsys_flows.systems.vcache import Params, Stream, corpus_stream, evaluate_policies, paraphrase_corpus
+
+
+def _save(storage: ObjectStorage, key: str, stream: Stream) -> str:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, vectors=stream.vectors, labels=stream.labels, name=stream.name)
+    storage.write_bytes(key, buf.getvalue())
+    return key
+
+
+def _load(storage: ObjectStorage, key: str) -> Stream:
+    z = np.load(io.BytesIO(storage.read_bytes(key)))
+    return Stream(z["vectors"], z["labels"], str(z["name"]))
+
+
+def resolve_api_key(secret_name: str | None) -> str | None:
+    """The API key from the Prefect Secret block ``secret_name`` (None: no key). Never logged."""
+    if not secret_name:
+        return None
+    from prefect.blocks.system import Secret
+
+    try:
+        return str(Secret.load(secret_name).get())
+    except ValueError as exc:
+        raise ValueError(f"no Secret block named {secret_name!r} holds the LLM API key") from exc
+
+
+def llm_client(base_url: str, model: str, secret_name: str | None, timeout_s: float = 60.0):
+    """An OpenAI-compatible client whose key comes from a Secret block (the only place it is read)."""
+    from mlsys_flows.systems.common.llm import LLMConfig, OpenAICompatibleClient
+
+    return OpenAICompatibleClient(LLMConfig(base_url=base_url, model=model, api_key=resolve_api_key(secret_name),
+                                            timeout_s=timeout_s))
+
+
+@task(name="vcache-sphere-stream")
+def sphere_stream(p: Params, storage: ObjectStorage, key: str) -> str:
+    s = p.sphere()
+    get_run_logger().info("sphere stream: %d queries, %d classes seen, %d dims", len(s), len(np.unique(s.labels)),
+                          s.vectors.shape[1])
+    return _save(storage, key, s)
+
+
+@task(name="vcache-minilm-stream")
+def minilm_stream(p: Params, storage: ObjectStorage, key: str) -> str:
+    """Paraphrase prompts embedded by the real MiniLM model (loaded offline from its package), or by
+    the configured OpenAI-compatible endpoint."""
+    texts, labels = paraphrase_corpus(p.minilm_classes, p.minilm_per_class, p.zipf_s, p.seed)
+    started = time.perf_counter()
+    if p.embed_base_url:
+        with llm_client(p.embed_base_url, p.embed_model, p.api_key_secret) as client:
+            vecs = np.concatenate([client.embed(texts[i:i + 256]) for i in range(0, len(texts), 256)])
+        embedder = f"{p.embed_model} at {p.embed_base_url}"
+    else:
+        from mlsys_flows.systems.common.text_embed import embed
+
+        vecs = embed(texts)
+        embedder = "MiniLM (packaged, offline)"
+    get_run_logger().info("%s: embedded %d paraphrases of %d classes in %.1f s", embedder, len(texts),
+                          len(np.unique(labels)), time.perf_counter() - started)
+    storage.write_bytes(key.replace(".npz", "_texts.txt"), "\n".join(texts).encode())
+    return _save(storage, key, corpus_stream(vecs, labels))
+
+
+@task(name="vcache-replay")
+def replay(p: Params, storage: ObjectStorage, key: str, which: str) -> dict:
+    """Replay one stream through one policy family ('static' sweep or 'vcache' per delta)."""
+    stream = _load(storage, key)
+    started = time.perf_counter()
+    out = evaluate_policies(stream, p, which)
+    log = get_run_logger()
+    for v, m in out.items():
+        if not v.startswith("_"):
+            log.info("%s %s: hit rate %.4f, error rate %.4f", stream.name, v, m["hit_rate"], m["error_rate"])
+    log.info("%s %s replay took %.1f s", stream.name, which, time.perf_counter() - started)
+    return out

@@ -1,0 +1,35 @@
+"""The checkpoint flow at smoke (the session's shared reference run, run key "reference"): four variants
+measured, checkpointing changes no training result, every mode's checkpoint equals the synchronous one,
+and the resumable run left complete checkpoints under the run key on the run's storage."""
+from __future__ import annotations
+
+import math
+
+from faultkit import REFERENCE_RUN_KEY, reference_run
+
+from mlsys_flows.blocks import CheckpointStore
+
+
+def test_checkpoint_smoke_report():
+    report, storage = reference_run("checkpoint")
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("stall_s_per_iter", "sync", "async", "measured")
+    assert math.isfinite(h["ratio"]) and h["ratio"] > 0
+    v, kinds, p = report["variants"], report["metric_kinds"], report["parameters"]
+    assert set(v) == {"none", "sync", "async_eager", "async", "training_run"}
+    assert kinds["iter_time_s"] == kinds["stall_s_per_iter"] == kinds["flush_mb_s"] == "measured"
+    assert kinds["weights_digest"] == kinds["checkpoint_mb"] == kinds["checkpoint_equals_sync"] == "counted"
+    # checkpoints change nothing: one digest and one final loss over every variant and the resumable run
+    assert len({v[n]["weights_digest"] for n in v}) == 1 and len({v[n]["final_loss"] for n in v}) == 1
+    for n in ("sync", "async_eager", "async"):
+        assert v[n]["checkpoint_equals_sync"] == 1.0
+        assert v[n]["checkpoints_per_run"] == p["steps"] // p["every"]
+        assert v[n]["stall_s_per_iter"] > 0 and v[n]["flush_mb_s"] > 0
+        assert len(report["samples"][n]["overhead_s_per_iter"]) == p["repeats"]
+    assert v["none"]["stall_s_per_iter"] == 0.0 and v["none"]["checkpoints_per_run"] == 0
+    assert {"weights_digest", "final_loss", "checkpoint_mb"} <= set(report["deterministic_metrics"])
+    # the resumable run: complete checkpoints under the run key, the newest one at the last step
+    store = CheckpointStore(storage=storage, prefix="checkpoints/checkpoint")
+    assert store.latest(REFERENCE_RUN_KEY)["step"] == p["steps"]
+    assert not storage.list(f"runs/checkpoint/{report['run_id']}/bench")  # the bench cleaned up after itself
+    assert storage.exists(f"reports/checkpoint/{report['run_id']}.json")

@@ -1,0 +1,38 @@
+"""The phaze flow at smoke scale (the session's shared reference run): every variant at both model sizes,
+modelled throughputs with their assumptions, one Dask task per design with its wall time, the chosen
+designs consistent with the per-design results saved on storage."""
+import math
+
+from faultkit import reference_run
+
+from mlsys_flows.systems.phaze import Params
+
+
+def test_phaze_flow_smoke():
+    report, storage = reference_run("phaze")
+    v, kinds = report["variants"], report["metric_kinds"]
+    assert set(v) == {f"{n}{s}" for n in ("phaze", "tpuv4_like", "single_chip_first") for s in ("", "_large")}
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("train_throughput", "tpuv4_like", "phaze", "modelled")
+    assert kinds["search_s"] == kinds["parallel_speedup"] == "measured" and kinds["tp"] == "counted"
+    assumptions = report["assumptions"]["train_throughput"]
+    assert {"clock_ghz", "mac_area_um2", "sram_mm2_per_mib", "hbm_gb_s_per_stack", "link_gb_s", "area_budget_mm2"} <= set(assumptions)
+    p = Params.for_scale("smoke")
+    designs = storage.list(f"runs/phaze/{report['run_id']}/designs")
+    assert len(designs) == p.candidates == v["phaze"]["designs_searched"]
+    saved = [storage.read_json(k) for k in designs]
+    for size in ("", "_large"):
+        best = max(d["results"][size]["train_throughput"] for d in saved)
+        tpu = next(d for d in saved if d["design"] == "tpuv4_like")["results"][size]["train_throughput"]
+        assert v["phaze" + size]["train_throughput"] == best and v["tpuv4_like" + size]["train_throughput"] == tpu
+        single = max(saved, key=lambda d: d["results"][size]["single_chip_samples_per_s"])
+        assert v["single_chip_first" + size]["train_throughput"] == single["results"][size]["train_throughput"]
+        for name in ("phaze", "tpuv4_like", "single_chip_first"):
+            m = v[name + size]
+            assert m["tp"] * m["pp"] * m["dp"] == p.chips and m["peak_hbm_gib"] <= m["hbm_gib"]
+            assert math.isclose(m["train_throughput"], p.global_batch * p.seq_len / m["iteration_s"], rel_tol=1e-9)
+    # the fan-out: every task's wall time recorded, the search's wall time below their sum on 2 workers
+    tasks = [d["task_s"] for d in saved]
+    assert v["phaze"]["candidate_task_s_sum"] == sum(tasks) and v["phaze"]["candidate_task_s_max"] == max(tasks)
+    assert v["phaze"]["search_s"] + 0.5 >= v["phaze"]["fanout_span_s"] >= max(tasks) * (1 - 1e-6)
+    assert math.isclose(v["phaze"]["parallel_speedup"], sum(tasks) / v["phaze"]["fanout_span_s"], rel_tol=1e-9)

@@ -1,0 +1,26 @@
+"""The placement flow at smoke (the session's shared reference run): modelled max-load for every variant,
+the DP at or below every contiguous baseline, the IP at or below the DP, and the splits on storage."""
+import json
+
+from faultkit import reference_run
+
+from mlsys_flows.systems.placement import VARIANTS
+
+
+def test_placement_flow_smoke(prefect_api):
+    report, storage = reference_run("placement")
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("max_load", "pipedream", "dp", "modelled")
+    assert set(report["variants"]) == set(VARIANTS)
+    v = {name: m["max_load"] for name, m in report["variants"].items()}
+    assert all(v["dp"] <= v[b] + 1e-9 for b in ("pipedream", "greedy", "local_search", "one_accelerator"))
+    assert v["ip"] <= v["dp"] + 1e-9
+    assert 1.10 < h["ratio"] < 1.25           # ResNet-50 inference, 6 accelerators (paper: 1.17x)
+    kinds = report["metric_kinds"]
+    assert kinds["ideals"] == "counted" and kinds["ip_gap"] == "modelled"
+    assert report["variants"]["dp"]["ideals"] > 100
+    key = f"runs/placement/{report['run_id']}/placement_resnet50_inference.json"
+    saved = json.loads(storage.read_bytes(key))
+    assert set(saved["placements"]) == set(VARIANTS)
+    assert len(saved["placements"]["dp"]) == 177
+    assert set(saved["placements"]["dp"].values()) <= set(range(saved["accelerators"] + saved["cpus"]))

@@ -1,0 +1,30 @@
+"""The RadixAttention flow at smoke (the session's shared reference run): every workload's variants,
+a measured headline, exact prefill counts that show the reuse, and identical outputs across variants."""
+from __future__ import annotations
+
+import math
+
+from faultkit import reference_run
+
+
+def test_radix_smoke_report():
+    report, storage = reference_run("radix")
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("requests_per_s", "no_cache", "radix", "measured")
+    assert math.isfinite(h["ratio"]) and h["ratio"] > 0
+    v, kinds = report["variants"], report["metric_kinds"]
+    expected = {f"{n}{s}" for n in ("no_cache", "radix") for s in ("", "_chat", "_tot", "_noshare", "_pressure")}
+    assert set(v) == expected | {"radix_fcfs_pressure"}
+    assert kinds["prefill_tokens"] == kinds["hit_rate"] == kinds["prefill_tokens_saved"] == "counted"
+    assert {"prefill_tokens", "hit_rate"} <= set(report["deterministic_metrics"])
+    for s in ("", "_chat", "_tot", "_pressure"):   # sharing workloads: the cache saves most of the prefill
+        assert v[f"radix{s}"]["prompt_tokens"] == v[f"no_cache{s}"]["prompt_tokens"] == v[f"no_cache{s}"]["prefill_tokens"]
+        assert v[f"radix{s}"]["prefill_tokens"] < 0.6 * v[f"no_cache{s}"]["prefill_tokens"]
+        assert v[f"radix{s}"]["hit_rate"] > 0.4 and v[f"no_cache{s}"]["hit_rate"] == 0.0
+    assert v["radix_noshare"]["hit_rate"] < 0.05
+    # longest prefix match first evicts and recomputes less than FCFS with the same small pool
+    assert v["radix_pressure"]["prefill_tokens"] < v["radix_fcfs_pressure"]["prefill_tokens"]
+    assert v["radix_pressure"]["evicted_tokens"] < v["radix_fcfs_pressure"]["evicted_tokens"]
+    assert all(len(report["samples"][name]["requests_per_s"]) == report["parameters"]["repeats"] for name in v)
+    assert any("identical with and without the cache" in n and "NO" not in n for n in report["notes"])
+    assert storage.exists(f"reports/radix/{report['run_id']}.json")

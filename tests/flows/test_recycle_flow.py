@@ -1,0 +1,37 @@
+"""The recycle flow at smoke (the session's shared reference run): simulated throughputs of every policy at
+0, 1, 2 and 4 failures with their calibrated assumptions, measured calibration times, the schedule panels
+and the Gantt chart on storage."""
+import math
+
+from faultkit import reference_run
+
+from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES
+
+
+def test_recycle_flow_smoke():
+    report, storage = reference_run("recycle")
+    v, kinds = report["variants"], report["metric_kinds"]
+    expected = {"nofail", "oobleck_f0", "bamboo_f0", f"recycle_fused_f{HEADLINE_FAILURES}", "stage"} | \
+        {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo") for f in FAILURES}
+    assert set(v) == expected  # no stage-pair run at smoke
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == \
+        ("throughput", f"oobleck_f{HEADLINE_FAILURES}", f"recycle_f{HEADLINE_FAILURES}", "simulated")
+    assert math.isfinite(h["ratio"]) and h["ratio"] > 0
+    assert kinds["throughput"] == kinds["steady_throughput"] == "simulated"
+    assert kinds["forward_ms"] == kinds["backward_input_ms"] == kinds["backward_weight_ms"] == "measured"
+    assumptions = report["assumptions"]["throughput"]
+    assert {"stage_forward_ms", "stage_backward_input_ms", "stage_backward_weight_ms", "stage_optimizer_ms",
+            "p2p_gb_s", "allreduce_gb_s", "restart_iterations", "failures_f1"} <= set(assumptions)
+    assert "measured in this run" in assumptions["stage_forward_ms"]["source"]
+    assert assumptions["stage_forward_ms"]["value"] > 0
+    # no failure is the upper bound; failures only cost throughput; Bamboo loses no work to a stall
+    for f in FAILURES:
+        assert v[f"recycle_f{f}"]["throughput"] <= v["nofail"]["throughput"]
+        assert v[f"bamboo_f{f}"]["stall_ms"] == 0 < v[f"oobleck_f{f}"]["stall_ms"]
+        assert v[f"recycle_f{f}"]["live_workers"] == v["nofail"]["live_workers"] - f
+    assert len(report["samples"]["stage"]["forward_ms"]) == report["parameters"]["repeats"]
+    panels = [c["title"] for c in report["curves"]]
+    assert panels[0] == "simulated throughput vs failures" and any("schedule of recycle" in t for t in panels)
+    gantt = f"runs/recycle/{report['run_id']}/gantt.png"
+    assert storage.read_bytes(gantt)[:4] == b"\x89PNG" and any(gantt in n for n in report["notes"])

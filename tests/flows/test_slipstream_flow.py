@@ -1,0 +1,25 @@
+"""The slipstream flow at smoke (the session's shared reference run): variants, kinds, the enforced
+accuracy parity and the system's own counters."""
+import math
+
+from faultkit import reference_run
+
+
+def test_slipstream_smoke_report(prefect_api):
+    report, storage = reference_run("slipstream")
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"]) == ("time_to_logloss_s", "fae", "slipstream")
+    assert h["kind"] == "measured" and math.isfinite(h["ratio"]) and h["ratio"] > 0
+    assert h["vs_strongest"] is not None
+    v, kinds = report["variants"], report["metric_kinds"]
+    assert {"hybrid", "fae", "hotline", "slipstream"} <= set(v)
+    assert kinds["time_to_logloss_s"] == kinds["samples_per_s"] == kinds["train_time_s"] == "measured"
+    assert kinds["test_logloss"] == kinds["logloss_gap"] == kinds["hot_input_fraction"] == "counted"
+    gap = report["parameters"]["parity_gap"]
+    assert all(v[n]["logloss_gap"] <= gap for n in {"hybrid", "fae", "hotline", "slipstream"})  # the parity the run enforces
+    assert all(0 < v[n]["test_auc"] <= 1 for n in {"hybrid", "fae", "hotline", "slipstream"})
+    assert 0 < v["slipstream"]["hot_input_fraction"] < 1
+    assert len(report["samples"]["hybrid"]["time_to_logloss_s"]) == report["parameters"]["repeats"]
+    assert 0 < v["slipstream"]["skipped_fraction"] < 1 and v["hotline"]["skipped_fraction"] == 0
+    assert {(r["metric"], r["baseline"]) for r in report["ratios"]} >= {("time_to_logloss_s", "hotline"), ("test_logloss", "hotline")}
+    assert storage.exists(f"reports/slipstream/{report['run_id']}.json")

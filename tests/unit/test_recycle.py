@@ -1,0 +1,227 @@
+"""ReCycle: the decoupled backward (B_input now, B_weight later) gives the fused backward's gradients and the
+check catches a wrong stash; the simulator reproduces 1F1B's closed form, respects every dependency (a
+validator shown to catch a tampered schedule), and the three policies build the plans they claim to."""
+from __future__ import annotations
+
+import pytest
+
+from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.recycle import (Cluster, LayerCosts, Params, SimulationError, bamboo_plan, best_oobleck,
+                                         oobleck_plan, place_failures, recycle_plan, simulate)
+from mlsys_flows.systems.recycle.experiment import compare
+from mlsys_flows.systems.recycle.gantt import square_waves, window_of
+from mlsys_flows.systems.recycle.sim import Group, MicroBatch, Plan
+
+torch = pytest.importorskip("torch")
+from mlsys_flows.systems.recycle.stage import (Stage, backward_fused, backward_input,  # noqa: E402
+                                               backward_weight)
+
+
+# --- decoupled backward ---------------------------------------------------------------------------------
+
+def _grads(stage):
+    return {n: p.grad.clone() for n, p in stage.named_parameters()}
+
+
+def _fused_and_split(tamper=None):
+    torch.manual_seed(0)
+    ref, dec = Stage(32, 4, 2), Stage(32, 4, 2)
+    dec.load_state_dict(ref.state_dict())
+    xs = [torch.randn(3, 8, 32) for _ in range(2)]
+    dys = [torch.randn(3, 8, 32) for _ in range(2)]
+    ref_dx = []
+    for x, dy in zip(xs, dys):  # fused: one micro-batch after the other
+        x = x.clone().requires_grad_(True)
+        ref_dx.append(backward_fused(ref, x, ref(x), dy).clone())
+    ins = [x.clone().requires_grad_(True) for x in xs]
+    outs = [dec(x) for x in ins]                          # F, F
+    dx = [backward_input(dec, x, y, dy, k) for k, (x, y, dy) in enumerate(zip(ins, outs, dys))]  # Bi, Bi
+    linear_grads_after_bi = [p.grad for n, p in dec.named_parameters() if ".fc1." in n or ".qkv." in n]
+    if tamper:
+        tamper(dec.store)
+    for k in (1, 0):                                      # Bw later, in another order
+        backward_weight(dec, k)
+    return ref, dec, ref_dx, dx, linear_grads_after_bi
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+
+
+def test_split_backward_gives_the_fused_gradients():
+    ref, dec, ref_dx, dx, after_bi = _fused_and_split()
+    assert all(g is None for g in after_bi)               # B_input left the weight gradients for later
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(ref_dx, dx))
+    assert _same(_grads(ref), _grads(dec))
+    assert not dec.store.pending
+
+
+def test_gradient_check_fails_on_a_wrong_stash():
+    def swap_inputs(store):  # pair micro-batch 0's output gradients with micro-batch 1's layer inputs
+        a, b = store.pending[0], store.pending[1]
+        store.pending[0] = [(layer, xb, dya) for (layer, _, dya), (_, xb, _) in zip(a, b)]
+
+    def drop_one(store):     # forget one micro-batch's weight gradients
+        store.pending[1] = []
+
+    for tamper in (swap_inputs, drop_one):
+        ref, dec, *_ = _fused_and_split(tamper)
+        assert not _same(_grads(ref), _grads(dec))
+
+
+# --- simulator ------------------------------------------------------------------------------------------
+
+def _costs(p2p=0.0, ar=1e9):
+    return LayerCosts(forward=1.0, backward_input=1.0, backward_weight=1.0, optimizer=0.0, layer_param_bytes=0.0,
+                      activation_bytes=0.0, p2p_gb_s=1.0, p2p_latency_s=p2p, allreduce_gb_s=ar)
+
+
+def validate(plan: Plan, res) -> None:
+    """Every dependency and worker exclusivity of a simulated schedule (raises AssertionError)."""
+    by = {(r.kind, r.iteration, r.mb, r.stage): r for r in res.records if r.worker >= 0 and r.kind != "sync"}
+    assert len(by) == sum(1 for r in res.records if r.worker >= 0 and r.kind != "sync")
+    for (kind, it, mb, s), r in by.items():
+        route = plan.microbatches[mb].route
+        assert r.end - r.start >= 0
+        assert plan.microbatches[mb].route[s] == r.worker
+        if kind == "F" and s > 0:
+            prev = by[("F", it, mb, s - 1)]
+            assert r.start >= prev.end + (plan.p2p_s if route[s - 1] != route[s] else 0) - 1e-12
+        if kind in ("Bi", "B"):
+            assert r.start >= by[("F", it, mb, s)].end - 1e-12
+            if s + 1 < len(route):
+                assert r.start >= by[(kind, it, mb, s + 1)].end - 1e-12
+        if kind == "Bw":
+            assert r.start >= by[("Bi", it, mb, s)].end - 1e-12
+    for w in range(len(plan.workers)):
+        rs = sorted((r for r in res.records if r.worker == w), key=lambda r: r.start)
+        assert all(a.end <= b.start + 1e-12 for a, b in zip(rs, rs[1:])), f"worker {w} runs two ops at once"
+
+
+@pytest.mark.parametrize("S,M", [(2, 4), (4, 8), (3, 5)])
+def test_fused_1f1b_matches_the_closed_form(S, M):
+    cl = Cluster(1, S, M, 1, 1)
+    plan = recycle_plan(cl, _costs(), [], decoupled=False, staggered=False)
+    res = simulate(plan, 1)
+    assert res.makespan == pytest.approx((M + S - 1) * 3.0)   # (M + S - 1) x (F + B)
+    validate(plan, res)
+
+
+def test_decoupled_fills_bubbles_and_stays_valid():
+    cl = Cluster(2, 4, 8, 1, 1)
+    fused = simulate(recycle_plan(cl, _costs(0.1), [], decoupled=False, staggered=False), 3)
+    plan = recycle_plan(cl, _costs(0.1), [])
+    dec = simulate(plan, 3)
+    validate(plan, dec)
+    assert dec.steady_iteration_s() < fused.steady_iteration_s()
+    # the work is the same, only placed differently
+    assert sum(r.end - r.start for r in dec.records if r.kind in ("F", "Bi", "Bw")) == \
+        pytest.approx(sum(r.end - r.start for r in fused.records if r.kind in ("F", "B")))
+
+
+def test_validator_catches_a_tampered_schedule():
+    cl = Cluster(1, 3, 4, 1, 1)
+    plan = recycle_plan(cl, _costs(), [])
+    res = simulate(plan, 1)
+    validate(plan, res)
+    r = next(r for r in res.records if r.kind == "F" and r.stage == 2)
+    r.start, r.end = r.start - 2.5, r.end - 2.5   # a forward before its input arrived
+    with pytest.raises(AssertionError):
+        validate(plan, res)
+
+
+def test_recycle_reroutes_to_peers_of_the_same_stage():
+    cl = Cluster(4, 4, 6, 1, 1)
+    failed = [(1, 2)]
+    plan = recycle_plan(cl, _costs(), failed)
+    assert "p1s2" not in plan.workers and len(plan.workers) == 15
+    loads = {}
+    for mb in plan.microbatches:
+        for s, w in enumerate(mb.route):
+            assert plan.workers[w].endswith(f"s{s}")        # same stage (same weights)
+            loads[w] = loads.get(w, 0) + 1
+    peers = [loads[plan.workers.index(f"p{p}s2")] for p in (0, 2, 3)]
+    assert sum(peers) == 24 and max(peers) - min(peers) <= 1
+    res = simulate(plan, 3)
+    validate(plan, res)
+    free = simulate(recycle_plan(cl, _costs(), []), 3)
+    assert free.steady_iteration_s() <= res.steady_iteration_s()
+
+
+def test_staggered_optimizer_is_no_slower_than_a_barrier():
+    cl = Cluster(4, 4, 4, 1, 1)
+    costs = LayerCosts(1.0, 1.0, 1.0, 0.5, 4e9, 0.0, 1.0, 0.0, 1.0)
+    stag = simulate(recycle_plan(cl, costs, [(0, 1)]), 4).steady_iteration_s()
+    barrier = simulate(recycle_plan(cl, costs, [(0, 1)], staggered=False), 4).steady_iteration_s()
+    assert stag < barrier
+
+
+def test_oobleck_shrinks_or_drops_and_keeps_the_global_batch():
+    cl = Cluster(4, 4, 8, 2, 1)
+    plan = oobleck_plan(cl, _costs(), [(2, 1)])
+    assert len(plan.microbatches) == 32
+    three = [w for w in plan.workers if w.startswith("q2")]
+    assert len(three) == 3                                   # the damaged pipeline has S - 1 stages
+    per_pipe = {}
+    for mb in plan.microbatches:
+        per_pipe[mb.route[0]] = per_pipe.get(mb.route[0], 0) + 1
+        assert sum(d[0] for d in mb.durations) == 8          # every layer once
+    assert per_pipe[plan.workers.index("q2s0")] < per_pipe[0]  # the slower pipeline gets fewer micro-batches
+    dropped = oobleck_plan(cl, _costs(), [(2, 1)], drop=True)
+    assert len(dropped.workers) == 12 and len(dropped.microbatches) == 32
+    plan, res, choice = best_oobleck(cl, _costs(), [(2, 1)], 3)
+    validate(plan, res)
+
+
+def test_bamboo_runs_redundant_forwards_and_merges_a_failed_stage():
+    cl = Cluster(2, 4, 4, 1, 1)
+    free = bamboo_plan(cl, _costs(), [])
+    assert all(len(d) == 4 and d[3] == 1.0 for mb in free.microbatches for d in mb.durations)
+    plan = bamboo_plan(cl, _costs(), [(0, 2)])
+    route = plan.microbatches[0].route
+    assert route[1] == route[2] == plan.workers.index("p0s1")   # the predecessor runs the failed stage
+    res = simulate(plan, 2)
+    validate(plan, res)
+    assert res.steady_iteration_s() > simulate(free, 2).steady_iteration_s()
+
+
+def test_place_failures_constraints():
+    for f in (1, 2, 4):
+        got = place_failures(4, 4, f, seed=3)
+        assert len(set(got)) == f
+        for p, s in got:
+            assert (p, (s + 1) % 4) not in got
+    with pytest.raises(ValueError):
+        place_failures(2, 2, 4, 0)
+
+
+def test_simulator_rejects_a_plan_that_cannot_run():
+    bad = Plan(workers=["a"], microbatches=[MicroBatch((0, 0), ((1, 1, 1), (1, 1, 1)))], groups=[Group((0,), 0.0)],
+               limits=[0])  # no room for a single forward
+    with pytest.raises(SimulationError):
+        simulate(bad, 1)
+    with pytest.raises(SimulationError):
+        simulate(Plan(workers=["a"], microbatches=[MicroBatch((3,), ((1, 1, 1),))], groups=[], limits=[1]), 1)
+
+
+def test_compare_and_gantt_series():
+    p = Params.for_scale("smoke")
+    times = {"forward": 1e-3, "backward_input": 1e-3, "backward_weight": 5e-4, "optimizer": 1e-4,
+             "param_bytes": 1e6, "activation_bytes": 1e5}
+    from mlsys_flows.systems.recycle.experiment import layer_costs
+    m, sch, info = compare(p, layer_costs(times, p), (1, 2), 1, ("recycle_f1",))
+    assert {"nofail", "oobleck_f0", "bamboo_f0", "recycle_f1", "recycle_fused_f1", "oobleck_f2"} <= set(m)
+    assert m["recycle_f1"]["throughput"] <= m["nofail"]["throughput"]
+    assert m["oobleck_f1"]["stall_ms"] > m["recycle_f1"]["stall_ms"] > 0 == m["bamboo_f1"]["stall_ms"]
+    t0, t1 = window_of(sch["recycle_f1"])
+    series = square_waves(sch["recycle_f1"], t0, t1)
+    assert {"F", "Bi", "Bw", "sync"} <= set(series)
+    xs, ys = series["F"]
+    assert len(xs) == len(ys) and min(xs) >= 0 and max(xs) <= (t1 - t0) * 1e3 + 1e-9
+
+
+@pytest.mark.parametrize("field,value", [("heads", 3), ("pipelines", 1), ("p2p_gb_s", 0.0)])
+def test_params_reject_bad_values(field, value):
+    with pytest.raises(ParamsError) as e:
+        Params.for_scale("smoke", **{field: value})
+    assert e.value.field == field or field in str(e.value)
