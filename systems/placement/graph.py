@@ -45,7 +45,12 @@ def graphs_dir() -> Path:
     env = os.environ.get(GRAPHS_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "placement-graphs"
+    repo = Path(__file__).resolve().parents[2]
+    for folder in (repo, *repo.parents):  # ../shared beside the checkout, or beside a folder above it
+        candidate = folder.parent / "shared" / "data" / "placement-graphs"
+        if candidate.is_dir():
+            return candidate
+    return repo.parent / "shared" / "data" / "placement-graphs"
 
 
 @dataclass

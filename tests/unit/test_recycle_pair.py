@@ -16,8 +16,21 @@ def within(measured: float, predicted: float) -> bool:
     return abs(measured / predicted - 1) <= TOLERANCE
 
 
+def spare_cores() -> float:
+    """Cores nobody else is using now (one second's sample of the whole machine)."""
+    import psutil
+
+    return psutil.cpu_count() * (1 - psutil.cpu_percent(interval=1.0) / 100)
+
+
 @pytest.fixture(scope="module")
 def pair():
+    # The check compares a schedule of two processes that run side by side with its prediction:
+    # it needs two cores to itself. With a core taken by another job the two stages time-share one
+    # core, which is not the pipeline being predicted (a real measurement of something else).
+    spare = spare_cores()
+    if spare < 1.6:
+        pytest.skip(f"needs 2 idle cores for the two pipeline stages; {spare:.1f} idle now")
     return run_pair(PairConfig(d_model=96, heads=4, layers=2, micro_batch=4, seq=64, microbatches=6, steps=3,
                                warmup_steps=1, calibration_reps=4), timeout_s=150)
 
