@@ -14,6 +14,7 @@ from typing import Any
 from prefect.blocks.core import Block
 from pydantic import Field
 
+from ._docs import DOCS_URL
 from .storage import ObjectStorage, StorageError
 
 log = logging.getLogger("mlsys_flows.checkpoint")
@@ -40,7 +41,7 @@ class CheckpointStore(Block):
         ```python
         from mlsys_flows.blocks import CheckpointStore
 
-        store = CheckpointStore.load("training-checkpoints")
+        store = CheckpointStore.load("BLOCK_NAME")
         step, state = store.resume("run-42", default={"model": model.state_dict()})
         store.save("run-42", step + 1, {"model": model.state_dict(), "opt": opt.state_dict()})
 
@@ -55,6 +56,7 @@ class CheckpointStore(Block):
 
     _block_type_name = "mlsys CheckpointStore"
     _block_type_slug = "mlsys-checkpoint-store"
+    _documentation_url = DOCS_URL + "#checkpointstore"
     _description = "Checksummed torch checkpoints with a manifest and keep-last-N on an ObjectStorage."
 
     storage: ObjectStorage = Field(default_factory=ObjectStorage, description="Where checkpoints are written.")

@@ -52,10 +52,13 @@ class RunContext:
     @property
     def checkpoints(self) -> CheckpointStore:
         """Checkpoints of this system on the run's storage. When ``run_key`` is set, a training
-        task starts with ``ctx.checkpoints.resume(ctx.run_key, default)`` and saves with
-        ``ctx.checkpoints.save(ctx.run_key, step, state)``, so a rerun with the same run key
+        task starts with ``ctx.checkpoints.resume(ctx.run_key, default)`` and saves through
+        ``saver = ctx.checkpoints.saver(ctx.run_key)`` (``saver.save(step, state)``, asynchronous:
+        a snapshot in host memory flushed in the background; ``saver.wait()`` at the end), so a
+        rerun with the same run key
         continues from the last complete checkpoint."""
-        return CheckpointStore(storage=self.storage, prefix=f"checkpoints/{self.spec.name}")
+        # asynchronous: a save snapshots the state to host memory and flushes it in the background
+        return CheckpointStore(storage=self.storage, prefix=f"checkpoints/{self.spec.name}", asynchronous=True)
 
     def key(self, *parts: str) -> str:
         """A storage key private to this run: runs/<system>/<run_id>/<parts...>."""

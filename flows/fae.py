@@ -12,7 +12,7 @@ from mlsys_flows.tasks import fae as t
 def fae(ctx: RunContext) -> SystemResult:
     p = ctx.params
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data.npz")).result()
-    trained = t.train.submit(p, ctx.storage, data["key"]).result()  # timed: nothing else runs beside it
+    trained = t.train.submit(p, ctx.storage, data["key"], t.VARIANTS).result()  # timed: nothing else runs beside it
     points = t.budget_sweep.submit(p, ctx.storage, data["key"]).result() if p.budget_sweep_mb else []
     result, first = build_result(trained["runs"], p, data, trained["profiled"])
     f = first["fae"]

@@ -11,7 +11,7 @@ from mlsys_flows.tasks import hotline as t
 def hotline(ctx: RunContext) -> SystemResult:
     p = ctx.params
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data.npz")).result()
-    trained = t.train.submit(p, ctx.storage, data["key"]).result()
+    trained = t.train.submit(p, ctx.storage, data["key"], t.VARIANTS).result()
     result, first = build_result(trained["runs"], p, data, trained["profiled"])
     h = first["hotline"]
     result.notes.append(

@@ -36,9 +36,7 @@ CATALOGUE: tuple[str | SystemSpec, ...] = (
     "vcache",
     "radix",
     "metropolis",
-    _planned("bagel", "BAGEL: budgeted retrieval by Gaussian-process search", "BAGEL", "llm-serving",
-       "recall_at_k", "llm_rerank", "bagel", "higher", None,
-       "beats LLM reranking of the retriever's top-B at equal budget on four datasets"),
+    "bagel",
     # Serverless, edge, federated
     _planned("llama", "Llama: latency-targeted serverless video pipelines", "arXiv:2102.01887", "serverless-edge-fl",
        "cost", "best_static", "llama", "lower", 17.2, "7.9x lower latency and 17.2x lower cost"),

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from functools import partial
 
 from prefect import get_run_logger, task
 
@@ -66,14 +65,17 @@ def train(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
         values = {n: sum(b.sparse[1].num_values() for b in bs) for n, bs in batches.items()}
         log.info("recd training %d batches of %d on %s (samples digest %s); user-feature values per epoch: %s",
                  len(batches["kjt"]), p.batch_size, device, digest[:12], values)
-        state, save = None, None
+        state, saver = None, None
         if checkpoints is not None and run_key:
             last, state = checkpoints.resume(run_key)
             if state is not None:
                 log.info("recd training resumes after turn %d of run key %s", last, run_key)
-            save = partial(checkpoints.save, run_key)  # save(turn, state)
+            saver = checkpoints.saver(run_key)  # the store's mode: the harness's is asynchronous
         turns = -(-len(batches["kjt"]) // p.chunk_steps)
-        result = pl.train_interleaved(batches, p, device, state=state, checkpoint=save, checkpoint_every=max(1, turns // 8))
+        result = pl.train_interleaved(batches, p, device, state=state, checkpoint=saver.save if saver else None,
+                                      checkpoint_every=max(1, turns // 8))
+        if saver is not None:
+            saver.wait()  # the last flush is complete before the task reports
         for n, r in result.items():
             r["user_values"] = values[n]
             log.info("recd %s: %.0f samples/s, final loss %.4f", n, r["samples_per_s"], pl.final_loss(r["losses"]))

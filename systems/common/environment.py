@@ -63,6 +63,7 @@ def _tree(layer: str, sub: str = "") -> list[tuple[str, Path]]:
 
 
 _SHARED_IMPORT = re.compile(r"mlsys_flows\.systems\.(\w+)|from \.\.(\w+)")
+_SHARED_TASKS = re.compile(r"mlsys_flows\.tasks\.(\w+)")
 
 
 def system_files(name: str) -> list[tuple[str, Path]]:
@@ -74,9 +75,15 @@ def system_files(name: str) -> list[tuple[str, Path]]:
         if path.exists():
             files.append((f"{layer}/{name}.py", path))
     shared = {m for _, p in files for hit in _SHARED_IMPORT.findall(p.read_text()) for m in hit if m}
+    # a family's shared task module (tasks/<family>.py) that the system's task module imports
+    task_families = {m for _, p in files for m in _SHARED_TASKS.findall(p.read_text())}
     for family in sorted(shared - {name, "common"}):
         if (_layer_dir("systems") / family).is_dir():
             files += _tree("systems", family)
+    for family in sorted(task_families - {name, "common"}):
+        path = _layer_dir("tasks") / f"{family}.py"
+        if path.exists():
+            files.append((f"tasks/{family}.py", path))
     return files
 
 
