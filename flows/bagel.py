@@ -1,0 +1,61 @@
+"""BAGEL flow: GP-UCB budgeted retrieval vs reranking the dense retriever's top-B at equal scorer budget,
+and the dense retriever alone, on digit embeddings with two distant relevant clusters per query."""
+from __future__ import annotations
+
+import numpy as np
+
+from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
+from mlsys_flows.systems.bagel import METHODS, summarize
+from mlsys_flows.systems.bagel.evaluate import merge
+from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.tasks import bagel as t
+
+CHUNKS = 2  # query chunks evaluated side by side (one per core)
+
+
+@system_flow("bagel")
+def bagel(ctx: RunContext) -> SystemResult:
+    p = ctx.params
+    key = t.make_workload.submit(p, ctx.storage, ctx.key("workload.pkl"))
+    bounds = np.linspace(0, p.queries, CHUNKS + 1).astype(int)
+    futures = [t.evaluate.submit(p, ctx.storage, key, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    res = merge([f.result() for f in futures])
+    variants = summarize(res, p.budget)
+    kinds = {m: "counted" for ms in variants.values() for m in ms}
+    budgets = p.budgets()
+    curves = [
+        Curve(title="mean recall@k vs scorer budget", x_label="scorer calls per query (B)", y_label="mean recall@k",
+              series={m: (budgets, [float(np.mean(res["recall"][m][b])) for b in budgets]) for m in METHODS}),
+        Curve(title="far-cluster recall vs scorer budget", x_label="scorer calls per query (B)",
+              y_label="share of the far cluster's relevant passages in the top k",
+              series={m: (budgets, [float(np.mean(res["far_recall"][m][b])) for b in budgets]) for m in METHODS}),
+        Curve(title=f"per-query recall@k at B={p.budget} (sorted)", x_label="query (sorted by recall)",
+              y_label="recall@k",
+              series={m: (list(range(p.queries)), sorted(res["recall"][m][p.budget])) for m in METHODS}),
+    ]
+    r, bg = np.asarray(res["recall"]["rerank"][p.budget]), np.asarray(res["recall"]["bagel"][p.budget])
+    ls = np.asarray(res["lengthscale"])
+    k = p.top_k or "the number of relevant passages"
+    notes = [
+        f"Every metric is counted: recall@k (k = {k}) of the final ranking against the known relevant set, averaged "
+        f"over {p.queries} queries; recall_p10/p90 give the spread over queries. Both scorers' calls are capped at "
+        f"B = {p.budget} per query (checked); the offline scorer is a noisy label oracle (true graded relevance + "
+        f"N(0, {p.score_noise}^2), one fixed draw per passage so every method sees the same score).",
+        f"Per query at B = {p.budget}: BAGEL beats rerank on {int((bg > r).sum())}, ties on {int((bg == r).sum())}, "
+        f"loses on {int((bg < r).sum())} of {p.queries}; mean difference {float((bg - r).mean()):+.3f} "
+        f"(standard error {float((bg - r).std(ddof=1) / np.sqrt(len(r))) if len(r) > 1 else 0.0:.3f}).",
+        f"Workload: sklearn digits (1797 images) projected to {p.dim} PCA dims; per query two digit classes with "
+        f"centroids at least the {p.far_quantile:.0%} quantile of pair distances apart, the {p.per_cluster} passages "
+        f"nearest each centroid relevant, graded relevance halving at {p.relevance_width} class radii, the query "
+        "near a relevant passage of one class, so the dense neighbourhood holds only one cluster.",
+        f"BAGEL as built: {p.seeds} retriever seeds, RBF GP with prior mean 0 and variance {p.signal_var}, length "
+        f"scale and noise by type-II maximum likelihood over a grid set from the corpus' nearest-neighbour and "
+        f"median pairwise distances (refit every {p.refit_every} scores; final length scales median "
+        f"{float(np.median(ls)):.3f}, range {float(ls.min()):.3f}-{float(ls.max()):.3f}), GP-UCB with "
+        f"sqrt(beta_t) = {p.beta_scale} x sqrt(2 log(N t^2 pi^2 / (6 x {p.beta_delta}))); final ranking: scored "
+        "passages by score, then the rest by the GP posterior mean.",
+        "The paper scores with an LLM on four text retrieval datasets; here the scorer is a noisy label oracle on a "
+        "synthetic two-cluster workload, which isolates the mechanism (global exploration of the embedding space) "
+        "but not an LLM's score distribution.",
+    ]
+    return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes)

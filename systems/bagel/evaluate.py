@@ -1,0 +1,72 @@
+"""Run every method on a list of queries and collect per-query recall at each budget."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .gp import BagelConfig, bagel, dense_rank, lengthscale_grid, recall_at_k, rerank_top_b
+from .workload import Query, noisy_oracle
+
+METHODS = ("dense", "rerank", "bagel")
+
+
+def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[int], cfg: BagelConfig,
+                     score_noise: float, top_k: int | None = None) -> dict:
+    """{'recall': {method: {budget: [per-query]}}, 'far_recall': same, 'calls': {method: {budget: [..]}},
+    'lengthscale': [final fitted length scale per query]}. Each method gets a fresh scorer per run
+    and may call it at most ``budget`` times (checked)."""
+    budgets = sorted(set(int(b) for b in budgets))
+    if cfg.lengthscales is None:
+        cfg = BagelConfig(**{**cfg.__dict__, "lengthscales": lengthscale_grid(X)})
+    rec = {m: {b: [] for b in budgets} for m in METHODS}
+    far = {m: {b: [] for b in budgets} for m in METHODS}
+    calls = {m: {b: [] for b in budgets} for m in ("rerank", "bagel")}
+    ls = []
+    for q in queries:
+        k = top_k or len(q.relevant)
+        far_ids = np.setdiff1d(q.relevant, q.near)
+        order = dense_rank(X, q.q)
+        rankings = {"dense": {b: order for b in budgets}, "rerank": {}}
+        for b in budgets:
+            sc = noisy_oracle(q, score_noise)
+            rankings["rerank"][b] = rerank_top_b(order, sc, b)
+            calls["rerank"][b].append(sc.calls)
+        sc = noisy_oracle(q, score_noise)
+        tr = bagel(X, order, sc, budgets, cfg)
+        rankings["bagel"] = tr.rankings
+        for b in budgets:
+            calls["bagel"][b].append(len(tr.scored[:b]))
+        if sc.calls > budgets[-1]:
+            raise RuntimeError(f"BAGEL called the scorer {sc.calls} times, budget {budgets[-1]}")
+        ls.append(tr.lengthscales[-1])
+        for m in METHODS:
+            for b in budgets:
+                rec[m][b].append(recall_at_k(rankings[m][b], q.relevant, k))
+                far[m][b].append(recall_at_k(rankings[m][b], far_ids, k) if len(far_ids) else 0.0)
+    return {"recall": rec, "far_recall": far, "calls": calls, "lengthscale": ls}
+
+
+def merge(parts: Sequence[dict]) -> dict:
+    """Concatenate the per-query lists of several evaluate_queries results (query chunks)."""
+    out = {"recall": {}, "far_recall": {}, "calls": {}, "lengthscale": []}
+    for p in parts:
+        for key in ("recall", "far_recall", "calls"):
+            for m, per_b in p[key].items():
+                for b, xs in per_b.items():
+                    out[key].setdefault(m, {}).setdefault(int(b), []).extend(xs)
+        out["lengthscale"].extend(p["lengthscale"])
+    return out
+
+
+def summarize(res: dict, budget: int) -> dict[str, dict[str, float]]:
+    """Variants at the headline budget: mean recall@k, mean far-cluster recall, spread over queries."""
+    out = {}
+    for m in METHODS:
+        r = np.asarray(res["recall"][m][budget])
+        f = np.asarray(res["far_recall"][m][budget])
+        out[m] = {"recall_at_k": float(r.mean()), "far_recall_at_k": float(f.mean()),
+                  "recall_p10": float(np.quantile(r, 0.1)), "recall_p90": float(np.quantile(r, 0.9)),
+                  "queries": float(len(r)),
+                  "scorer_calls": float(np.mean(res["calls"][m][budget])) if m in res["calls"] else 0.0}
+    return out
