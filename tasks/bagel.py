@@ -13,7 +13,7 @@ from mlsys_flows.systems.bagel import Params, digits_embeddings, evaluate_querie
 @task(name="bagel-workload")
 def make_workload(p: Params, storage: ObjectStorage, key: str) -> str:
     """Digit embeddings (PCA to p.dim) and the queries, each with two distant relevant clusters."""
-    X, labels = digits_embeddings(p.dim)
+    X, labels = digits_embeddings(p.dim, p.normalize)
     queries = make_queries(X, labels, p.queries, p.per_cluster, p.query_noise, p.far_quantile, p.relevance_width,
                            p.seed)
     storage.write_bytes(key, pickle.dumps({"X": X, "queries": queries}))
@@ -27,9 +27,10 @@ def evaluate(p: Params, storage: ObjectStorage, key: str, start: int, stop: int)
     """Dense retriever, top-B rerank and BAGEL on queries[start:stop] at every budget of the curve."""
     data = pickle.loads(storage.read_bytes(key))
     started = time.perf_counter()
-    res = evaluate_queries(data["X"], data["queries"][start:stop], p.budgets(), p.config(), p.score_noise, p.top_k)
+    res = evaluate_queries(data["X"], data["queries"][start:stop], p.budgets(), p.config(), p.score_noise, p.top_k,
+                           p.explore_beta_scale)
     b = p.budget
-    get_run_logger().info("queries %d-%d in %.1f s: recall@k at B=%d dense %.3f, rerank %.3f, bagel %.3f", start, stop,
-                          time.perf_counter() - started, b, *(sum(res["recall"][m][b]) / (stop - start)
-                                                              for m in ("dense", "rerank", "bagel")))
+    get_run_logger().info("queries %d-%d in %.1f s: recall@k at B=%d: %s", start, stop,
+                          time.perf_counter() - started, b,
+                          ", ".join(f"{m} {sum(r[b]) / (stop - start):.3f}" for m, r in res["recall"].items()))
     return res

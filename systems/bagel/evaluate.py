@@ -8,20 +8,25 @@ import numpy as np
 from .gp import BagelConfig, bagel, dense_rank, lengthscale_grid, recall_at_k, rerank_top_b
 from .workload import Query, noisy_oracle
 
-METHODS = ("dense", "rerank", "bagel")
+METHODS = ("dense", "rerank", "bagel", "bagel_explore")
 
 
 def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[int], cfg: BagelConfig,
-                     score_noise: float, top_k: int | None = None) -> dict:
+                     score_noise: float, top_k: int | None = None, explore_beta_scale: float | None = None) -> dict:
     """{'recall': {method: {budget: [per-query]}}, 'far_recall': same, 'calls': {method: {budget: [..]}},
     'lengthscale': [final fitted length scale per query]}. Each method gets a fresh scorer per run
-    and may call it at most ``budget`` times (checked)."""
+    and may call it at most ``budget`` times (checked). ``explore_beta_scale``: also run BAGEL with this
+    UCB weight as ``bagel_explore`` (None: skip it)."""
     budgets = sorted(set(int(b) for b in budgets))
     if cfg.lengthscales is None:
         cfg = BagelConfig(**{**cfg.__dict__, "lengthscales": lengthscale_grid(X)})
-    rec = {m: {b: [] for b in budgets} for m in METHODS}
-    far = {m: {b: [] for b in budgets} for m in METHODS}
-    calls = {m: {b: [] for b in budgets} for m in ("rerank", "bagel")}
+    bagels = {"bagel": cfg}
+    if explore_beta_scale is not None:
+        bagels["bagel_explore"] = BagelConfig(**{**cfg.__dict__, "beta_scale": explore_beta_scale})
+    methods = [m for m in METHODS if m in ("dense", "rerank") or m in bagels]
+    rec = {m: {b: [] for b in budgets} for m in methods}
+    far = {m: {b: [] for b in budgets} for m in methods}
+    calls = {m: {b: [] for b in budgets} for m in methods if m != "dense"}
     ls = []
     for q in queries:
         k = top_k or len(q.relevant)
@@ -32,15 +37,17 @@ def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[
             sc = noisy_oracle(q, score_noise)
             rankings["rerank"][b] = rerank_top_b(order, sc, b)
             calls["rerank"][b].append(sc.calls)
-        sc = noisy_oracle(q, score_noise)
-        tr = bagel(X, order, sc, budgets, cfg)
-        rankings["bagel"] = tr.rankings
-        for b in budgets:
-            calls["bagel"][b].append(len(tr.scored[:b]))
-        if sc.calls > budgets[-1]:
-            raise RuntimeError(f"BAGEL called the scorer {sc.calls} times, budget {budgets[-1]}")
-        ls.append(tr.lengthscales[-1])
-        for m in METHODS:
+        for name, c in bagels.items():
+            sc = noisy_oracle(q, score_noise)
+            tr = bagel(X, order, sc, budgets, c)
+            rankings[name] = tr.rankings
+            for b in budgets:
+                calls[name][b].append(len(tr.scored[:b]))
+            if sc.calls > budgets[-1]:
+                raise RuntimeError(f"BAGEL called the scorer {sc.calls} times, budget {budgets[-1]}")
+            if name == "bagel":
+                ls.append(tr.lengthscales[-1])
+        for m in methods:
             for b in budgets:
                 rec[m][b].append(recall_at_k(rankings[m][b], q.relevant, k))
                 far[m][b].append(recall_at_k(rankings[m][b], far_ids, k) if len(far_ids) else 0.0)
@@ -62,7 +69,7 @@ def merge(parts: Sequence[dict]) -> dict:
 def summarize(res: dict, budget: int) -> dict[str, dict[str, float]]:
     """Variants at the headline budget: mean recall@k, mean far-cluster recall, spread over queries."""
     out = {}
-    for m in METHODS:
+    for m in (m for m in METHODS if m in res["recall"]):
         r = np.asarray(res["recall"][m][budget])
         f = np.asarray(res["far_recall"][m][budget])
         out[m] = {"recall_at_k": float(r.mean()), "far_recall_at_k": float(f.mean()),

@@ -3,7 +3,8 @@ scikit-learn: nothing downloaded) projected to 16 dimensions by PCA, as passage 
 query has two relevant "topics" far apart in the embedding space (two digit classes whose centroids
 are among the most distant pairs): the passages nearest each class centroid are relevant, graded
 relevance decays with the distance to the nearer centre, and the query lies near one of the two
-centres, so the dense retriever's neighbourhood holds only one of them."""
+centres, so the dense retriever's neighbourhood holds only one of them. Relevance follows the topic:
+a passage of either class is graded by its distance to its class centre, any other passage is 0."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def digits_embeddings(dim: int) -> tuple[np.ndarray, np.ndarray]:
+def digits_embeddings(dim: int, normalize: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(embeddings [1797, dim], digit labels). ``normalize``: rows scaled to unit length (cosine geometry,
+    as a text embedder such as MiniLM gives); else scaled so the mean squared norm is 1."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -19,6 +22,8 @@ def digits_embeddings(dim: int) -> tuple[np.ndarray, np.ndarray]:
     X = X - X.mean(0)
     _, _, vt = np.linalg.svd(X, full_matrices=False)
     Z = X @ vt[:dim].T
+    if normalize:
+        return Z / np.linalg.norm(Z, axis=1, keepdims=True), d.target.astype(np.int64)
     return Z / np.sqrt((Z ** 2).sum(1).mean()), d.target.astype(np.int64)
 
 
@@ -34,8 +39,9 @@ class Query:
 
 def make_queries(X: np.ndarray, labels: np.ndarray, n_queries: int, per_cluster: int, query_noise: float,
                  far_quantile: float, relevance_width: float, seed: int) -> list[Query]:
-    """``relevance_width``: graded relevance halves at this many class radii (median distance of a class's
-    items to its centroid) from the nearer relevant centre."""
+    """``relevance_width``: a relevant class's passages are graded exp(-ln 2 (d / h)^2), d their distance to
+    the class centroid, h = relevance_width x the class radius (median distance of a class's items to its
+    centroid); passages of other classes have relevance 0."""
     rng = np.random.default_rng(seed)
     classes = np.unique(labels)
     cent = np.stack([X[labels == c].mean(0) for c in classes])
@@ -51,13 +57,14 @@ def make_queries(X: np.ndarray, labels: np.ndarray, n_queries: int, per_cluster:
         a, b = pairs[rng.integers(len(pairs))]
         if rng.random() < 0.5:
             a, b = b, a
-        ca, cb = cent[a], cent[b]
-        da, db = np.linalg.norm(X - ca, axis=1), np.linalg.norm(X - cb, axis=1)
+        ina, inb = labels == classes[a], labels == classes[b]
+        da = np.where(ina, np.linalg.norm(X - cent[a], axis=1), np.inf)
+        db = np.where(inb, np.linalg.norm(X - cent[b], axis=1), np.inf)
         near = np.argsort(da, kind="stable")[:per_cluster]
         far = np.argsort(db, kind="stable")[:per_cluster]
         rel_ids = np.unique(np.concatenate([near, far]))
-        dmin = np.minimum(da, db)
-        relevance = np.exp(-np.log(2.0) * (dmin / h) ** 2)   # 0.5 at h from the nearer centre
+        # a passage of either topic is graded by its distance to its topic's centre (0.5 at h), others 0
+        relevance = np.exp(-np.log(2.0) * (np.minimum(da, db) / h) ** 2)
         anchor = near[rng.integers(per_cluster)]
         q = X[anchor] + query_noise * rng.standard_normal(X.shape[1]) * np.sqrt((X ** 2).sum(1).mean() / X.shape[1])
         out.append(Query(q, relevance, rel_ids, near, rng.standard_normal(len(X)), (int(classes[a]), int(classes[b]))))

@@ -11,10 +11,10 @@ def test_bagel_flow_smoke(prefect_api):
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("recall_at_k", "rerank", "bagel", "counted")
     assert math.isfinite(h["ratio"]) or h["ratio"] == math.inf
     v, kinds = report["variants"], report["metric_kinds"]
-    assert set(v) == {"dense", "rerank", "bagel"}
+    assert set(v) == {"dense", "rerank", "bagel", "bagel_explore"}
     assert kinds["recall_at_k"] == kinds["far_recall_at_k"] == kinds["scorer_calls"] == "counted"
     budget = report["parameters"]["budget"]
-    assert v["rerank"]["scorer_calls"] == v["bagel"]["scorer_calls"] == budget and v["dense"]["scorer_calls"] == 0
+    assert v["rerank"]["scorer_calls"] == v["bagel"]["scorer_calls"] == v["bagel_explore"]["scorer_calls"] == budget and v["dense"]["scorer_calls"] == 0
     for m in v.values():
         assert 0.0 <= m["recall_p10"] <= m["recall_at_k"] <= m["recall_p90"] <= 1.0
         assert m["queries"] == report["parameters"]["queries"]

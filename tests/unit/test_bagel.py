@@ -64,7 +64,7 @@ def test_ucb_picks_the_max_ucb_unscored_point():
 @pytest.fixture(scope="module")
 def workload():
     X, labels = digits_embeddings(16)
-    return X, labels, make_queries(X, labels, 4, 10, 0.15, 0.5, 0.7, seed=3)
+    return X, labels, make_queries(X, labels, 4, 10, 0.15, 0.5, 1.0, seed=3)
 
 
 def test_workload_two_distant_clusters(workload):
@@ -124,3 +124,10 @@ def test_params_reject_bad_values():
     with pytest.raises(ParamsError, match="seeds"):
         Params.for_scale("smoke", seeds=50, budget=10)
     assert 10 in Params.for_scale("smoke").budgets() and Params.for_scale("quick").budgets()[-1] == 60
+
+
+def test_explore_variant_spends_the_same_budget(workload):
+    X, _, qs = workload
+    res = evaluate_queries(X, qs[:1], [10], BagelConfig(seeds=3, refit_every=3), 0.05, explore_beta_scale=1.0)
+    assert set(res["recall"]) == {"dense", "rerank", "bagel", "bagel_explore"}
+    assert res["calls"]["bagel_explore"][10] == res["calls"]["bagel"][10] == [10]
