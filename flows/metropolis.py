@@ -49,7 +49,8 @@ def metropolis(ctx: RunContext) -> SystemResult:
                          "utilization": [x["utilization"] for x in real],
                          "orchestration_overhead_s": [x["makespan_s"] - sim["makespan_s"] for x in real],
                          "max_clock_spread": [float(x["max_clock_spread"]) for x in real]}
-    samples["out_of_order"]["prefect_task_overhead_s"] = probe
+    # not a repeat of the variants' run: the median of its own probe tasks (overhead_probe_tasks)
+    variants["out_of_order"]["prefect_task_overhead_s"] = statistics.median(probe)
     kinds = dict.fromkeys(COUNTED, "counted") | dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(MEASURED, "measured")
     latency = param_assumptions(p, "latency_median_s", "latency_sigma", "llm_slots", "act_prob", "talk_prob", "max_turns")
     assumptions = {m: latency for m in ("makespan_s", "utilization", *SIMULATED)}
