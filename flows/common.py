@@ -33,9 +33,6 @@ from mlsys_flows.tasks.common import publish_report
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
 
-# Where a run's task results are persisted, under its storage root (see tasks_on)
-TASK_RESULTS = "task-results"
-
 
 @dataclass
 class RunContext:
@@ -53,12 +50,11 @@ class RunContext:
     def checkpoints(self) -> CheckpointStore:
         """Checkpoints of this system on the run's storage. When ``run_key`` is set, a training
         task starts with ``ctx.checkpoints.resume(ctx.run_key, default)`` and saves through
-        ``saver = ctx.checkpoints.saver(ctx.run_key)`` (``saver.save(step, state)``, asynchronous:
-        a snapshot in host memory flushed in the background; ``saver.wait()`` at the end), so a
-        rerun with the same run key
+        ``saver = ctx.checkpoints.saver(ctx.run_key)`` (``saver.save(step, state)``; pass
+        ``asynchronous=True`` for a snapshot in host memory flushed in the background;
+        ``saver.wait()`` at the end), so a rerun with the same run key
         continues from the last complete checkpoint."""
-        # asynchronous: a save snapshots the state to host memory and flushes it in the background
-        return CheckpointStore(storage=self.storage, prefix=f"checkpoints/{self.spec.name}", asynchronous=True)
+        return CheckpointStore(storage=self.storage, prefix=f"checkpoints/{self.spec.name}")
 
     def key(self, *parts: str) -> str:
         """A storage key private to this run: runs/<system>/<run_id>/<parts...>."""
@@ -171,8 +167,7 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                         else "any worker's own")
             environment = capture(name)
             started = time.perf_counter()
-            results = store.model_copy(update={"url": f"{store.root_url}/{TASK_RESULTS}"})
-            with shared_api(), tasks_on(dask_cluster, pool, results):
+            with shared_api(), tasks_on(dask_cluster, pool):
                 result: SystemResult = body(ctx)
             environment.load_after = load_average()
             report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,

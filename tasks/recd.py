@@ -70,7 +70,7 @@ def train(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
             last, state = checkpoints.resume(run_key)
             if state is not None:
                 log.info("recd training resumes after turn %d of run key %s", last, run_key)
-            saver = checkpoints.saver(run_key)  # the store's mode: the harness's is asynchronous
+            saver = checkpoints.saver(run_key)  # in the store's mode (synchronous by default)
         turns = -(-len(batches["kjt"]) // p.chunk_steps)
         result = pl.train_interleaved(batches, p, device, state=state, checkpoint=saver.save if saver else None,
                                       checkpoint_every=max(1, turns // 8))

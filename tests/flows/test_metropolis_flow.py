@@ -31,7 +31,8 @@ def test_metropolis_flow_smoke():
         xs = report["samples"][name]["makespan_s"]
         assert len(xs) == p.repeats and min(xs) > 0
         assert v[name]["makespan_s"] >= 0.5 * v[name]["sim_makespan_s"]
-    assert len(report["samples"]["out_of_order"]["prefect_task_overhead_s"]) == p.overhead_probe_tasks
+    assert "prefect_task_overhead_s" not in report["samples"]["out_of_order"]  # its own probe, not a repeat
+    assert v["out_of_order"]["prefect_task_overhead_s"] > 0
     truth = json.loads(storage.read_bytes(f"runs/metropolis/{report['run_id']}/true_clusters.json"))
     assert len(truth) == v["global_sync"]["cluster_steps"]
     assert {r["baseline"] for r in report["ratios"]} >= {"oracle", "global_sync"}
