@@ -50,6 +50,8 @@ class ResourcePool(Block):
     per_task: float = Field(default=1.0, gt=0, description="Devices one task claims (Dask resource units).")
     name: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]*$",
                       description="Pool name, part of the Prefect concurrency limit's name.")
+    limit_concurrency: bool = Field(default=True, description="Whether claim() holds a slot of the pool's Prefect "
+                                    "concurrency limit (off for a worker's own devices, shared with nobody).")
 
     @model_validator(mode="after")
     def _demand_fits(self) -> "ResourcePool":
@@ -95,6 +97,9 @@ class ResourcePool(Block):
     @contextmanager
     def claim(self) -> Iterator[str]:
         """Inside a task: hold one slot of the Prefect limit and yield the torch device to use."""
+        if not self.limit_concurrency:
+            yield self.device()
+            return
         from prefect.concurrency.sync import concurrency
 
         with concurrency(self.concurrency_limit_name, occupy=1, strict=False):

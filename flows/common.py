@@ -64,7 +64,8 @@ class RunContext:
     def devices(self) -> ResourcePool:
         """The pool device tasks use: the ``devices`` parameter's block, else this machine's GPUs
         (a task falls back to the CPU with a warning where there is none)."""
-        return self.device_pool or ResourcePool(kind="gpu", name="local")
+        # a worker's own devices: no shared slots (a killed run would hold one until its lease ends)
+        return self.device_pool or ResourcePool(kind="gpu", name="local", limit_concurrency=False)
 
     def submit(self, task, *args: Any, device: Literal["gpu", "fpga"] | None = None, **kwargs: Any):
         """``task.submit(*args, **kwargs)`` on the run's cluster. ``device="gpu"`` (or ``"fpga"``) marks
@@ -161,7 +162,8 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             run_id = str(flow_run.get_id() or uuid.uuid4())
             ctx = RunContext(spec=spec, params=params, storage=store, cluster=dask_cluster, run_id=run_id,
                              device_pool=pool, run_key=run_key)
-            ctx.devices.ensure_concurrency_limit()  # the slots device tasks claim
+            if pool is not None:
+                pool.ensure_concurrency_limit()  # the slots device tasks claim
             logger.info("%s at scale %s on %s cluster; storage %s; devices %s", name, scale, dask_cluster.mode,
                         store.root_url, f"pool {pool.name!r} ({pool.kind}: {', '.join(pool.devices)})" if pool
                         else "any worker's own")
