@@ -219,8 +219,12 @@ def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
             # nothing leaves the machine: the UI's analytics calls are aborted
             page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(platform.ui_url)
                        else route.abort())
-            page.goto(f"{platform.ui_url}/deployments", wait_until="domcontentloaded")
-            page.get_by_text(name, exact=False).first.wait_for(timeout=60_000)
+            # the deployment's own page: the list is paginated, and with every system deployed this
+            # one need not be on its first page
+            deployment = runs["api"].read_deployment(f"{name}/{name}")
+            page.goto(f"{platform.ui_url}/deployments/deployment/{deployment['id']}", wait_until="domcontentloaded")
+            page.get_by_text(f"{name}", exact=True).first.wait_for(timeout=60_000)
+            page.get_by_text("Parameters").first.wait_for(timeout=60_000)
             page.screenshot(path=str(tmp_path / "deployments.png"))
             page.goto(f"{platform.ui_url}/runs/flow-run/{run['id']}", wait_until="domcontentloaded")
             page.get_by_text(run["name"]).first.wait_for(timeout=60_000)

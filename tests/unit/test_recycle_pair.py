@@ -13,7 +13,8 @@ TOLERANCE = 0.35  # relative step-time error allowed on a shared 2-core machine 
 
 
 def within(measured: float, predicted: float) -> bool:
-    return abs(measured / predicted - 1) <= TOLERANCE
+    """Off by at most TOLERANCE either way, as a factor (35% too slow and 35% too fast count alike)."""
+    return max(measured / predicted, predicted / measured) <= 1 + TOLERANCE
 
 
 def spare_cores() -> float:
@@ -31,8 +32,11 @@ def pair():
     spare = spare_cores()
     if spare < 1.6:
         pytest.skip(f"needs 2 idle cores for the two pipeline stages; {spare:.1f} idle now")
-    return run_pair(PairConfig(d_model=96, heads=4, layers=2, micro_batch=4, seq=64, microbatches=6, steps=3,
-                               warmup_steps=1, calibration_reps=4), timeout_s=150)
+    # Operations of 15-30 ms each: with 3 ms ones (d=96, seq=64) fixed per-operation costs the
+    # calibration does not see (autograd set-up, a blocked receive's wake-up) made the measured step
+    # look serial on one CI machine (110 ms measured, 65 ms predicted, 116 ms serial).
+    return run_pair(PairConfig(d_model=192, heads=4, layers=2, micro_batch=4, seq=128, microbatches=8, steps=3,
+                               warmup_steps=1, calibration_reps=5), timeout_s=240)
 
 
 def test_simulator_predicts_the_real_pair_step(pair):
@@ -54,4 +58,4 @@ def test_naive_prediction_is_outside_the_tolerance(pair):
     times = pair["times"]
     serial = pair["config"]["microbatches"] * sum(t["forward"] + t["backward_input"] + t["backward_weight"] for t in times) \
         + sum(t["optimizer"] for t in times)
-    assert not within(pair["measured_step_s"], serial)
+    assert not within(pair["measured_step_s"], serial), (serial, pair)
