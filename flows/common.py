@@ -169,7 +169,8 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                         else "any worker's own")
             environment = capture(name)
             started = time.perf_counter()
-            with shared_api(), tasks_on(dask_cluster, pool):
+            results = store.model_copy(update={"url": f"{store.root_url}/task-results"})
+            with shared_api(), tasks_on(dask_cluster, pool, results):
                 result: SystemResult = body(ctx)
             environment.load_after = load_average()
             report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,

@@ -42,6 +42,7 @@ def test_smoke_run_meets_the_contract(name):
     base = f"reports/{name}/{report.run_id}"
     assert storage.read_json(f"{base}.json")["headline"]["ratio"] == h.ratio
     assert storage.read_bytes(f"{base}.png")[:4] == b"\x89PNG"
+    assert storage.list("task-results"), "the run's task results were not persisted on its storage"
 
     from prefect.client.orchestration import get_client
 

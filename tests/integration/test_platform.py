@@ -226,6 +226,15 @@ def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
             page.get_by_text(f"{name}", exact=True).first.wait_for(timeout=60_000)
             page.get_by_text("Parameters").first.wait_for(timeout=60_000)
             page.screenshot(path=str(tmp_path / "deployments.png"))
+            # the custom run form: the system's own parameters, each with its description
+            field = next(f for n, f in registry.get(name).params_model().model_fields.items()
+                         if n not in ("scale", "seed", "repeats"))  # the first of the system's own
+            page.goto(f"{platform.ui_url}/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
+            overrides = registry.get(name).params_model().overrides_model().__name__
+            page.get_by_text(overrides, exact=True).first.click()  # the form's "<Model> | None" switch
+            page.get_by_text(field.description[:40]).first.wait_for(timeout=60_000)
+            page.get_by_text("Preset: smoke").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(tmp_path / "run-form.png"), full_page=True)
             page.goto(f"{platform.ui_url}/runs/flow-run/{run['id']}", wait_until="domcontentloaded")
             page.get_by_text(run["name"]).first.wait_for(timeout=60_000)
             page.get_by_text("Completed").first.wait_for(timeout=60_000)
@@ -233,13 +242,30 @@ def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
             page.get_by_text(f"{name}-report").first.wait_for(timeout=60_000)
             shot = tmp_path / "flow-run.png"
             page.screenshot(path=str(shot), full_page=True)
+            # the summary artifact's page: the table with the paper column and the plot, really loaded
+            summary = next(a for a in runs["api"]._call("POST", "artifacts/filter", json={
+                "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json() if a["key"] == f"{name}-summary")
+            page.goto(f"{platform.ui_url}/artifacts/artifact/{summary['id']}", wait_until="domcontentloaded")
+            page.get_by_text("Parameters (resolved)").first.wait_for(timeout=60_000)
+            page.get_by_text("paper").first.wait_for(timeout=60_000)
+            plot = page.locator(f"img[alt='{name} plot']").first
+            plot.wait_for(timeout=60_000)
+            page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=plot.element_handle(),
+                                   timeout=60_000)
+            width = plot.evaluate("img => img.naturalWidth")
+            plot.scroll_into_view_if_needed()
+            report_shot = tmp_path / "report-artifact.png"
+            page.screenshot(path=str(report_shot), full_page=True)
         finally:
             browser.close()
+    assert width > 300, width
     assert shot.stat().st_size > 10_000
     if os.environ.get("MLSYS_FLOWS_SAVE_SCREENSHOTS"):  # refresh the docs' picture
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, DOCS_IMG / "prefect-ui-flow-run.png")
         shutil.copy(tmp_path / "deployments.png", DOCS_IMG / "prefect-ui-deployments.png")
+        shutil.copy(report_shot, DOCS_IMG / "prefect-ui-report-artifact.png")
+        shutil.copy(tmp_path / "run-form.png", DOCS_IMG / "prefect-ui-run-form.png")
 
 
 def test_cli_run_uses_the_running_server(platform, runs, tmp_path):
