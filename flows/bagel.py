@@ -1,5 +1,6 @@
 """BAGEL flow: GP-UCB budgeted retrieval vs reranking the dense retriever's top-B at equal scorer budget,
-and the dense retriever alone, on digit embeddings with two distant relevant clusters per query."""
+and the dense retriever alone, on digit embeddings or a MiniLM-embedded text corpus with two distant
+relevant clusters per query; the scorer is a noisy label oracle or an OpenAI-compatible LLM."""
 from __future__ import annotations
 
 import numpy as np
@@ -37,18 +38,40 @@ def bagel(ctx: RunContext) -> SystemResult:
     r, bg = np.asarray(res["recall"]["rerank"][p.budget]), np.asarray(res["recall"]["bagel"][p.budget])
     ls = np.asarray(res["lengthscale"])
     k = p.top_k or "the number of relevant passages"
+    llm = res.get("llm")
+    if llm:
+        scorer = (f"the scorer is the LLM {p.llm_model} at {p.llm_base_url} (OpenAI-compatible chat, asked for a 0-10 grade per "
+                  f"(query, passage), temperature 0, each pair requested once and shared by the methods): "
+                  f"{llm['requests']} requests, {llm['failed']} failed scores (unreadable reply or HTTP error; "
+                  "scored 0, counted per method in failed_scores)")
+    elif p.embedding == "minilm":
+        scorer = (f"the offline scorer is a noisy label oracle (graded relevance by construction + N(0, {p.score_noise}^2), one "
+                  "fixed draw per passage so every method sees the same score)")
+    else:
+        scorer = (f"the offline scorer is a noisy label oracle (true graded relevance + N(0, {p.score_noise}^2), one fixed draw per passage "
+                  "so every method sees the same score)")
+    if p.embedding == "minilm":
+        workload = (f"Workload: a generated text corpus, {p.cities} cities x 8 aspects (history, food, climate, ...) x "
+                    f"{p.per_cluster} template passages per pair, embedded with the packaged MiniLM (all-MiniLM-L6-v2, "
+                    "offline); each query asks about one city under an aspect in a long question and under a second, "
+                    f"distant aspect (aspect centroids at least the {p.far_quantile:.0%} quantile of pair distances "
+                    "apart) in a short tail, so its embedding sits near the first cluster. Relevant: the city's "
+                    f"passages on both aspects (graded 1); oracle grades {p.same_city} for the city's other aspects and "
+                    f"{p.same_aspect} for other cities on the two aspects.")
+    else:
+        workload = (f"Workload: sklearn digits (1797 images) projected to {p.dim} PCA dims; per query two digit classes "
+                    f"with centroids at least the {p.far_quantile:.0%} quantile of pair distances apart, the "
+                    f"{p.per_cluster} passages nearest each centroid relevant, graded relevance halving at "
+                    f"{p.relevance_width} class radii, the query near a relevant passage of one class, so the dense "
+                    "neighbourhood holds only one cluster.")
     notes = [
         f"Every metric is counted: recall@k (k = {k}) of the final ranking against the known relevant set, averaged "
         f"over {p.queries} queries; recall_p10/p90 give the spread over queries. Both scorers' calls are capped at "
-        f"B = {p.budget} per query (checked); the offline scorer is a noisy label oracle (true graded relevance + "
-        f"N(0, {p.score_noise}^2), one fixed draw per passage so every method sees the same score).",
+        f"B = {p.budget} per query (checked); {scorer}.",
         f"Per query at B = {p.budget}: BAGEL beats rerank on {int((bg > r).sum())}, ties on {int((bg == r).sum())}, "
         f"loses on {int((bg < r).sum())} of {p.queries}; mean difference {float((bg - r).mean()):+.3f} "
         f"(standard error {float((bg - r).std(ddof=1) / np.sqrt(len(r))) if len(r) > 1 else 0.0:.3f}).",
-        f"Workload: sklearn digits (1797 images) projected to {p.dim} PCA dims; per query two digit classes with "
-        f"centroids at least the {p.far_quantile:.0%} quantile of pair distances apart, the {p.per_cluster} passages "
-        f"nearest each centroid relevant, graded relevance halving at {p.relevance_width} class radii, the query "
-        "near a relevant passage of one class, so the dense neighbourhood holds only one cluster.",
+        workload,
         f"BAGEL as built: {p.seeds} retriever seeds, RBF GP with prior mean 0 and variance {p.signal_var}, length "
         f"scale and noise by type-II maximum likelihood over a grid set from the corpus' nearest-neighbour and "
         f"median pairwise distances (refit every {p.refit_every} scores; final length scales median "
@@ -58,12 +81,16 @@ def bagel(ctx: RunContext) -> SystemResult:
         (f"bagel_explore (UCB factor {p.explore_beta_scale}) mean recall@k "
          f"{variants['bagel_explore']['recall_at_k']:.3f}, far-cluster recall "
          f"{variants['bagel_explore']['far_recall_at_k']:.3f} vs bagel's {variants['bagel']['far_recall_at_k']:.3f} at "
-         f"B = {p.budget}: more exploration is how the GP could reach the second cluster; on this corpus the "
-         "highest-variance passages are outliers of their classes, whose graded relevance is near 0, so exploration "
-         "rarely lands in the far cluster's basin within the budget (see docs/bagel.md)."
+         f"B = {p.budget}: more exploration is how the GP could reach the second cluster"
+         + ("; on this corpus the highest-variance passages are outliers of their classes, whose graded relevance is "
+            "near 0, so exploration rarely lands in the far cluster's basin within the budget (see docs/bagel.md)."
+            if p.embedding == "digits" else " (see docs/bagel.md).")
          if "bagel_explore" in variants else "bagel_explore skipped (explore_beta_scale is None)."),
-        "The paper scores with an LLM on four text retrieval datasets; here the scorer is a noisy label oracle on a "
-        "synthetic two-cluster workload, which isolates the mechanism (global exploration of the embedding space) "
-        "but not an LLM's score distribution.",
+        ("The paper scores with an LLM on four text retrieval datasets; here the scorer is a noisy label oracle on a "
+         "synthetic two-cluster workload, which isolates the mechanism (global exploration of the embedding space) "
+         "but not an LLM's score distribution." if not llm else
+         "The paper scores with an LLM on four text retrieval datasets; here an LLM scores a generated text corpus "
+         "whose relevance is known by construction, so recall is counted against the construction, not the LLM's "
+         "own judgement."),
     ]
     return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes)

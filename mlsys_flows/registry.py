@@ -38,14 +38,9 @@ CATALOGUE: tuple[str | SystemSpec, ...] = (
     "metropolis",
     "bagel",
     # Serverless, edge, federated
-    _planned("llama", "Llama: latency-targeted serverless video pipelines", "arXiv:2102.01887", "serverless-edge-fl",
-       "cost", "best_static", "llama", "lower", 17.2, "7.9x lower latency and 17.2x lower cost"),
-    _planned("swarm", "Swarm control: centralized vs distributed drone tasking", "arXiv:1805.01786", "serverless-edge-fl",
-       "p99_decision_latency_s", "centralized", "distributed", "lower", None,
-       "distributed control trades decision quality for latency and resilience at scale"),
-    _planned("fluid", "FLuID: invariant-dropout straggler mitigation in FL", "FLuID (NeurIPS 2023)", "serverless-edge-fl",
-       "time_to_accuracy_s", "fedavg_wait", "fluid", "lower", None,
-       "lower round time at baseline accuracy vs FedAvg-wait, random and ordered dropout"),
+    "llama",
+    "swarm",
+    "fluid",
     # Hardware and security
     _planned("shef", "ShEF: shielded enclaves for cloud FPGAs", "arXiv:2103.03500", "hardware-security",
        "throughput_mb_s", "uniform_shield", "custom_shield", "higher", None,

@@ -1,4 +1,5 @@
-"""Tasks every flow shares: publishing the RunReport."""
+"""Tasks every flow shares: publishing the RunReport; the OpenAI-compatible client whose API key comes
+from a Prefect Secret block (vcache, bagel)."""
 from __future__ import annotations
 
 import base64
@@ -33,3 +34,23 @@ def publish_report(report: RunReport, storage: ObjectStorage) -> str:
                                 f"Report JSON and plot on storage: `{storage.root_url}/{base}.json` and `{base}.png`"]),
         description=f"{report.system} RunReport")
     return f"{base}.json"
+
+
+def resolve_api_key(secret_name: str | None) -> str | None:
+    """The API key from the Prefect Secret block ``secret_name`` (None: no key). Never logged."""
+    if not secret_name:
+        return None
+    from prefect.blocks.system import Secret
+
+    try:
+        return str(Secret.load(secret_name).get())
+    except ValueError as exc:
+        raise ValueError(f"no Secret block named {secret_name!r} holds the LLM API key") from exc
+
+
+def llm_client(base_url: str, model: str, secret_name: str | None, timeout_s: float = 60.0):
+    """An OpenAI-compatible client whose key comes from a Secret block (the only place it is read)."""
+    from mlsys_flows.systems.common.llm import LLMConfig, OpenAICompatibleClient
+
+    return OpenAICompatibleClient(LLMConfig(base_url=base_url, model=model, api_key=resolve_api_key(secret_name),
+                                            timeout_s=timeout_s))

@@ -9,6 +9,7 @@ from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.vcache import Params, Stream, corpus_stream, evaluate_policies, paraphrase_corpus
+from mlsys_flows.tasks.common import llm_client
 
 
 def _save(storage: ObjectStorage, key: str, stream: Stream) -> str:
@@ -21,26 +22,6 @@ def _save(storage: ObjectStorage, key: str, stream: Stream) -> str:
 def _load(storage: ObjectStorage, key: str) -> Stream:
     z = np.load(io.BytesIO(storage.read_bytes(key)))
     return Stream(z["vectors"], z["labels"], str(z["name"]))
-
-
-def resolve_api_key(secret_name: str | None) -> str | None:
-    """The API key from the Prefect Secret block ``secret_name`` (None: no key). Never logged."""
-    if not secret_name:
-        return None
-    from prefect.blocks.system import Secret
-
-    try:
-        return str(Secret.load(secret_name).get())
-    except ValueError as exc:
-        raise ValueError(f"no Secret block named {secret_name!r} holds the LLM API key") from exc
-
-
-def llm_client(base_url: str, model: str, secret_name: str | None, timeout_s: float = 60.0):
-    """An OpenAI-compatible client whose key comes from a Secret block (the only place it is read)."""
-    from mlsys_flows.systems.common.llm import LLMConfig, OpenAICompatibleClient
-
-    return OpenAICompatibleClient(LLMConfig(base_url=base_url, model=model, api_key=resolve_api_key(secret_name),
-                                            timeout_s=timeout_s))
 
 
 @task(name="vcache-sphere-stream")

@@ -1,11 +1,13 @@
 """BAGEL: budgeted passage retrieval as global optimization. A query-specific Gaussian process over
 passage embeddings, fitted to relevance scores, seeded by the dense retriever's top hits, then GP-UCB
-until the scoring budget is spent; vs reranking the retriever's top-B with the same budget."""
+until the scoring budget is spent; vs reranking the retriever's top-B with the same budget. The scorer
+is a noisy label oracle (offline default) or an OpenAI-compatible LLM endpoint (``llm_base_url``, on
+the MiniLM-embedded text corpus)."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, SystemSpec
@@ -13,6 +15,8 @@ from mlsys_flows.systems.common.spec import Claim, SystemSpec
 from .evaluate import METHODS, evaluate_queries, summarize
 from .gp import (BagelConfig, BagelTrace, GPHyper, bagel, dense_rank, final_ranking, fit_hyper, gp_posterior,
                  lengthscale_grid, log_marginal_likelihood, rbf, recall_at_k, rerank_top_b, ucb_beta, ucb_pick)
+from .scorers import LLMJudge, parse_relevance
+from .text import ASPECTS, CITIES, TextCorpus, make_corpus, query_text, text_queries
 from .workload import Query, digits_embeddings, make_queries, noisy_oracle
 
 
@@ -41,6 +45,22 @@ class Params(SystemParams):
     beta_delta: float = Field(0.1, gt=0.0, lt=1.0, description="delta of the GP-UCB beta_t schedule.")
     signal_var: float = Field(0.25, gt=0.0, le=10.0, description="GP prior variance of a passage's relevance (scores lie in [0, 1]).")
     refit_every: int = Field(5, ge=1, le=100, description="Refit the length scale and noise (type-II ML over a grid set from the embedding distances) every this many scores.")
+    embedding: Literal["digits", "minilm"] = Field("digits", description="Workload: digits = sklearn digits PCA embeddings (no text); minilm = a generated text corpus (cities x aspects, per_cluster passages per pair) embedded with the packaged MiniLM model, offline.")
+    cities: int = Field(16, ge=2, le=len(CITIES), description="minilm corpus: cities, each with per_cluster passages on each of the 8 aspects.")
+    same_city: float = Field(0.3, ge=0.0, le=1.0, description="minilm oracle: graded relevance of the query's city under an aspect the query does not ask about.")
+    same_aspect: float = Field(0.1, ge=0.0, le=1.0, description="minilm oracle: graded relevance of another city under one of the query's two aspects.")
+    llm_base_url: str | None = Field(None, min_length=8, max_length=500, pattern=r"^https?://", description="OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) whose chat model grades (query, passage) relevance 0-10 instead of the offline oracle; needs embedding=minilm (text). None: the offline oracle.")
+    llm_model: str = Field("gpt-4o-mini", min_length=1, max_length=200, description="Chat model name sent to llm_base_url.")
+    api_key_secret: str | None = Field(None, min_length=1, max_length=200, description="Name of the Prefect Secret block holding the endpoint's API key (resolved in the task, never logged).")
+    llm_timeout_s: float = Field(60.0, gt=0.0, le=600.0, description="Seconds to wait for one LLM reply.")
+    llm_max_failed: float = Field(0.2, ge=0.0, le=1.0, description="Abort when more than this share of LLM scoring requests failed (after 10); fewer failed scores count as relevance 0 and are reported.")
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _llm_needs_text(cls, v, info: ValidationInfo):
+        if v and info.data.get("embedding", "digits") != "minilm":
+            raise ValueError("the LLM scorer grades text: set embedding='minilm' (the digits corpus has no text)")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -79,4 +99,5 @@ SPEC = SystemSpec(
 __all__ = ["Params", "SPEC", "BagelConfig", "BagelTrace", "GPHyper", "bagel", "dense_rank", "final_ranking", "fit_hyper",
            "gp_posterior", "lengthscale_grid", "log_marginal_likelihood", "rbf", "recall_at_k", "rerank_top_b",
            "ucb_beta", "ucb_pick", "Query", "digits_embeddings", "make_queries", "noisy_oracle", "METHODS",
-           "evaluate_queries", "summarize"]
+           "evaluate_queries", "summarize", "LLMJudge", "parse_relevance", "ASPECTS", "CITIES", "TextCorpus",
+           "make_corpus", "query_text", "text_queries"]

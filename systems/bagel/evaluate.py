@@ -1,7 +1,7 @@
 """Run every method on a list of queries and collect per-query recall at each budget."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -12,11 +12,17 @@ METHODS = ("dense", "rerank", "bagel", "bagel_explore")
 
 
 def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[int], cfg: BagelConfig,
-                     score_noise: float, top_k: int | None = None, explore_beta_scale: float | None = None) -> dict:
+                     score_noise: float, top_k: int | None = None, explore_beta_scale: float | None = None,
+                     make_scorer: Callable[[int, Query], Callable[[int], float]] | None = None) -> dict:
     """{'recall': {method: {budget: [per-query]}}, 'far_recall': same, 'calls': {method: {budget: [..]}},
     'lengthscale': [final fitted length scale per query]}. Each method gets a fresh scorer per run
     and may call it at most ``budget`` times (checked). ``explore_beta_scale``: also run BAGEL with this
-    UCB weight as ``bagel_explore`` (None: skip it)."""
+    UCB weight as ``bagel_explore`` (None: skip it). ``make_scorer(j, query)``: a fresh scorer (with a
+    ``calls`` counter) for the j-th query; None: the noisy label oracle. Scorers that keep ``flags``
+    (per call: did the score fail?) add 'failed': {method: {budget: [failed scores among its calls]}}."""
+    if make_scorer is None:
+        def make_scorer(j: int, q: Query):
+            return noisy_oracle(q, score_noise)
     budgets = sorted(set(int(b) for b in budgets))
     if cfg.lengthscales is None:
         cfg = BagelConfig(**{**cfg.__dict__, "lengthscales": lengthscale_grid(X)})
@@ -27,22 +33,27 @@ def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[
     rec = {m: {b: [] for b in budgets} for m in methods}
     far = {m: {b: [] for b in budgets} for m in methods}
     calls = {m: {b: [] for b in budgets} for m in methods if m != "dense"}
+    failed = {m: {b: [] for b in budgets} for m in calls}
+    flagged = False
     ls = []
-    for q in queries:
+    for j, q in enumerate(queries):
         k = top_k or len(q.relevant)
         far_ids = np.setdiff1d(q.relevant, q.near)
         order = dense_rank(X, q.q)
         rankings = {"dense": {b: order for b in budgets}, "rerank": {}}
         for b in budgets:
-            sc = noisy_oracle(q, score_noise)
+            sc = make_scorer(j, q)
             rankings["rerank"][b] = rerank_top_b(order, sc, b)
             calls["rerank"][b].append(sc.calls)
+            failed["rerank"][b].append(sum(getattr(sc, "flags", ())))
+            flagged |= hasattr(sc, "flags")
         for name, c in bagels.items():
-            sc = noisy_oracle(q, score_noise)
+            sc = make_scorer(j, q)
             tr = bagel(X, order, sc, budgets, c)
             rankings[name] = tr.rankings
             for b in budgets:
                 calls[name][b].append(len(tr.scored[:b]))
+                failed[name][b].append(sum(getattr(sc, "flags", ())[:b]))
             if sc.calls > budgets[-1]:
                 raise RuntimeError(f"BAGEL called the scorer {sc.calls} times, budget {budgets[-1]}")
             if name == "bagel":
@@ -51,23 +62,32 @@ def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[
             for b in budgets:
                 rec[m][b].append(recall_at_k(rankings[m][b], q.relevant, k))
                 far[m][b].append(recall_at_k(rankings[m][b], far_ids, k) if len(far_ids) else 0.0)
-    return {"recall": rec, "far_recall": far, "calls": calls, "lengthscale": ls}
+    out = {"recall": rec, "far_recall": far, "calls": calls, "lengthscale": ls}
+    if flagged:
+        out["failed"] = failed
+    return out
 
 
 def merge(parts: Sequence[dict]) -> dict:
     """Concatenate the per-query lists of several evaluate_queries results (query chunks)."""
     out = {"recall": {}, "far_recall": {}, "calls": {}, "lengthscale": []}
     for p in parts:
-        for key in ("recall", "far_recall", "calls"):
-            for m, per_b in p[key].items():
+        for key in ("recall", "far_recall", "calls", "failed"):
+            for m, per_b in p.get(key, {}).items():
                 for b, xs in per_b.items():
-                    out[key].setdefault(m, {}).setdefault(int(b), []).extend(xs)
+                    out.setdefault(key, {}).setdefault(m, {}).setdefault(int(b), []).extend(xs)
         out["lengthscale"].extend(p["lengthscale"])
+        if "llm" in p:   # the LLM judge's request counts, summed over chunks
+            llm = out.setdefault("llm", {"requests": 0, "failed": 0, "failures": []})
+            llm["requests"] += p["llm"]["requests"]
+            llm["failed"] += p["llm"]["failed"]
+            llm["failures"] += p["llm"]["failures"]
     return out
 
 
 def summarize(res: dict, budget: int) -> dict[str, dict[str, float]]:
-    """Variants at the headline budget: mean recall@k, mean far-cluster recall, spread over queries."""
+    """Variants at the headline budget: mean recall@k, mean far-cluster recall, spread over queries (and,
+    with an LLM scorer, the mean number of failed scores per query among each method's calls)."""
     out = {}
     for m in (m for m in METHODS if m in res["recall"]):
         r = np.asarray(res["recall"][m][budget])
@@ -76,4 +96,6 @@ def summarize(res: dict, budget: int) -> dict[str, dict[str, float]]:
                   "recall_p10": float(np.quantile(r, 0.1)), "recall_p90": float(np.quantile(r, 0.9)),
                   "queries": float(len(r)),
                   "scorer_calls": float(np.mean(res["calls"][m][budget])) if m in res["calls"] else 0.0}
+        if "failed" in res:
+            out[m]["failed_scores"] = float(np.mean(res["failed"][m][budget])) if m in res["failed"] else 0.0
     return out

@@ -5,6 +5,7 @@ resolution of the key from a Prefect Secret block."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,9 +18,32 @@ from mlsys_flows.systems.common.llm import LLMConfig, LLMError, OpenAICompatible
 KEY = "sk-test-not-a-real-key-123"
 
 
+_WORD = re.compile(r"[a-z]{4,}")
+_COMMON = {"what", "which", "with", "from", "that", "this", "every", "their", "there", "after", "about", "also",
+           "city", "like", "where", "when", "local", "locals", "still", "most", "each"}
+
+
+def keyword_grade(query: str, passage: str) -> int:
+    """The fake model's rule for BAGEL's relevance prompt: 6 when the passage names the query's city, plus
+    one per other shared content word (at most 4)."""
+    from mlsys_flows.systems.bagel import CITIES
+
+    city = any(c in query and c in passage for c in CITIES)
+    shared = (set(_WORD.findall(query.lower())) & set(_WORD.findall(passage.lower()))) - _COMMON
+    shared -= {c.lower() for c in CITIES}
+    return 6 * city + min(4, len(shared))
+
+
+def _split_prompt(user: str) -> tuple[str, str]:
+    query = user.split("Query: ", 1)[1].split("\n\nPassage: ", 1)[0]
+    return query, user.split("\n\nPassage: ", 1)[1]
+
+
 class _Handler(BaseHTTPRequestHandler):
-    mode = "ok"          # ok | malformed | notjson | slow | error
+    mode = "ok"          # ok | malformed | notjson | slow | error | grade
     seen: list = []
+    malformed_for: str | None = None   # grade mode: the first request with this query gets a malformed reply
+    lock = threading.Lock()
 
     def log_message(self, *args):  # keep test output quiet
         pass
@@ -48,6 +72,17 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, json.dumps({"choices": []}).encode())
             user = body["messages"][-1]["content"]
             answer = "7" if "Rate how relevant" in user else f"echo: {user}"
+            if mode == "grade":
+                query, passage = _split_prompt(user)
+                with type(self).lock:
+                    broken = query == type(self).malformed_for
+                    if broken:
+                        type(self).malformed_for = None
+                if broken:   # one reply a model might give: no number in it
+                    answer = "I cannot judge this passage."
+                else:
+                    grade = keyword_grade(query, passage)
+                    answer = f'{{"score": {grade}}}' if grade % 2 else str(grade)   # both reply styles
             return self._send(200, json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
                                                "choices": [{"index": 0, "message": {"role": "assistant",
                                                                                     "content": answer}}]}).encode())
@@ -62,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def server():
-    _Handler.mode, _Handler.seen = "ok", []
+    _Handler.mode, _Handler.seen, _Handler.malformed_for = "ok", [], None
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -125,10 +160,107 @@ def test_config_is_validated():
 def test_task_layer_resolves_the_key_from_a_secret_block(server, prefect_api):
     from prefect.blocks.system import Secret
 
-    from mlsys_flows.tasks.vcache import llm_client
+    from mlsys_flows.tasks.common import llm_client
 
     Secret(value=KEY).save("llm-test-key", overwrite=True)
     with llm_client(server, "tiny", "llm-test-key") as c:
         assert c.complete("x") == "echo: x"
     with pytest.raises(ValueError, match="no Secret block"):
         llm_client(server, "tiny", "no-such-secret-block")
+
+
+# ----- BAGEL with the LLM scorer: a flow run against the local server ------------------------------
+BAGEL_OVERRIDES = dict(embedding="minilm", cities=6, per_cluster=5, queries=6, budget=10, budget_points=2,
+                       llm_model="tiny", api_key_secret="bagel-llm-key")
+
+
+def test_bagel_llm_scorer_flow(server, prefect_api, local_storage, caplog, capfd):
+    """The bagel flow with the LLM scorer on the MiniLM text corpus: the fake model grades by a keyword
+    rule, one reply holds no number. The run completes, counts that failed score (scored 0), sends the
+    key from the Secret block, never shows it, and its recall is exactly what the rule gives in process."""
+    import logging
+
+    from prefect.blocks.system import Secret
+
+    from mlsys_flows import registry
+    from mlsys_flows.systems.bagel import Params, dense_rank, evaluate_queries, text_queries
+    from mlsys_flows.systems.bagel.text import make_corpus
+    from mlsys_flows.systems.common.text_embed import embed
+
+    Secret(value=KEY).save("bagel-llm-key", overwrite=True)
+    p = Params.for_scale("smoke", **BAGEL_OVERRIDES, llm_base_url=server)
+    # the first query's text (it depends on the aspect geometry, so embed the corpus as the flow will)
+    corpus = make_corpus(p.cities, p.per_cluster, p.seed)
+    first = text_queries(corpus, embed(corpus.texts).astype(np.float64), p.queries, p.far_quantile, p.same_city,
+                         p.same_aspect, p.seed)[0][1]
+    _Handler.mode, _Handler.malformed_for = "grade", first
+    caplog.set_level(logging.INFO)
+    state = registry.get("bagel").load_flow()(scale="smoke", overrides={**BAGEL_OVERRIDES, "llm_base_url": server},
+                                              storage=local_storage, return_state=True)
+    assert state.is_completed(), state
+    report = state.result()
+    assert _Handler.malformed_for is None, "the malformed reply was never sent"
+    assert all(auth == f"Bearer {KEY}" for _, auth, _ in _Handler.seen)
+    v = report["variants"]
+    failed = {m: v[m]["failed_scores"] for m in ("rerank", "bagel", "bagel_explore")}
+    # the broken pair is the first query's dense top-1: every scoring method asks about it once, for 1 of 6 queries
+    assert all(f == pytest.approx(1 / p.queries) for f in failed.values()), failed
+    assert report["metric_kinds"]["failed_scores"] == "counted"
+    notes = " ".join(report["notes"])
+    assert "1 failed scores" in notes and f"{len(_Handler.seen)} requests" in notes
+
+    # the same evaluation in process, with the rule as the scorer and 0 for the malformed pair
+    import pickle
+
+    key = next(k for k in local_storage.list("runs/bagel/") if k.endswith("workload.pkl"))
+    data = pickle.loads(local_storage.read_bytes(key))
+    X, queries, texts, qtexts = data["X"], data["queries"], data["texts"], data["query_texts"]
+    assert qtexts[0] == first
+    broken = (0, int(dense_rank(X, queries[0].q)[0]))
+
+    def rule_scorer(j, q):
+        def score(i):
+            score.calls += 1
+            return 0.0 if (j, i) == broken else keyword_grade(qtexts[j], texts[i]) / 10.0
+        score.calls = 0
+        return score
+
+    expected = evaluate_queries(X, queries, p.budgets(), p.config(), p.score_noise, p.top_k, p.explore_beta_scale,
+                                make_scorer=rule_scorer)
+    for m in v:
+        assert v[m]["recall_at_k"] == pytest.approx(np.mean(expected["recall"][m][p.budget])), m
+    # the check has power: the same rule with another query's grades gives another BAGEL recall
+    wrong = evaluate_queries(X, queries, p.budgets(), p.config(), p.score_noise, p.top_k, p.explore_beta_scale,
+                             make_scorer=lambda j, q: rule_scorer((j + 1) % len(queries), q))
+    assert any(v[m]["recall_at_k"] != pytest.approx(np.mean(wrong["recall"][m][p.budget]))
+               for m in ("bagel", "bagel_explore"))
+    out, err = capfd.readouterr()
+    logs = "\n".join(r.getMessage() for r in caplog.records)
+    api_logs = _api_logs(state.state_details.flow_run_id, until="failed LLM score")
+    for text in (json.dumps(report), logs, out + err, api_logs):
+        assert KEY not in text
+
+
+def _api_logs(flow_run_id, until: str) -> str:
+    """The run's log lines in the Prefect API (the Dask workers' task logs included), once ``until`` shows."""
+    from faultkit import wait_until
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    def read():
+        with get_client(sync_client=True) as client:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+                                    limit=200)
+        text = "\n".join(log.message for log in logs)
+        return text if until in text else None
+
+    return wait_until(read, timeout=30, interval=0.5, what=f"{until!r} in the run's API logs")
+
+
+def test_bagel_rejects_the_llm_scorer_on_digits():
+    from mlsys_flows.systems.bagel import Params
+    from mlsys_flows.systems.common.params import ParamsError
+
+    with pytest.raises(ParamsError, match="'llm_base_url'.*embedding='minilm'"):
+        Params.for_scale("smoke", llm_base_url="http://127.0.0.1:9/v1")
+    assert Params.for_scale("smoke", embedding="minilm", llm_base_url="http://127.0.0.1:9/v1").llm_base_url

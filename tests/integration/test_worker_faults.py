@@ -4,7 +4,8 @@ report: a system declares them in SystemResult.deterministic, else every metric 
 timing-like).
 
 The kill hits the flow's main work: the body task that ran longest in the fault-free reference
-run, 40% into it (at most 2 s in: the embedded reference runs slower than warm worker processes).
+run, 40% into it and at most 1 s in (the reference may have run on a busier machine: a hotline
+train of 21 s there took 1.7 s on warm worker processes).
 Every implemented system (MLSYS_FAULTS=name,... narrows it).
 """
 from __future__ import annotations
@@ -86,9 +87,9 @@ def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
     cluster = DaskCluster(address=dask_procs.address)
     reference, _ = reference_run(name)  # fault-free, on an embedded cluster
 
-    # the flow's main work: the task that ran longest in the fault-free run, killed 40% into it
+    # the flow's main work: the task that ran longest in the fault-free run, killed 40% (at most 1 s) into it
     target, seconds = max(body_task_durations(reference["run_id"]).items(), key=lambda kv: kv[1])
-    killer = WorkerKiller(dask_procs, target, after_s=min(2.0, max(0.2, 0.4 * seconds)))
+    killer = WorkerKiller(dask_procs, target, after_s=min(1.0, max(0.2, 0.4 * seconds)))
     killer.start()
     try:
         faulted = flow(scale="smoke", cluster=cluster, storage=ObjectStorage(url=(tmp_path / "fault").as_uri()))

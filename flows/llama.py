@@ -1,0 +1,107 @@
+"""Llama flow: per-invocation latency targets and cost-based configuration of a video DAG on serverless
+CPU and GPU worker processes, vs all-CPU, all-GPU and the best static plan chosen in hindsight."""
+from __future__ import annotations
+
+import numpy as np
+
+from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
+from mlsys_flows.systems.common.report import Assumption, Curve, param_assumptions
+from mlsys_flows.systems.llama import VARIANTS
+from mlsys_flows.tasks import llama as t
+
+REPEATED = ("cost", "mean_latency_s", "p95_latency_s", "slo_attainment", "gpu_busy_share", "invocations", "cold_starts",
+            "cold_start_s", "execution_wall_s")
+KINDS = {"cost": "modelled", "mean_latency_s": "modelled", "p95_latency_s": "modelled", "slo_attainment": "modelled",
+         "gpu_busy_share": "modelled", "predicted_cost": "modelled", "predicted_slo_attainment": "modelled",
+         "slo_s": "modelled", "invocations": "counted", "cold_starts": "counted", "cold_start_s": "measured",
+         "execution_wall_s": "measured", "objects_classified": "counted", "frames_with_motion": "counted",
+         "answers_match": "counted", "profile_cold_start_s": "measured"}
+
+
+@system_flow("llama")
+def llama(ctx: RunContext) -> SystemResult:
+    p = ctx.params
+    # one step at a time: every invocation is timed and must not share the CPU with another variant's
+    prof = t.profile.submit(p).result()
+    plan = t.plan.submit(p, prof, ctx.storage, ctx.key("plan.json")).result()
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for r in range(ctx.repeats):
+        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]   # rotate who goes first
+        for name in order:
+            runs[name].append(t.run_variant.submit(p, name, plan, prof, r).result())
+
+    profile = prof["profile"]
+    variants: dict[str, dict[str, float]] = {}
+    samples: dict[str, dict[str, list[float]]] = {}
+    for name, outs in runs.items():
+        first = outs[0]["metrics"]
+        samples[name] = {m: [o["metrics"][m] for o in outs] for m in REPEATED}
+        variants[name] = {"objects_classified": first["objects_classified"],
+                          "frames_with_motion": first["frames_with_motion"],
+                          "answers_match": float(min(o["metrics"]["answers_match"] for o in outs)),
+                          "slo_s": plan["slo_s"],
+                          "predicted_cost": plan["predicted"][name]["cost"],
+                          "predicted_slo_attainment": plan["predicted"][name]["slo_attainment"],
+                          "profile_cold_start_s": float(np.mean(list(profile.cold_start_s.values())))}
+
+    clock = {"pipeline_clock": Assumption(value="virtual", source="invocations run one at a time in real worker "
+                                          "processes; each finish is placed on a clock at start + measured duration "
+                                          "(+ the instance's measured cold start): unlimited parallelism up to "
+                                          "max_instances per tier, as on a serverless platform")}
+    speed = param_assumptions(p, "gpu_speedup_decode", "gpu_speedup_sample", "gpu_speedup_motion", "gpu_speedup_detect",
+                              "gpu_speedup_classify")
+    platform = param_assumptions(p, "max_instances", "prewarm", "keep_alive_s", "video_gap_s")
+    prices = param_assumptions(p, "cpu_price_per_s", "gpu_price_per_s")
+    slo = {"slo_s": Assumption(value=round(plan["slo_s"], 4), unit="s", source=(
+        "parameter slo_s" if p.slo_s is not None else
+        f"derived in this run: slo_fraction={p.slo_fraction} between the slowest video's predicted latency under the "
+        f"fastest all-GPU plan ({plan['worst_predicted_s']['all_gpu']:.3f} s) and the cheapest all-CPU plan "
+        f"({plan['worst_predicted_s']['all_cpu']:.3f} s)"))}
+    latency = clock | speed | platform
+    assumptions = {"cost": latency | prices, "predicted_cost": latency | prices, "gpu_busy_share": latency,
+                   "mean_latency_s": latency, "p95_latency_s": latency, "slo_attainment": latency | slo,
+                   "predicted_slo_attainment": latency | slo, "slo_s": latency | slo}
+
+    slo_s = plan["slo_s"]
+    curves = [
+        Curve(title="per-video latency (first repeat) vs the SLO", x_label="video", y_label="latency (s)",
+              series={**{n: (list(range(len(runs[n][0]["latencies"]))), runs[n][0]["latencies"]) for n in VARIANTS},
+                      "SLO": ([0, max(1, p.videos - 1)], [slo_s, slo_s])}),
+        Curve(title="static plans in hindsight (predicted)", x_label="predicted SLO attainment",
+              y_label="predicted cost per video (USD)",
+              series={"static plans": ([a for a, _ in plan["frontier"]], [c for _, c in plan["frontier"]]),
+                      "llama (predicted)": ([plan["predicted"]["llama"]["slo_attainment"]],
+                                            [plan["predicted"]["llama"]["cost"]])}),
+    ]
+    cfg = runs["llama"][0]["configs"]
+    gpu_calls = sum(n for k, n in cfg.items() if ":gpu/" in k)
+    cold = {n: [o["metrics"]["cold_starts"] for o in runs[n]] for n in VARIANTS}
+    notes = [
+        f"Workload: {p.videos} synthetic videos of {p.frames} {p.frame_size}x{p.frame_size} frames (zlib-compressed), "
+        f"Poisson arrivals {p.video_gap_s} s apart on average; {variants['llama']['frames_with_motion']:.0f} sampled frames "
+        f"had motion and {variants['llama']['objects_classified']:.0f} objects were classified (per video the counts "
+        "vary with the content). Every variant's answer (objects per class per video) matched the in-process "
+        f"reference: {all(v['answers_match'] == 1.0 for v in variants.values())}.",
+        f"Serverless runtime: every invocation ran in a real worker process (systems/llama/worker.py) of a pool that "
+        f"starts processes on demand (up to {p.max_instances} per tier, {p.prewarm} per tier provisioned before the "
+        f"first video) and stops one idle for {p.keep_alive_s} s on the pipeline clock. Cold starts per run "
+        f"(count, measured start-up + imports): " + "; ".join(
+            f"{n} {np.median(cold[n]):.0f} ({np.median(samples[n]['cold_start_s']):.2f} s)" for n in VARIANTS)
+        + f". Profiled cold start: cpu {profile.cold_start_s['cpu']:.3f} s, gpu {profile.cold_start_s['gpu']:.3f} s.",
+        "The GPU tier is a worker process tagged gpu on this CPU-only machine: its invocation latency is the measured "
+        "round trip with the measured compute divided by the op's stated speed factor (modelled), billed at the GPU "
+        "price; latency and cost are therefore modelled from measured invocation times. cold_start_s and "
+        "execution_wall_s are wall clock.",
+        f"SLO {slo_s:.3f} s per video. Static plans (best in hindsight: {plan['labels']['best_static']}; all_cpu: "
+        f"{plan['labels']['all_cpu']}; all_gpu: {plan['labels']['all_gpu']}) were scored on this exact workload with "
+        f"the profiled model ({plan['candidates']} candidates), a stronger baseline than the paper's hand-configured "
+        f"systems. Llama (first repeat) made {gpu_calls} of {sum(cfg.values())} invocations on the GPU tier.",
+        "Predicted (profile model) vs measured: " + "; ".join(
+            f"{n} cost {variants[n]['predicted_cost']:.3g} vs {np.median(samples[n]['cost']):.3g} USD, attainment "
+            f"{variants[n]['predicted_slo_attainment']:.2f} vs {np.median(samples[n]['slo_attainment']):.2f}"
+            for n in VARIANTS) + ". Invocations last milliseconds here, so timing noise of a shared machine moves "
+        "measured latencies against the profile; the paper's pipelines run seconds-long DNN operations on cloud "
+        "functions and compare against systems without per-invocation planning.",
+    ]
+    return SystemResult(variants=variants, kinds=KINDS, samples=samples, assumptions=assumptions, curves=curves,
+                        notes=notes, deterministic={"objects_classified", "frames_with_motion", "answers_match"})

@@ -1,0 +1,97 @@
+"""FLuID (NeurIPS 2023): Invariant Dropout for stragglers in federated learning, vs FedAvg waiting
+for every client, random dropout and ordered dropout, on non-IID load_digits clients."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Claim, SystemSpec
+
+from .dropout import UpdateError
+from .federation import (POLICIES, Config, History, Plan, Workload, final_accuracy, make_workload,
+                         plan_stragglers, run_federation, time_to_target)
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "fluid"
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(clients=8, hidden=64, rounds=6, local_epochs=1, faulty_clients=3),
+        "quick": dict(clients=16, hidden=256, rounds=20, local_epochs=2, repeats=3),
+        "full": dict(clients=20, hidden=512, rounds=100, local_epochs=2, repeats=5),
+    }
+
+    # workload
+    clients: int = Field(16, ge=3, le=100, description="Federated clients (each round, each trains locally as one Dask task).")
+    dirichlet_alpha: float = Field(0.5, ge=0.01, le=100.0, description="Dirichlet concentration of each label over the clients (smaller: more non-IID).")
+    test_fraction: float = Field(0.25, ge=0.05, le=0.5, description="Share of load_digits held out as the global test set (stratified).")
+    speed_min: float = Field(1.0, ge=1.0, le=20.0, description="Slowest-to-fastest speed factor range: each client's factor is uniform in [speed_min, speed_max] (1 = reference device).")
+    speed_max: float = Field(2.5, ge=1.0, le=20.0, description="Upper end of the client speed factors (a factor of 2.5 trains 2.5x slower).")
+    # model and local training
+    hidden: int = Field(256, ge=8, le=2048, description="Neurons of each of the MLP's two hidden layers.")
+    rounds: int = Field(20, ge=2, le=1000, description="Federated rounds per policy.")
+    local_epochs: int = Field(2, ge=1, le=50, description="Local epochs of SGD per client per round.")
+    batch_size: int = Field(16, ge=1, le=1024, description="Local minibatch size.")
+    lr: float = Field(0.05, gt=0.0, le=10.0, description="Local SGD learning rate.")
+    # FLuID
+    straggler_fraction: float = Field(0.2, ge=0.0, le=0.5, description="Share of clients, slowest first by profiled round compute, treated as stragglers.")
+    min_submodel: float = Field(0.5, ge=0.1, le=1.0, description="Smallest sub-model size r a straggler may train (share of each hidden layer kept).")
+    theta_init: float = Field(1e-4, gt=0.0, le=10.0, description="Invariant Dropout: first threshold on a neuron's relative update magnitude; raised until enough neurons are invariant.")
+    theta_growth: float = Field(1.25, gt=1.0, le=10.0, description="Invariant Dropout: factor by which the threshold is raised per search step.")
+    # simulated clock
+    ref_gflops: float = Field(10.0, gt=0.0, le=1e6, description="Reference device FLOP rate (GFLOP/s) of the straggler profile only: it orders clients and sizes sub-models (the order does not depend on it).")
+    comm_latency_s: float = Field(0.005, ge=0.0, le=60.0, description="Simulated clock: per-round network latency of a client (download + upload).")
+    bandwidth_mb_s: float = Field(100.0, gt=0.0, le=1e5, description="Simulated clock: client link bandwidth in MB/s (model down, update up).")
+    target_fraction: float = Field(0.95, ge=0.5, le=1.0, description="Target test accuracy = this share of FedAvg-wait's final accuracy (mean of the last 3 rounds).")
+    # fault injection
+    faulty_clients: int = Field(0, ge=0, le=99, description="Clients 0..k-1 misbehave in round 1 (in turn: NaN update, raised error, wrong shapes) and must be excluded from it.")
+    compare_workers: bool = Field(True, description="Also time FedAvg rounds with the clients fanned out on 1 worker vs every worker (measured).")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.speed_min > self.speed_max:
+            raise ValueError(f"speed_min ({self.speed_min}) exceeds speed_max ({self.speed_max})")
+        if self.faulty_clients >= self.clients:
+            raise ValueError(f"faulty_clients ({self.faulty_clients}) must leave at least one healthy client of {self.clients}")
+        return self
+
+    def config(self, seed: int) -> Config:
+        return Config(hidden=self.hidden, rounds=self.rounds, epochs=self.local_epochs, batch=self.batch_size,
+                      lr=self.lr, theta_init=self.theta_init, theta_growth=self.theta_growth,
+                      comm_latency_s=self.comm_latency_s, bandwidth_mb_s=self.bandwidth_mb_s,
+                      faulty_clients=self.faulty_clients, seed=seed)
+
+    def workload(self, seed: int) -> Workload:
+        return make_workload(self.clients, self.dirichlet_alpha, self.test_fraction, self.speed_min, self.speed_max,
+                             seed)
+
+    def plan(self, w: Workload) -> Plan:
+        return plan_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.min_submodel,
+                               self.ref_gflops)
+
+
+SPEC = SystemSpec(
+    name="fluid", title="FLuID: invariant-dropout straggler mitigation in FL", paper="FLuID (NeurIPS 2023)",
+    family="serverless-edge-fl", params=Params,
+    baselines=("fedavg_wait", "random_dropout", "ordered_dropout"),
+    claims=(
+        Claim("time_to_accuracy_s", "fedavg_wait", "fluid", "lower", None,
+              "lower round time at baseline accuracy vs FedAvg-wait, random and ordered dropout", headline=True),
+        Claim("time_to_accuracy_s", "random_dropout", "fluid", "lower",
+              statement="time to the target accuracy against random (federated) dropout of the stragglers"),
+        Claim("time_to_accuracy_s", "ordered_dropout", "fluid", "lower",
+              statement="time to the target accuracy against ordered dropout (FjORD) of the stragglers"),
+        Claim("mean_round_s", "fedavg_wait", "fluid", "lower",
+              statement="mean round time: the stragglers' sub-models shorten the wait for the slowest client"),
+        Claim("final_accuracy", "fedavg_wait", "fluid", "higher",
+              statement="Invariant Dropout keeps the baseline's model quality (ratio near 1)"),
+        Claim("final_accuracy", "random_dropout", "fluid", "higher",
+              statement="final accuracy against random dropout"),
+        Claim("final_accuracy", "ordered_dropout", "fluid", "higher",
+              statement="final accuracy against ordered dropout"),
+    ),
+)
+
+__all__ = ["Params", "SPEC", "POLICIES", "Config", "History", "Plan", "Workload", "UpdateError", "final_accuracy",
+           "make_workload", "plan_stragglers", "run_federation", "time_to_target"]

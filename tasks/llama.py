@@ -1,0 +1,53 @@
+"""Prefect tasks of the Llama flow: profile the serverless workers, plan (reference answer, SLO, static
+plans in hindsight), then run one variant over the whole workload on its own fresh worker pool.
+
+Granularity: a task runs a whole step; the invocations inside it go to worker processes the task's
+serverless runtime starts on demand (``systems/llama/runtime.py``), so each invocation costs a pipe
+round trip, not a Prefect task dispatch."""
+from __future__ import annotations
+
+import json
+
+from prefect import get_run_logger, task
+
+from mlsys_flows.blocks import ObjectStorage
+from mlsys_flows.systems.llama import Params
+from mlsys_flows.systems.llama import experiment as ex
+
+
+@task(name="llama-profile")
+def profile(p: Params) -> dict:
+    """Latency per (op, tier, batch size) on warm workers of each tier, and measured cold starts."""
+    log = get_run_logger()
+    out = ex.run_profile(p)
+    prof = out["profile"]
+    log.info("llama profile: cold start cpu %.3f s, gpu %.3f s; classify cpu %s ms, gpu %s ms (batches %s)",
+             prof.cold_start_s["cpu"], prof.cold_start_s["gpu"],
+             [round(x * 1e3, 2) for x in prof.latency["classify/cpu"]],
+             [round(x * 1e3, 2) for x in prof.latency["classify/gpu"]], list(prof.batches))
+    return out
+
+
+@task(name="llama-plan")
+def plan(p: Params, prof: dict, storage: ObjectStorage, key: str) -> dict:
+    """The reference answer, the SLO, the static plans chosen in hindsight (saved at ``key``)."""
+    log = get_run_logger()
+    out = ex.make_plan(p, prof["profile"])
+    storage.write_bytes(key, json.dumps({"slo_s": out["slo_s"], "plans": out["labels"], "predicted": out["predicted"],
+                                         "answers": {str(k): list(v) for k, v in out["answers"].items()}},
+                                        indent=1).encode())
+    log.info("llama plan: SLO %.3f s; %d static plans scored; best static: %s", out["slo_s"], out["candidates"],
+             out["labels"]["best_static"])
+    return out
+
+
+@task(name="llama-run")
+def run_variant(p: Params, name: str, plan_: dict, prof: dict, repeat: int) -> dict:
+    """Every video under one variant's policy, invocations in real worker processes."""
+    log = get_run_logger()
+    out = ex.run_variant(p, name, plan_, prof["profile"])
+    m = out["metrics"]
+    log.info("llama %s repeat %d: cost/video %.3g USD, mean latency %.3f s, SLO met %.0f%%, %d cold starts (%.2f s), "
+             "%d invocations, answers match %s", name, repeat, m["cost"], m["mean_latency_s"], 100 * m["slo_attainment"],
+             m["cold_starts"], m["cold_start_s"], m["invocations"], bool(m["answers_match"]))
+    return out

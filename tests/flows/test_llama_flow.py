@@ -1,0 +1,31 @@
+"""The llama flow at smoke scale (the session's shared reference run): four variants on the same
+videos, every variant's answer equal to the in-process reference, cold starts of real worker processes
+counted and timed, modelled latency and cost with their assumptions, the plan on storage."""
+import json
+
+from faultkit import reference_run
+
+from mlsys_flows.systems.llama import VARIANTS, Params
+
+
+def test_llama_flow_smoke():
+    report, storage = reference_run("llama")
+    v, kinds = report["variants"], report["metric_kinds"]
+    assert set(v) == set(VARIANTS)
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("cost", "best_static", "llama", "modelled")
+    assert kinds["mean_latency_s"] == kinds["slo_attainment"] == "modelled"
+    assert kinds["cold_start_s"] == kinds["execution_wall_s"] == "measured" and kinds["cold_starts"] == "counted"
+    assert {"gpu_speedup_classify", "gpu_price_per_s", "pipeline_clock"} <= set(report["assumptions"]["cost"])
+    assert "slo_s" in report["assumptions"]["slo_attainment"]
+    p = Params.for_scale("smoke")
+    for name, m in v.items():
+        assert m["answers_match"] == 1.0, name                  # same answer as the reference, every variant
+        assert m["cold_starts"] >= 1 and m["cold_start_s"] > 0  # real processes were started on demand
+        assert 0.0 <= m["slo_attainment"] <= 1.0 and m["cost"] > 0 and m["mean_latency_s"] > 0
+        assert len(report["samples"][name]["cost"]) == p.repeats
+    assert v["all_cpu"]["gpu_busy_share"] == 0.0 and v["all_gpu"]["gpu_busy_share"] == 1.0
+    assert len({m["objects_classified"] for m in v.values()}) == 1 and v["llama"]["objects_classified"] > 0
+    plan = json.loads(storage.read_bytes(f"runs/llama/{report['run_id']}/plan.json"))
+    assert plan["slo_s"] == v["llama"]["slo_s"] and set(plan["plans"]) == {"all_cpu", "all_gpu", "best_static"}
+    assert {r["baseline"] for r in report["ratios"]} >= {"all_gpu", "all_cpu"}

@@ -1,0 +1,47 @@
+"""The swarm flow at smoke scale (the session's shared reference run): every policy at every swarm size,
+simulated latencies with the measured solve times beside them, the crossover variants, the plot data."""
+import math
+
+from faultkit import reference_run
+
+from mlsys_flows.systems.swarm import POLICIES, Params, crossover
+
+
+def test_swarm_flow_smoke():
+    report, _ = reference_run("swarm")
+    p = Params.for_scale("smoke")
+    v, kinds, samples = report["variants"], report["metric_kinds"], report["samples"]
+    per_n = {f"{q}_N{n}" for q in POLICIES for n in p.n_grid}
+    assert set(v) == per_n | set(POLICIES) | {"centralized_at_crossover", "distributed_at_crossover"}
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == \
+        ("p99_decision_latency_s", "centralized", "distributed", "simulated")
+    assert {"rtt_s", "claim_window_s", "radio_loss", "solve_time"} <= set(h["assumptions"])
+    assert kinds["compute_s_mean"] == "measured" and kinds["tasks_arrived"] == kinds["drones_failed"] == "counted"
+    assert kinds["mean_completion_s"] == kinds["tasks_completed"] == "simulated"
+    # the policies share the workload of each N; every task is accounted for
+    for n in p.n_grid:
+        runs = [v[f"{q}_N{n}"] for q in POLICIES]
+        assert len({r["tasks_arrived"] for r in runs}) == 1 and len({r["drones_failed"] for r in runs}) == 1
+        for r in runs:
+            assert r["tasks_arrived"] == r["tasks_completed"] + r["tasks_dropped"] + r["tasks_pending"] + \
+                r["tasks_in_service"]
+            assert r["p99_decision_latency_s"] >= r["p50_decision_latency_s"] > 0
+        # centralized decisions pay at least the round trip and the measured solve
+        assert v[f"centralized_N{n}"]["p50_decision_latency_s"] >= p.rtt_s
+        assert v[f"centralized_N{n}"]["solves"] > 0 and v[f"distributed_N{n}"]["solves"] == 0
+        assert v[f"centralized_N{n}"]["travel_m_per_task"] <= v[f"centralized_greedy_N{n}"]["travel_m_per_task"] * 1.05
+    # the largest swarm is what the claims compare; timed metrics keep one sample per repeat
+    largest = p.n_grid[-1]
+    assert v["distributed"] == v[f"distributed_N{largest}"]
+    assert len(samples["centralized"]["compute_s_mean"]) == p.repeats
+    # the crossover variants agree with the helper on the report's own curves
+    ys = {q: [v[f"{q}_N{n}"]["p99_decision_latency_s"] for n in p.n_grid] for q in ("distributed", "centralized")}
+    cr = crossover(p.n_grid, ys["distributed"], ys["centralized"])
+    at = v["distributed_at_crossover"]
+    assert at["crossover_found"] == float(cr.n is not None)
+    if cr.n is not None:
+        assert math.isclose(at["crossover_n"], cr.n, rel_tol=1e-9) and p.n_grid[0] <= cr.n <= largest
+    titles = [c["title"] for c in report["curves"]]
+    assert titles[0] == "p99 decision latency vs swarm size"
+    assert all(xs == p.n_grid for xs, _ in report["curves"][0]["series"].values())

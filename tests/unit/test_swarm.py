@@ -1,0 +1,146 @@
+"""Swarm control: optimal assignment (checked by brute force), task conservation, message loss and failure
+effects, the measured solve time on the event clock, and the crossover helper."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.swarm import (POLICIES, Params, SimConfig, Swarm, assignment_cost, brute_force_optimum,
+                                       check_optimal, crossover, greedy_nearest, hungarian, simulate, travel_cost)
+from mlsys_flows.systems.swarm.sim import FAILED
+
+
+def fake_clock(step: float = 1e-5):
+    """A deterministic stand-in for perf_counter: every call advances by ``step``."""
+    c = itertools.count()
+    return lambda: next(c) * step
+
+
+SMALL = dict(n_drones=20, horizon_s=60.0, warmup_s=10.0, seed=3)
+
+
+# ----- assignment -----
+@pytest.mark.parametrize("shape", [(5, 5), (6, 4), (3, 7), (8, 8), (1, 5)])
+def test_hungarian_is_optimal_by_brute_force(shape):
+    rng = np.random.default_rng(sum(shape))
+    for _ in range(5):
+        cost = travel_cost(rng.uniform(0, 500, (shape[0], 2)), rng.uniform(0, 500, (shape[1], 2)), 15.0)
+        pairs = hungarian(cost)
+        check_optimal(cost, pairs)
+        assert assignment_cost(cost, pairs) == pytest.approx(brute_force_optimum(cost))
+
+
+def test_check_optimal_rejects_a_broken_assignment():
+    cost = np.array([[1.0, 10.0, 10.0], [10.0, 1.0, 10.0], [10.0, 10.0, 1.0]])
+    check_optimal(cost, [(0, 0), (1, 1), (2, 2)])
+    with pytest.raises(ValueError, match="optimum"):
+        check_optimal(cost, [(0, 1), (1, 0), (2, 2)])           # swapped: valid but not optimal
+    with pytest.raises(ValueError, match="twice"):
+        check_optimal(cost, [(0, 0), (0, 1), (2, 2)])           # a drone used twice
+    with pytest.raises(ValueError, match="maximal"):
+        check_optimal(cost, [(0, 0), (1, 1)])                   # a task left out
+
+
+def test_greedy_is_valid_but_can_be_suboptimal():
+    # drone 0 is nearest to both tasks: greedy takes the cheapest pair first and pays for it
+    cost = np.array([[1.0, 2.0], [2.0, 100.0]])
+    greedy = greedy_nearest(cost)
+    assert assignment_cost(cost, greedy) == 101.0 > brute_force_optimum(cost) == 4.0
+    with pytest.raises(ValueError):
+        check_optimal(cost, greedy)
+
+
+# ----- simulator -----
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_arrived_task_is_accounted_for(policy):
+    cfg = SimConfig(**SMALL, failure_rate_per_h=60.0, radio_loss=0.2, backhaul_loss=0.05)
+    s = Swarm(cfg, policy, clock=fake_clock())
+    res = s.run()
+    c = res.counts
+    assert c["tasks_arrived"] == len(s.w.arr_t) == len(s.tasks) > 30
+    assert c["tasks_arrived"] == c["tasks_completed"] + c["tasks_dropped"] + c["tasks_pending"] + c["tasks_in_service"]
+    states = [t.state for t in s.tasks]
+    assert states.count("done") == c["tasks_completed"] and states.count("dropped") == c["tasks_dropped"]
+    assert all(t.done - t.arrival >= t.service - 1e-9 for t in s.tasks if t.state == "done")
+
+
+def test_conservation_counts_unfinished_tasks_when_the_run_is_cut_short():
+    cfg = SimConfig(**SMALL)
+    res = Swarm(cfg, "centralized", clock=fake_clock()).run(drain=False)    # stopped at the horizon
+    c = res.counts
+    assert c["tasks_pending"] + c["tasks_in_service"] > 0
+    assert c["tasks_arrived"] == c["tasks_completed"] + c["tasks_dropped"] + c["tasks_pending"] + c["tasks_in_service"]
+
+
+def test_message_loss_makes_distributed_control_worse():
+    runs = {loss: simulate(SimConfig(**SMALL, radio_loss=loss, failure_rate_per_h=0.0), "distributed",
+                           clock=fake_clock()) for loss in (0.0, 0.4)}
+    clean, lossy = runs[0.0].counts, runs[0.4].counts
+    assert clean["messages_lost"] == 0 < lossy["messages_lost"]
+    assert lossy["wasted_trips"] > clean["wasted_trips"]          # lost claims and TAKENs: duplicate flights
+    assert runs[0.4].metrics()["travel_m_per_task"] > runs[0.0].metrics()["travel_m_per_task"]
+
+
+def test_failures_remove_drones():
+    cfg = SimConfig(**SMALL, failure_rate_per_h=120.0)
+    for policy in POLICIES:
+        s = Swarm(cfg, policy, clock=fake_clock())
+        res = s.run()
+        failed = np.flatnonzero(s.state == FAILED)
+        assert res.counts["drones_failed"] == len(failed) > 0
+        for d in failed:   # a failed drone serves nothing after its failure
+            t_fail = s.w.fail_t[d]
+            assert not any(t.server == d and t.start > t_fail for t in s.tasks)
+    assert simulate(SimConfig(**SMALL, failure_rate_per_h=0.0), "centralized", clock=fake_clock()).counts["drones_failed"] == 0
+
+
+def test_the_measured_solve_time_is_on_the_event_clock():
+    cfg = SimConfig(**SMALL, rtt_jitter_s=0.0, backhaul_loss=0.0)
+    fast = simulate(cfg, "centralized", clock=fake_clock(1e-6)).metrics()
+    slow = simulate(cfg, "centralized", clock=fake_clock(0.25)).metrics()   # each solve "takes" 0.25 s
+    assert fast["p50_decision_latency_s"] == pytest.approx(cfg.rtt_s, abs=0.01)
+    assert slow["p50_decision_latency_s"] >= 0.25 + cfg.rtt_s
+    assert slow["compute_s_mean"] == pytest.approx(0.25)
+
+
+def test_centralized_plans_are_never_worse_than_greedy_on_travel():
+    cfg = SimConfig(**SMALL, failure_rate_per_h=0.0)
+    hung = simulate(cfg, "centralized", clock=fake_clock()).metrics()
+    greedy = simulate(cfg, "centralized_greedy", clock=fake_clock()).metrics()
+    assert hung["travel_m_per_task"] <= greedy["travel_m_per_task"]
+
+
+# ----- crossover -----
+def test_crossover_interpolates_in_log_n():
+    cr = crossover([10, 100, 1000], [5.0, 5.0, 5.0], [2.0, 4.0, 8.0])
+    assert cr.n == pytest.approx(100 * 10 ** 0.25)            # difference 1 -> -3: a quarter of the interval
+    assert cr.interpolate([10, 100, 1000], [0.0, 4.0, 8.0]) == pytest.approx(5.0)
+    assert "between N=100 and N=1000" in cr.note
+
+
+def test_crossover_at_or_below_the_smallest_n():
+    cr = crossover([10, 100], [1.0, 1.0], [2.0, 3.0])
+    assert cr.n == 10 and "at or below" in cr.note
+
+
+def test_crossover_free_curves_give_none_with_a_note():
+    cr = crossover([10, 100, 1000], [5.0, 6.0, 7.0], [1.0, 2.0, 3.0])
+    assert cr.n is None and "no crossover" in cr.note
+    assert cr.interpolate([10, 100, 1000], [1.0, 2.0, 3.0]) is None
+    with pytest.raises(ValueError):
+        crossover([10, 10], [1.0, 1.0], [2.0, 2.0])
+
+
+# ----- parameters -----
+def test_params_reject_a_bad_grid_naming_it():
+    for bad in ([100, 12], [12, 12], [2, 100], [12]):
+        with pytest.raises(ParamsError) as exc:
+            Params.for_scale("smoke", n_grid=bad)
+        assert exc.value.field.split(".")[0] == "n_grid"
+    p = Params.for_scale("quick")
+    assert p.config(1000).horizon_s == pytest.approx(max(p.min_horizon_s, p.tasks_per_run / (p.load * 1000 / p.service_mean_s)))
+    assert math.isclose(p.config(12).warmup_s * 3, p.config(12).horizon_s)
