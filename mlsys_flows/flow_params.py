@@ -58,8 +58,9 @@ class FlowParam:
 
 
 PARAMETERS: tuple[FlowParam, ...] = (
-    FlowParam("scale", "scale", "Workload size: smoke (seconds), quick (a few minutes on 2 cores), full (GPU or "
-                                "cluster). Chooses the preset the overrides apply to.",
+    FlowParam("scale", "scale", "Workload size: smoke (the pipeline on a tiny workload, under a minute), quick (a "
+                                "few minutes on 2 cores), full (GPU or cluster). Chooses the preset the overrides "
+                                "apply to.",
               default="quick", in_deployment=True, from_webhook_body=True),
     FlowParam("overrides", "overrides", "Values of the system's own parameters on top of the scale's preset; "
                                         "only the fields of the system's Params are accepted.",
