@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup run lint test test-unit test-flows test-integration test-load test-airflow test-faults bench system-deps clean
+.PHONY: setup run lint test test-unit test-flows test-integration test-load test-airflow test-faults bench bench-overhead system-deps clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,11 @@ test-faults: setup
 
 bench: setup
 	$(VENV)/bin/mlsys-flows bench all --scale quick --save
+	$(MAKE) bench-overhead
+
+# Orchestration overhead (docs/overhead.md): benchmarks/results/overhead.json, docs/img/overhead-*.png, ~45-60 min
+bench-overhead: setup
+	$(PY) -m benchmarks.overhead --docs
 
 clean:
 	rm -rf .mlsys-flows .pytest_cache .hypothesis

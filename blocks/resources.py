@@ -1,7 +1,12 @@
 """ResourcePool: GPUs, FPGAs or CPU slots that tasks claim, on Dask and in Prefect."""
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import re
+import tempfile
+import time
 from contextlib import contextmanager
 from typing import Iterator, Literal
 
@@ -23,8 +28,12 @@ class ResourcePool(Block):
     ``dask.annotate(resources=...)`` around the submissions that need a device (``annotate()``),
     so only workers that own a device run them; and (2) a Prefect global concurrency limit of
     ``len(devices)`` slots (``claim()``), so no more tasks hold a device than exist. A GPU pool
-    on a machine without CUDA falls back to the CPU with a logged warning; an FPGA pool uses the
-    software device backend unless a board driver is configured.
+    on a machine without CUDA falls back to the CPU with a logged warning. An FPGA pool's
+    ``claim()`` also takes one free device of its inventory under an exclusive file lock on this
+    machine (waiting while all are taken) and yields its board name: ``fpga:N`` entries are the
+    software device backend's ``fpga-sw:N`` (``systems/common/fpga.py``, ``open_board(device)``);
+    other names (``f1:0``) go to a registered board driver as they are. The board itself also
+    bounds its concurrent jobs (its slots) when it is opened.
 
     Example:
         ```python
@@ -46,7 +55,8 @@ class ResourcePool(Block):
 
     kind: Literal["gpu", "fpga", "cpu"] = Field(default="gpu", description="Device kind: gpu, fpga or cpu.")
     devices: list[str] = Field(default_factory=lambda: ["cuda:0"], min_length=1,
-                               description="Device inventory, e.g. ['cuda:0', 'cuda:1'] or ['fpga:0'].")
+                               description="Device inventory, e.g. ['cuda:0', 'cuda:1'], or FPGA boards "
+                               "['fpga-sw:0', 'fpga-sw:1'] (fpga:N means the software board fpga-sw:N).")
     per_task: float = Field(default=1.0, gt=0, description="Devices one task claims (Dask resource units).")
     name: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]*$",
                       description="Pool name, part of the Prefect concurrency limit's name.")
@@ -96,17 +106,56 @@ class ResourcePool(Block):
 
     @contextmanager
     def claim(self) -> Iterator[str]:
-        """Inside a task: hold one slot of the Prefect limit and yield the torch device to use."""
+        """Inside a task: hold one slot of the Prefect limit and yield the device to use (an FPGA
+        pool: a device of its inventory no other claim on this machine holds, see ``_fpga_device``)."""
+        with self._held_slot():
+            if self.kind != "fpga":
+                yield self.device()
+                return
+            with self._fpga_device() as device:
+                yield device
+
+    @contextmanager
+    def _held_slot(self) -> Iterator[None]:
         if not self.limit_concurrency:
-            yield self.device()
+            yield
             return
         from prefect.concurrency.sync import concurrency
 
         with concurrency(self.concurrency_limit_name, occupy=1, strict=False):
-            yield self.device()
+            yield
+
+    @contextmanager
+    def _fpga_device(self) -> Iterator[str]:
+        """An exclusive flock on ``<tmp>/mlsys-fpga-pool-<uid>/<pool>/<device>.lock`` of the first free
+        device (waits while all are held; the lock dies with its holder, so a killed task frees it)."""
+        root = os.path.join(tempfile.gettempdir(), f"mlsys-fpga-pool-{os.getuid()}", self.name)
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        delay, waiting_since = 0.005, None
+        while True:
+            for dev in self.devices:
+                fd = os.open(os.path.join(root, re.sub(r"[^A-Za-z0-9_.-]", "_", dev) + ".lock"),
+                             os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    yield _board_name(dev)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.close(fd)
+                return
+            if waiting_since is None:
+                waiting_since = time.monotonic()
+                log.info("ResourcePool %r: all %d FPGA device(s) busy; waiting", self.name, len(self.devices))
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     def device(self) -> str:
-        """The device a task should use; falls back to the CPU (with a warning) when absent."""
+        """The device a task should use; falls back to the CPU (with a warning) when absent. An
+        FPGA pool: its first board's name (``claim()`` picks a free one)."""
         if self.kind == "gpu":
             try:
                 import torch
@@ -117,4 +166,9 @@ class ResourcePool(Block):
                 pass
             log.warning("ResourcePool %r: no CUDA device on this worker; falling back to CPU", self.name)
             return "cpu"
-        return "fpga-sw" if self.kind == "fpga" else "cpu"
+        return _board_name(self.devices[0]) if self.kind == "fpga" else "cpu"
+
+
+def _board_name(device: str) -> str:
+    """``fpga:N`` (no board driver named) is the software board ``fpga-sw:N``; other names as they are."""
+    return "fpga-sw:" + device.split(":", 1)[1] if re.fullmatch(r"fpga:\d+", device) else device

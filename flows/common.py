@@ -62,8 +62,10 @@ class RunContext:
 
     @property
     def devices(self) -> ResourcePool:
-        """The pool device tasks use: the ``devices`` parameter's block, else this machine's GPUs
-        (a task falls back to the CPU with a warning where there is none)."""
+        """The pool device tasks use: the ``devices`` parameter's block, else this machine's own
+        devices of the kind the task asks for: its GPUs (a task falls back to the CPU with a warning
+        where there is none), or for ``submit(..., device="fpga")`` its software FPGA board
+        ``fpga-sw:0`` (``submit`` swaps this default pool for ``_LOCAL_FPGA``)."""
         # a worker's own devices: no shared slots (a killed run would hold one until its lease ends)
         return self.device_pool or ResourcePool(kind="gpu", name="local", limit_concurrency=False)
 
@@ -74,9 +76,12 @@ class RunContext:
         device with ``with pool.claim() as device:`` (a slot of the pool's Prefect concurrency limit,
         one per device, and the torch device to use)."""
         if device is None or self.device_pool is None:
-            if device is not None and device != "gpu":
-                raise ParamsError(self.spec.name, "devices", f"task {task.name} needs a {device} pool: "
-                                                             f"pass the name of a saved ResourcePool block")
+            if device not in (None, "gpu", "fpga"):
+                raise ParamsError(self.spec.name, "devices", f"task {task.name}: unknown device kind {device!r}")
+            if device == "fpga":  # no pool: ctx.devices' local default becomes this machine's software board
+                def local(a: Any) -> Any:
+                    return _LOCAL_FPGA if isinstance(a, ResourcePool) and a == _LOCAL_GPU else a
+                args, kwargs = tuple(map(local, args)), {k: local(v) for k, v in kwargs.items()}
             return task.submit(*args, **kwargs)
         pool = self.device_pool
         if pool.kind != device:
@@ -89,6 +94,10 @@ class RunContext:
     def repeats(self) -> int:
         """Samples of every timed metric, variants interleaved (the ``repeats`` parameter)."""
         return self.params.repeats
+
+
+_LOCAL_GPU = ResourcePool(kind="gpu", name="local", limit_concurrency=False)
+_LOCAL_FPGA = ResourcePool(kind="fpga", devices=["fpga-sw:0"], name="local", limit_concurrency=False)
 
 
 def resolve_storage(storage: str | ObjectStorage | None) -> ObjectStorage:

@@ -166,6 +166,8 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
                                                    "(for 'all': a JSON list of reports)."),
           save: bool = typer.Option(False, "--save", help=f"Also write {RESULTS}/<name>-<scale>.json, the committed "
                                     "results the README and the stale-results test read."),
+          record: bool = typer.Option(False, "--record", help="--save, then regenerate docs/results.md (and every "
+                                      "generated file) and the HTML catalogue (`mlsys-flows report`)."),
           storage: Optional[str] = STORAGE_OPT, cluster: Optional[str] = CLUSTER_OPT,
           devices: Optional[str] = DEVICES_OPT) -> None:
     """Run systems and compare each headline ratio (with its kind) with the paper's claim."""
@@ -173,8 +175,11 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     names = [s.name for s in registry.implemented()] if name == "all" else [name]
     if not names:
         _fail("no system is implemented yet")
+    save = save or record
     if save and param:
-        _fail("--save writes the committed results, which are the scale's preset: drop the -p overrides or use --json")
+        _fail("--save/--record write the committed results, which are the scale's preset: drop the -p overrides "
+              "or use --json")
+    sweep_started = time.perf_counter()
     reports = []
     for n in names:
         report = _guard(lambda: _run_one(n, scale, param, storage, cluster, devices))
@@ -194,12 +199,51 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
                       f"{h.range[0]:.2f}-{h.range[1]:.2f}" if h.range else "", _paper(h),
                       f"{s.ratio:.2f}x vs {s.baseline}")
     console.print(table)
+    took = time.perf_counter() - sweep_started
+    console.print(f"{len(reports)} system{'s' if len(reports) != 1 else ''} at {scale} took {took:.0f} s "
+                  f"({took / 60:.1f} min) in all")
+    if record:
+        from mlsys_flows import catalogue
+        from mlsys_flows import generate as gen
+
+        for path in gen.write():
+            console.print(f"wrote {path}")
+        console.print(f"catalogue: {catalogue.build(catalogue.OUT, results=RESULTS)}", highlight=False)
+
+
+@app.command()
+def report(storage: Optional[str] = typer.Option(None, help="Also read the RunReports on this ObjectStorage block "
+                                                 "(name, or a file:// URL) under reports/<system>/<run_id>.json, "
+                                                 "where every run publishes its report."),
+           out: Path = typer.Option(Path("build/catalogue"), help="Folder of the catalogue (index.html, "
+                                    "systems/, img/).")) -> None:
+    """Build the static HTML results catalogue: every system's claim beside its runs, a page per
+    system with its report and history. Opens from a file, no server and no network."""
+    from mlsys_flows import catalogue
+
+    store = None
+    if storage:
+        from mlsys_flows.settings import configure_prefect_home
+
+        configure_prefect_home()
+        from mlsys_flows.blocks import ObjectStorage
+        from mlsys_flows.runner import _load_block
+
+        try:
+            store = ObjectStorage(url=storage) if "://" in storage else _load_block(ObjectStorage, storage, "--storage")
+        except RunError as exc:
+            _fail(str(exc))
+        except ValueError as exc:  # the block's own validation (pydantic): its first message
+            _fail(f"--storage {storage!r}: " + (exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)))
+    with console.status("[bold]building the catalogue[/bold] (plots with matplotlib)...", spinner="dots"):
+        index = catalogue.build(out, storage=store)
+    console.print(f"wrote {index} (open file://{index.resolve()})", highlight=False, soft_wrap=True)
 
 
 @app.command()
 def generate(check: bool = typer.Option(False, "--check", help="Write nothing; fail if a generated file is stale.")) -> None:
-    """Rewrite every generated file (README tables, docs results blocks, docs/limits.md, prefect.yaml,
-    infra/work-pools templates) from the registry and the committed RunReports."""
+    """Rewrite every generated file (README tables, docs results blocks, docs/results.md, docs/limits.md,
+    prefect.yaml, infra/work-pools templates) from the registry and the committed RunReports."""
     from mlsys_flows import generate as gen
 
     if check:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from mlsys_flows import deploy, infra, limits, readme, registry
+from mlsys_flows import catalogue, deploy, infra, limits, readme, registry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,6 +33,7 @@ def files() -> dict[str, Callable[[], str]]:
     out: dict[str, Callable[[], str]] = {
         "README.md": _readme,
         "docs/limits.md": limits.render_markdown,
+        "docs/results.md": lambda: catalogue.results_markdown(),
         "prefect.yaml": deploy.render,
     }
     for spec in registry.implemented():

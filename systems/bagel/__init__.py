@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.llm_params import LLMEndpointParams
+from mlsys_flows.systems.common.params import FieldValueError, SystemParams
 from mlsys_flows.systems.common.spec import Claim, SystemSpec
 
 from .evaluate import METHODS, evaluate_queries, summarize
@@ -20,7 +21,7 @@ from .text import ASPECTS, CITIES, TextCorpus, make_corpus, query_text, text_que
 from .workload import Query, digits_embeddings, make_queries, noisy_oracle
 
 
-class Params(SystemParams):
+class Params(LLMEndpointParams, SystemParams):
     SYSTEM: ClassVar[str] = "bagel"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(queries=12, budget=10, budget_points=2),
@@ -49,21 +50,13 @@ class Params(SystemParams):
     cities: int = Field(16, ge=2, le=len(CITIES), description="minilm corpus: cities, each with per_cluster passages on each of the 8 aspects.")
     same_city: float = Field(0.3, ge=0.0, le=1.0, description="minilm oracle: graded relevance of the query's city under an aspect the query does not ask about.")
     same_aspect: float = Field(0.1, ge=0.0, le=1.0, description="minilm oracle: graded relevance of another city under one of the query's two aspects.")
-    llm_base_url: str | None = Field(None, min_length=8, max_length=500, pattern=r"^https?://", description="OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) whose chat model grades (query, passage) relevance 0-10 instead of the offline oracle; needs embedding=minilm (text). None: the offline oracle.")
-    llm_model: str = Field("gpt-4o-mini", min_length=1, max_length=200, description="Chat model name sent to llm_base_url.")
-    api_key_secret: str | None = Field(None, min_length=1, max_length=200, description="Name of the Prefect Secret block holding the endpoint's API key (resolved in the task, never logged).")
-    llm_timeout_s: float = Field(60.0, gt=0.0, le=600.0, description="Seconds to wait for one LLM reply.")
     llm_max_failed: float = Field(0.2, ge=0.0, le=1.0, description="Abort when more than this share of LLM scoring requests failed (after 10); fewer failed scores count as relevance 0 and are reported.")
-
-    @field_validator("llm_base_url")
-    @classmethod
-    def _llm_needs_text(cls, v, info: ValidationInfo):
-        if v and info.data.get("embedding", "digits") != "minilm":
-            raise ValueError("the LLM scorer grades text: set embedding='minilm' (the digits corpus has no text)")
-        return v
 
     @model_validator(mode="after")
     def _consistent(self):
+        if self.llm_base_url and self.embedding != "minilm":
+            raise FieldValueError("llm_base_url", "the LLM scorer grades text: set embedding='minilm' (the digits "
+                                                  "corpus has no text)")
         if self.seeds > self.budget:
             raise ValueError(f"seeds ({self.seeds}) must not exceed budget ({self.budget})")
         return self

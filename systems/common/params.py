@@ -26,6 +26,15 @@ class ParamsError(ValueError):
         super().__init__(f"{system}: parameter '{field}': {problem}")
 
 
+class FieldValueError(ValueError):
+    """Raised by a cross-field (model) validator to name the parameter at fault, so the
+    ParamsError names it too rather than the whole parameter set."""
+
+    def __init__(self, field: str, problem: str):
+        self.field = field
+        super().__init__(problem)
+
+
 class SystemParams(BaseModel):
     """Parameters every system has. Subclasses add their own fields and ``PRESETS``."""
 
@@ -58,6 +67,9 @@ class SystemParams(BaseModel):
             return cls(**values)
         except ValidationError as exc:
             err = exc.errors()[0]
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, FieldValueError):
+                raise ParamsError(cls.SYSTEM, cause.field, f"{cause} (got {values.get(cause.field)!r})") from None
             field = ".".join(str(p) for p in err.get("loc", ())) or "parameters"
             raise ParamsError(cls.SYSTEM, field, f"{err['msg']} (got {err.get('input')!r})") from None
 

@@ -114,7 +114,7 @@ def test_resource_pool(caplog):
         with caplog.at_level(logging.WARNING, logger="mlsys_flows.resources"):
             assert pool.device() == "cpu"
         assert "falling back to CPU" in caplog.text
-    assert ResourcePool(kind="fpga", devices=["fpga:0"]).device() == "fpga-sw"
+    assert ResourcePool(kind="fpga", devices=["fpga:0"]).device() == "fpga-sw:0"
     import dask
 
     with pool.annotate():

@@ -4,7 +4,10 @@ import math
 import pytest
 from pydantic import Field
 
-from mlsys_flows.systems.common.params import ParamsError, SystemParams
+from pydantic import model_validator
+
+from mlsys_flows.systems.common.llm_params import LLMEndpointParams
+from mlsys_flows.systems.common.params import FieldValueError, ParamsError, SystemParams
 from mlsys_flows.systems.common.plotting import render_png
 from mlsys_flows.systems.common.report import (Assumption, ContractError, Curve, Environment, RunReport, SystemResult,
                                                build_report, oriented_ratio)
@@ -161,3 +164,30 @@ def test_overrides_model_is_the_params_all_optional_with_presets_and_limits():
     assert model(rows=5).model_dump(exclude_none=True) == {"rows": 5}
     with pytest.raises(ValueError):
         model(rows=0)
+
+
+class Endpoint(LLMEndpointParams, SystemParams):
+    SYSTEM = "endpoint"
+    agent: str = Field("offline", description="offline or llm")
+
+    @model_validator(mode="after")
+    def _url_for_llm(self):
+        if self.agent == "llm" and not self.llm_base_url:
+            raise FieldValueError("llm_base_url", "agent=llm needs an endpoint")
+        if self.agent == "broken":
+            raise ValueError("a plain cross-field error")
+        return self
+
+
+def test_cross_field_errors_name_the_field_at_fault_and_the_mixin_keeps_extra_forbid():
+    with pytest.raises(ParamsError) as err:
+        Endpoint.for_scale("smoke", agent="llm")
+    assert err.value.field == "llm_base_url" and "needs an endpoint" in str(err.value)
+    with pytest.raises(ParamsError) as err:  # a plain ValueError has no field to name
+        Endpoint.for_scale("smoke", agent="broken")
+    assert err.value.field == "parameters"
+    with pytest.raises(ParamsError, match="'llm_base_url'"):
+        Endpoint.for_scale("smoke", llm_base_url="ftp://nowhere.example")
+    with pytest.raises(ParamsError, match="'bogus'"):
+        Endpoint.for_scale("smoke", bogus=1)
+    assert Endpoint.for_scale("smoke", agent="llm", llm_base_url="http://127.0.0.1:8000/v1").llm_model

@@ -1,0 +1,120 @@
+"""One microservice system end to end: synthesize and validate Atlas's graph, learn the PC graph from
+the same short window of normal telemetry, fit the same localizer on every graph, rank incidents."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import ci
+from .docs import make_docs
+from .model import ERR, FAULTS, LAT, Microservices, expand, make_incident, make_system, simulate, true_graph, var
+from .rca import Localizer, component_edges, edge_scores, rank_of, set_scores
+from .synth import synthesize
+
+GRAPH_VARIANTS = ("true_graph", "atlas", "atlas_no_validation", "pc_algorithm")
+VARIANTS = GRAPH_VARIANTS + ("zscore",)
+SUMMED = ("pc_s", "pruned_true_edges", "pruned_false_edges", "validated_edges")
+
+
+PAST = 10**6   # incident indices of the past incidents in the history (never evaluated)
+
+
+def build(p, seed: int) -> tuple[Microservices, list[str], np.ndarray, np.ndarray]:
+    """The system, its documentation, the longest normal-operation history any run size needs, and
+    the telemetry of the most past incidents any setting needs (``past[: k * fault_window]`` are the
+    first k incidents)."""
+    s = make_system(p.components, seed)
+    pages = make_docs(s, seed, p.doc_omit, p.doc_hard, p.doc_stale, p.doc_distractor)
+    history = simulate(s, max(h for h, _ in p.settings()), np.random.default_rng([seed, 31]))
+    past = [make_incident(s, PAST + k, seed, p.fault_window, p.fault_magnitude).data
+            for k in range(max(k for _, k in p.settings()))]
+    return s, pages, history, (np.concatenate(past) if past else np.zeros((0, s.V)))
+
+
+def component_candidates(s: Microservices, comp_edges) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """The metric edges each synthesized component edge (callee u, caller v) stands for."""
+    return {(u, v): [(var(u, LAT), var(v, LAT)), (var(u, ERR), var(v, ERR)), (var(u, LAT), var(v, ERR))]
+            for u, v in sorted(comp_edges)}
+
+
+def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, past: np.ndarray, agent) -> dict:
+    """Every variant's graph and localizer at every history size, with graph quality and counts.
+    Atlas's data validation tests each synthesized dependency u -> v through the metric edges it stands
+    for and prunes it when the data contradicts all of them (none rejects independence)."""
+    t0 = time.perf_counter()
+    syn = synthesize(agent, pages, s.names)
+    synth_s = time.perf_counter() - t0
+    truth = true_graph(s)
+    truth_c = s.component_edges()
+    proposed = expand(s.n, syn.edges)
+    groups = component_candidates(s, syn.edges)
+    candidates = [e for es in groups.values() for e in es]
+    out = {"synthesis": {**syn.stats(), "synth_s": synth_s}, "problems": syn.problems, "settings": {}}
+    for h, k in p.settings():
+        data = np.concatenate([history[:h], past[: k * p.fault_window]])
+        _, pvals = ci.validate(proposed, candidates, data, p.validation_alpha)
+        pruned = [ce for ce, es in groups.items() if min(pvals[e] for e in es) > p.validation_alpha]
+        atlas = expand(s.n, set(syn.edges) - set(pruned))
+        t1 = time.perf_counter()
+        pcg = ci.pc(data, p.pc_alpha, p.pc_max_depth)
+        pc_s = time.perf_counter() - t1
+        graphs = {"true_graph": truth, "atlas": atlas, "atlas_no_validation": proposed, "pc_algorithm": pcg,
+                  "zscore": np.zeros_like(truth)}
+        stats = {}
+        for name, G in graphs.items():
+            st = {}
+            if name != "zscore":
+                m, c = edge_scores(G, truth), set_scores(component_edges(G, s.n), truth_c)
+                st = {"metric_edge_precision": m["precision"], "metric_edge_recall": m["recall"],
+                      "edge_precision": c["precision"], "edge_recall": c["recall"], "graph_edges": m["edges"]}
+            stats[name] = st
+        stats["atlas"].update(pruned_true_edges=sum(e in truth_c for e in pruned),
+                              pruned_false_edges=sum(e not in truth_c for e in pruned),
+                              validated_edges=len(groups))
+        stats["pc_algorithm"]["pc_s"] = pc_s
+        out["settings"][(h, k)] = {"stats": stats, "localizers": {k: Localizer.fit(G, data) for k, G in graphs.items()}}
+    return out
+
+
+def rank_incidents(p, s: Microservices, seed: int, learned: dict, start: int, stop: int) -> dict:
+    """Simulate incidents [start, stop) and rank root causes with every variant at every history size."""
+    roots, faults = [], []
+    ranks = {st: {v: [] for v in VARIANTS} for st in learned["settings"]}
+    for k in range(start, stop):
+        inc = make_incident(s, k, seed, p.fault_window, p.fault_magnitude)
+        roots.append(inc.root)
+        faults.append(inc.fault)
+        for st, lv in learned["settings"].items():
+            for v, loc in lv["localizers"].items():
+                ranks[st][v].append(rank_of(loc.rank(inc.data, s.n, p.anomaly_threshold), inc.root))
+    return {"roots": roots, "faults": faults, "ranks": ranks}
+
+
+def accuracy(ranks: list[int], k: int) -> float:
+    return float(np.mean(np.asarray(ranks) <= k)) if ranks else 0.0
+
+
+def summarize(systems: list[dict], size: tuple[int, int]) -> dict[str, dict[str, float]]:
+    """Pooled metrics per variant at one setting (normal history samples, past incidents) over every
+    system's incidents and graphs.
+    ``systems``: per system {"learned": stats-only learn output, "incidents": [rank_incidents, ...]}."""
+    variants: dict[str, dict[str, float]] = {}
+    for v in VARIANTS:
+        ranks = [r for sysm in systems for chunk in sysm["incidents"] for r in chunk["ranks"][size][v]]
+        m = {"top1_accuracy": accuracy(ranks, 1), "top3_accuracy": accuracy(ranks, 3),
+             "mean_rank": float(np.mean(ranks)), "incidents": float(len(ranks))}
+        for f in FAULTS:
+            fr = [r for sysm in systems for chunk in sysm["incidents"]
+                  for r, ff in zip(chunk["ranks"][size][v], chunk["faults"]) if ff == f]
+            m[f"top1_{f}"] = accuracy(fr, 1)
+        stats = [sysm["learned"]["settings"][size]["stats"][v] for sysm in systems]
+        for key in stats[0]:
+            agg = np.sum if key in SUMMED else np.mean
+            m[key] = float(agg([st[key] for st in stats]))
+        variants[v] = m
+    syn = [sysm["learned"]["synthesis"] for sysm in systems]
+    for key in syn[0]:
+        if key not in ("synth_s", "agent"):
+            variants["atlas"][key] = float(np.sum([s_[key] for s_ in syn]))
+    return variants

@@ -1,0 +1,111 @@
+"""One cell of the ERA experiment: one level, one seed, the three variants on the same tasks.
+
+- ``prior_only``: stage 1 only (behaviour cloning on scripted-expert trajectories + grounding);
+- ``rl_scratch``: stage 2 only (turn-level PPO with the shaped reward) from a random initialization;
+- ``prior_rl``: stage 1, then stage 2 with the same budget of environment steps as ``rl_scratch``.
+
+rl_scratch starts from the very weights prior learning starts from, and both RL runs draw their
+training episodes from the same generator state, so the variants differ only in the stage-1 prior.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from ..embodied.api import make_env
+from .episodes import Shaping, dims, evaluate, expert_demos, task_sets
+from .policy import Encoder, PolicyNet, make_policy
+from .ppo import PPOConfig, ppo_train
+from .prior import learn_prior
+
+VARIANTS = ("rl_scratch", "prior_only", "prior_rl")
+
+
+def cell_seed(base: int, level: str, seed_index: int) -> int:
+    return (base * 1_000_003 + seed_index * 7_919 + (0 if level == "high" else 104_729)) % (2**31 - 1)
+
+
+def ppo_config(p, variant: str) -> PPOConfig:
+    """The PPO settings of ``rl_scratch`` or ``prior_rl``: shared ones, plus each variant's tuned learning
+    rate and entropy bonus, and the critic warm-up of RL from the prior."""
+    scratch = variant == "rl_scratch"
+    return PPOConfig(lr=p.lr_scratch if scratch else p.lr_prior_rl, env_steps=p.rl_env_steps, n_envs=p.n_envs,
+                     rollout_steps=p.rollout_steps, epochs=p.ppo_epochs, minibatch=p.minibatch, clip=p.clip,
+                     gamma=p.gamma, gae_lambda=p.gae_lambda,
+                     entropy_coef=p.entropy_scratch if scratch else p.entropy_prior_rl, value_coef=p.value_coef,
+                     value_only_updates=0 if scratch else p.critic_warmup_updates)
+
+
+def shaping(p) -> Shaping:
+    return Shaping(p.success_reward, p.subgoal_coef, p.distance_coef, p.invalid_penalty)
+
+
+def run_cell(p, level: str, seed_index: int, variants: tuple[str, ...] = VARIANTS) -> dict:
+    """Train and evaluate ``variants`` on ``level`` with seed ``seed_index``; test tasks are the fixed
+    seeded test set (the same for every seed), training tasks a disjoint set. Deterministic for given
+    parameters (one torch thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    started = time.process_time()
+    try:
+        out = _run_cell(p, level, seed_index, variants)
+        out["cpu_s"] = time.process_time() - started
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...]) -> dict:
+    seed = cell_seed(p.seed, level, seed_index)
+    obs_dim, n_actions = dims(level)
+    encoder = Encoder(obs_dim)
+    sets = task_sets(level, p.train_per_subset, p.test_per_subset, p.seed)
+    torch.manual_seed(seed)
+    init = make_policy(level, obs_dim, n_actions, p.hidden, p.architecture)
+    out: dict = {"level": level, "seed_index": seed_index, "train_tasks": len(sets.train), "test_tasks": len(sets.test),
+                 "overlaps_dropped": sets.overlaps_dropped, "variants": {}, "curves": {}}
+
+    def rl(net: PolicyNet, variant: str) -> tuple[dict, float]:
+        started = time.perf_counter()
+        log = ppo_train(net, sets.train, encoder, n_actions, ppo_config(p, variant), shaping(p),
+                        np.random.default_rng(seed + 1), torch.Generator().manual_seed(seed + 2))
+        return log, time.perf_counter() - started
+
+    def result(net: PolicyNet, train_s: float, rl_log: dict | None) -> dict:
+        ev = evaluate(net, sets.test, encoder, n_actions)
+        return {"success_rate": ev["success_rate"], "per_subset": ev["per_subset"], "test_episodes": ev["episodes"],
+                "test_invalid_actions": ev["invalid"], "test_steps": ev["steps"], "train_s": train_s,
+                "rl_env_steps": rl_log["env_steps"] if rl_log else 0,
+                "rl_episodes": rl_log["episodes"] if rl_log else 0,
+                "rl_updates": rl_log["updates"] if rl_log else 0}
+
+    if "prior_only" in variants or "prior_rl" in variants:
+        started = time.perf_counter()
+        demos = expert_demos(sets.train, encoder, n_actions)
+        prior = copy.deepcopy(init)
+        losses = learn_prior(prior, demos, epochs=p.prior_epochs, lr=p.prior_lr, batch=p.prior_batch,
+                             grounding_weight=p.grounding_weight, max_steps=_max_steps(sets.train),
+                             generator=torch.Generator().manual_seed(seed + 3))
+        prior_s = time.perf_counter() - started
+        out["prior"] = {"demo_steps": int(len(demos["action"])), "demo_episodes": int(demos["episodes"]),
+                        "expert_successes": int(demos["expert_successes"]), "prior_s": prior_s, **losses}
+        if "prior_only" in variants:
+            out["variants"]["prior_only"] = result(prior, prior_s, None)
+        if "prior_rl" in variants:
+            net = copy.deepcopy(prior)
+            log, rl_s = rl(net, "prior_rl")
+            out["variants"]["prior_rl"] = result(net, prior_s + rl_s, log)
+            out["curves"]["prior_rl"] = (log["curve_steps"], log["curve_success"])
+    if "rl_scratch" in variants:
+        net = copy.deepcopy(init)
+        log, rl_s = rl(net, "rl_scratch")
+        out["variants"]["rl_scratch"] = result(net, rl_s, log)
+        out["curves"]["rl_scratch"] = (log["curve_steps"], log["curve_success"])
+    return out
+
+
+def _max_steps(tasks: list) -> int:
+    return max(make_env(t).max_steps for t in tasks[:1]) if tasks else 1

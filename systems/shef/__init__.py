@@ -1,0 +1,82 @@
+"""ShEF (arXiv 2103.03500): secure boot, remote attestation and a per-region customizable Shield
+for cloud FPGAs, on the FPGA pool's software board. Submodules (shield, attest, accel, session)
+import ``cryptography``; this package imports only the parameters and the spec."""
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Claim, SystemSpec
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "shef"
+    PRESETS: ClassVar[dict] = {
+        "smoke": dict(stream_kb=1024, table_kb=256, lookups=2000, scratch_kb=128, scratch_passes=1),
+        "quick": dict(stream_kb=24_576, table_kb=4096, lookups=60_000, scratch_kb=2048, scratch_passes=2,
+                      repeats=5),
+        "full": dict(stream_kb=131_072, table_kb=32_768, lookups=400_000, scratch_kb=16_384, scratch_passes=2,
+                     repeats=7),
+    }
+
+    # workload: three regions shaped like the paper's accelerators
+    stream_kb: int = Field(24_576, ge=64, le=1_048_576, description="Size of the streaming region (read once, "
+                           "sequentially, in bursts), KiB.")
+    stream_burst: int = Field(65_536, ge=64, le=1 << 22, description="Bytes of one streaming burst read; a multiple "
+                              "of 16 dividing the stream.")
+    table_kb: int = Field(4096, ge=16, le=1_048_576, description="Size of the random-access table region "
+                          "(read-only), KiB.")
+    record: int = Field(64, ge=16, le=4096, description="Bytes of one table record (one random read); a multiple of "
+                        "16 dividing the table.")
+    lookups: int = Field(60_000, ge=1, le=10_000_000, description="Random record reads of the table per repeat.")
+    scratch_kb: int = Field(2048, ge=16, le=1_048_576, description="Size of the read-write scratch region, KiB.")
+    scratch_block: int = Field(4096, ge=16, le=1 << 20, description="Bytes of one scratch block (read, updated, "
+                               "written back); a multiple of 16 dividing the scratch region.")
+    scratch_passes: int = Field(2, ge=1, le=100, description="Passes over the scratch blocks (random order) per "
+                                "repeat.")
+    # Shield configurations
+    engine: Literal["aes-gcm", "aes-ctr-hmac"] = Field("aes-gcm", description="Authenticated-encryption engine of "
+                                                       "every Shielded variant: aes-gcm or aes-ctr-hmac (AES-CTR "
+                                                       "with a truncated HMAC-SHA256 tag).")
+    uniform_chunk: int = Field(64, ge=16, le=1 << 20, description="Chunk bytes of uniform_shield, the one "
+                               "fine-grained configuration used for every region (with freshness counters).")
+    coarse_chunk: int = Field(4096, ge=16, le=1 << 20, description="Chunk bytes of uniform_coarse, one coarse "
+                              "configuration for every region (with freshness counters).")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        for size_f, unit_f in (("stream_kb", "stream_burst"), ("table_kb", "record"), ("scratch_kb", "scratch_block")):
+            size, unit = getattr(self, size_f) * 1024, getattr(self, unit_f)
+            if unit % 16 or size % unit:
+                raise ValueError(f"{unit_f} ({unit}) must be a multiple of 16 that divides {size_f} * 1024 ({size})")
+        for f in ("uniform_chunk", "coarse_chunk"):
+            chunk = getattr(self, f)
+            if chunk % 16:
+                raise ValueError(f"{f} ({chunk}) must be a multiple of 16")
+            for size_f in ("stream_kb", "table_kb", "scratch_kb"):
+                if getattr(self, size_f) * 1024 % chunk:
+                    raise ValueError(f"{f} ({chunk}) must divide {size_f} * 1024")
+        return self
+
+
+SPEC = SystemSpec(
+    name="shef",
+    title="ShEF: shielded enclaves for cloud FPGAs",
+    paper="arXiv:2103.03500",
+    family="hardware-security",
+    claims=(
+        Claim("throughput_mb_s", "uniform_shield", "custom_shield", "higher", None,
+              "security at minimum overhead through per-region customized Shield engines (paper: five accelerators; "
+              "no single number to compare)", headline=True),
+        Claim("throughput_mb_s", "uniform_coarse", "custom_shield", "higher", None,
+              "a per-region Shield beats any one configuration, a coarse one included"),
+        Claim("metadata_bytes", "uniform_shield", "custom_shield", "lower", None,
+              "per-region chunk sizes and counters only where needed cut the Shield's tag and counter bytes"),
+        Claim("dram_bytes", "uniform_coarse", "custom_shield", "lower", None,
+              "chunks matched to the access size avoid the read amplification of coarse chunks"),
+    ),
+    params=Params,
+    baselines=("uniform_shield", "uniform_coarse"),
+)

@@ -1,0 +1,139 @@
+"""One ShEF session on a board, the host and remote user's side (pure: takes any ``FpgaBoard``).
+
+Boot and attest (the user verifies the report and provisions the data key), seal and upload each
+variant's regions, run the workloads with the variants interleaved, then open the accelerator's
+results and check every variant computed the same as the plaintext reference.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Callable
+
+from mlsys_flows.systems.common.fpga import FpgaBoard, manufacturer_root_public_key
+
+from .accel import verify_versions
+from .attest import RemoteUser
+from .shield import open_sealed, seal
+from .workload import REGIONS, VARIANTS, expected, image, plaintexts, regions, variant_configs
+
+ACCEL = "mlsys_flows.systems.shef.accel:"
+
+
+class OutputsDiffer(RuntimeError):
+    """A variant's results differ from the plaintext reference (the Shield is not transparent)."""
+
+
+def boot(board: FpgaBoard, p, trusted_roots: list[bytes] | None = None) -> tuple[bytes, dict]:
+    """Load the image, attest, verify and provision; returns (data key, timings). The user trusts
+    ``trusted_roots`` (default: the software boards' manufacturer root on this machine)."""
+    img = image(p)
+    t0 = time.perf_counter()
+    measurement = board.load_image(img)
+    t1 = time.perf_counter()
+    user = RemoteUser(trusted_roots or [manufacturer_root_public_key()], hashlib.sha256(img).digest())
+    nonce, pub = user.challenge()
+    session_key = user.verify(board.attest(nonce, pub))
+    data_key = os.urandom(16)
+    board.run(ACCEL + "configure", img, user.wrap_data_key(session_key, data_key, measurement))
+    return data_key, {"load_s": t1 - t0, "attest_s": time.perf_counter() - t1}
+
+
+def upload(board: FpgaBoard, p, data_key: bytes, plain: dict[str, bytes]) -> float:
+    """Seal every variant's regions (user side) and write them to board DRAM; returns seconds."""
+    t0 = time.perf_counter()
+    for v, cfgs in variant_configs(p).items():
+        for r in REGIONS:
+            name = f"{v}/{r}"
+            ct, tags = seal(data_key, name, cfgs[r], plain[r])
+            board.alloc(name, len(ct))
+            board.write(name, 0, ct)
+            if cfgs[r].secure:
+                board.alloc(name + "#tags", len(tags))
+                board.write(name + "#tags", 0, tags)
+        board.run(ACCEL + "attach", v)
+    return time.perf_counter() - t0
+
+
+def read_back(board: FpgaBoard, p, data_key: bytes, variant: str, region: str) -> bytes:
+    """The user opens a region the accelerator wrote, with the versions it reports (authenticated)."""
+    cfg = variant_configs(p)[variant][region]
+    name = f"{variant}/{region}"
+    size = regions(p)[region].size
+    ct = board.read(name, 0, size)
+    if not cfg.secure:
+        return ct
+    tags = board.read(name + "#tags", 0, cfg.tag_bytes(size))
+    versions = verify_versions(data_key, name, *board.run(ACCEL + "export_versions", variant, region)) \
+        if cfg.counters else None
+    return open_sealed(data_key, name, cfg, ct, tags, versions)
+
+
+def run(board: FpgaBoard, p, repeats: int, log: Callable[[str], None] = lambda _: None,
+        trusted_roots: list[bytes] | None = None) -> dict:
+    """The whole session; returns per-variant samples of each repeat, the counted traffic, and the
+    user's data key (``data_key``: the caller keeps it, e.g. for :func:`attacks`)."""
+    data_key, boot_t = boot(board, p, trusted_roots)
+    log(f"attested {board.device}: image measured and verified, data key provisioned "
+        f"(load {boot_t['load_s']:.3f} s, attest+provision {boot_t['attest_s']:.3f} s)")
+    plain = plaintexts(p)
+    upload_s = upload(board, p, data_key, plain)
+    log(f"sealed and uploaded {len(VARIANTS)} variants x {len(REGIONS)} regions in {upload_s:.1f} s")
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for rep in range(repeats):
+        order = VARIANTS[rep % len(VARIANTS):] + VARIANTS[:rep % len(VARIANTS)]
+        for v in order:
+            runs[v].append(board.run(ACCEL + "run_workload", v, rep))
+        log(f"repeat {rep + 1}/{repeats}: " + ", ".join(
+            f"{v} {sum(runs[v][-1]['seconds'].values()):.3f} s" for v in VARIANTS))
+    want = expected(p, plain, repeats)
+    for v in VARIANTS:
+        for rep, r in enumerate(runs[v]):
+            if r["stream_digest"] != want["stream"] % (1 << 64) or r["table_digest"] != want["table"][rep]:
+                raise OutputsDiffer(f"{v}, repeat {rep}: stream or table digest differs from the plaintext reference")
+        got = hashlib.sha256(read_back(board, p, data_key, v, "scratch")).hexdigest()
+        if got != want["scratch_sha256"]:
+            raise OutputsDiffer(f"{v}: the scratch region read back differs from the plaintext reference")
+    return {"runs": runs, "boot": boot_t, "upload_s": upload_s, "device": board.device,
+            "board_pid": getattr(board, "pid", None), "data_key": data_key}
+
+
+def attacks(board: FpgaBoard, p, data_key: bytes) -> dict[str, dict[str, bool]]:
+    """After the benchmark: per variant, does the Shield reject a tampered stream chunk, an old
+    scratch chunk replayed after a device write, and an out-of-bounds read? (True: rejected.)"""
+    from mlsys_flows.systems.common.fpga import FpgaError
+
+    from .shield import IntegrityError
+
+    def rejected(kernel: str, *args, error: type) -> bool:
+        try:
+            board.run(ACCEL + kernel, *args)
+        except FpgaError as e:  # KernelError carries the device-side exception as its cause
+            return isinstance(e, error) or isinstance(getattr(e, "cause", None), error)
+        return False
+
+    from mlsys_flows.systems.common.fpga import BoundsError
+
+    out = {}
+    sizes = {r: s.size for r, s in regions(p).items()}
+    for v, cfgs in variant_configs(p).items():
+        res = {}
+        # the host flips one ciphertext bit of the stream region's first chunk in DRAM
+        name = f"{v}/stream"
+        byte = board.read(name, 0, 1)
+        board.write(name, 0, bytes([byte[0] ^ 1]))
+        res["tampered_chunk"] = rejected("shield_read", v, "stream", 0, 16, error=IntegrityError)
+        board.write(name, 0, byte)
+        # the host keeps a scratch chunk (and its tag), the accelerator rewrites it, the host replays the old copy
+        name, cfg = f"{v}/scratch", cfgs["scratch"]
+        old = board.read(name, 0, cfg.chunk)
+        old_tag = board.read(name + "#tags", 0, 16) if cfg.secure else b""
+        board.run(ACCEL + "shield_write", v, "scratch", 0, bytes(16))
+        board.write(name, 0, old)
+        if cfg.secure:
+            board.write(name + "#tags", 0, old_tag)
+        res["replayed_chunk"] = rejected("shield_read", v, "scratch", 0, 16, error=IntegrityError)
+        res["out_of_bounds"] = rejected("shield_read", v, "table", sizes["table"] - 8, 16, error=BoundsError)
+        out[v] = res
+    return out

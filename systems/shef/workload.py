@@ -1,0 +1,117 @@
+"""The accelerator's memory regions, the Shield variants, the image, and the reference results (pure).
+
+Three regions shaped like the paper's accelerators (paper, Sec. 7: streaming, random-access and
+read-write accelerators):
+
+- ``stream``: read once, sequentially, in bursts (weights or an input stream); written only by the
+  user when provisioning.
+- ``table``: random small reads of fixed-size records (a lookup table / index); read-only.
+- ``scratch``: read-modify-write of blocks in random order, several passes (intermediate state).
+
+Variants: ``no_shield`` (no protection: the upper bound), ``uniform_shield`` (one fine-grained
+configuration everywhere: ``uniform_chunk``-byte chunks with freshness counters, the paper's
+baseline shape), ``uniform_coarse`` (one coarse configuration everywhere: ``coarse_chunk``-byte
+chunks with counters, what a user tuning a single knob for bandwidth would pick) and
+``custom_shield`` (ShEF: per region, chunk = the region's access granularity, counters only where
+the accelerator writes).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .shield import EngineConfig
+
+VARIANTS = ("no_shield", "uniform_shield", "uniform_coarse", "custom_shield")
+REGIONS = ("stream", "table", "scratch")
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    name: str
+    size: int  # bytes
+    access: int  # bytes one access reads or writes
+    writes: bool  # the accelerator writes it
+
+
+def regions(p) -> dict[str, RegionSpec]:
+    return {"stream": RegionSpec("stream", p.stream_kb * 1024, p.stream_burst, False),
+            "table": RegionSpec("table", p.table_kb * 1024, p.record, False),
+            "scratch": RegionSpec("scratch", p.scratch_kb * 1024, p.scratch_block, True)}
+
+
+def tailor(spec: RegionSpec, engine: str) -> EngineConfig:
+    """ShEF's per-region choice: authenticate at the region's access granularity (no read
+    amplification, fewest tags), freshness counters only for regions the accelerator writes
+    (a write-once region has a single version, so there is nothing to replay)."""
+    return EngineConfig(engine, chunk=spec.access, counters=spec.writes)
+
+
+def variant_configs(p) -> dict[str, dict[str, EngineConfig]]:
+    specs = regions(p)
+    return {
+        "no_shield": {r: EngineConfig("none", chunk=16, counters=False) for r in specs},
+        "uniform_shield": {r: EngineConfig(p.engine, chunk=p.uniform_chunk, counters=True) for r in specs},
+        "uniform_coarse": {r: EngineConfig(p.engine, chunk=p.coarse_chunk, counters=True) for r in specs},
+        "custom_shield": {r: tailor(s, p.engine) for r, s in specs.items()},
+    }
+
+
+def metadata_bytes(p) -> dict[str, dict[str, int]]:
+    """Per variant: tag bytes in DRAM and counter bytes on chip (counted from the configurations)."""
+    specs, out = regions(p), {}
+    for v, cfgs in variant_configs(p).items():
+        out[v] = {"tag_bytes": sum(cfgs[r].tag_bytes(s.size) for r, s in specs.items()),
+                  "counter_bytes": sum(cfgs[r].counter_bytes(s.size) for r, s in specs.items())}
+    return out
+
+
+_CODE = ("accel.py", "shield.py", "attest.py", "workload.py")
+
+
+def image(p) -> bytes:
+    """The accelerator image: its code (the modules the device runs) and every Shield configuration
+    and workload shape, canonically encoded. Its sha256 is the measurement the user expects."""
+    here = Path(__file__).parent
+    code = {f: hashlib.sha256((here / f).read_bytes()).hexdigest() for f in _CODE}
+    doc = {"accelerator": "shef-bench-v1", "code": code,
+           "regions": {r: asdict(s) for r, s in regions(p).items()},
+           "variants": {v: {r: c.as_dict() for r, c in cfgs.items()} for v, cfgs in variant_configs(p).items()},
+           "workload": {"lookups": p.lookups, "scratch_passes": p.scratch_passes, "seed": p.seed}}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def plaintexts(p) -> dict[str, bytes]:
+    rng = np.random.default_rng([p.seed, 7])
+    return {r: rng.integers(0, 256, s.size, dtype=np.uint8).tobytes() for r, s in regions(p).items()}
+
+
+def lookup_indices(n_records: int, lookups: int, seed: int, rep: int) -> np.ndarray:
+    return np.random.default_rng([seed, 11, rep]).integers(0, n_records, lookups)
+
+
+def block_order(n_blocks: int, seed: int, rep: int, pass_: int) -> np.ndarray:
+    return np.random.default_rng([seed, 13, rep, pass_]).permutation(n_blocks)
+
+
+def stream_digest(data: bytes) -> int:
+    return int(np.frombuffer(data, "<u4").sum(dtype=np.uint64))
+
+
+def table_digest(table: bytes, record: int, idx: np.ndarray) -> int:
+    recs = np.frombuffer(table, "<u8").reshape(-1, record // 8)[idx, 0]
+    return int(np.bitwise_xor.reduce(recs)) if len(recs) else 0
+
+
+def expected(p, plain: dict[str, bytes], repeats: int) -> dict:
+    """What every variant must compute: stream and table digests per repeat, the final scratch."""
+    n_rec = len(plain["table"]) // p.record
+    scratch = (np.frombuffer(plain["scratch"], np.uint8) + repeats * p.scratch_passes).astype(np.uint8)
+    return {"stream": stream_digest(plain["stream"]),
+            "table": [table_digest(plain["table"], p.record, lookup_indices(n_rec, p.lookups, p.seed, r))
+                      for r in range(repeats)],
+            "scratch_sha256": hashlib.sha256(scratch.tobytes()).hexdigest()}

@@ -1,0 +1,120 @@
+"""One workload's measurement: every (retraining scheme, placement, mix) served on the same loaded index,
+repeats interleaved (pure: the board's ``run_async`` is passed in)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import train
+from .index import LearnedIndex, Server, Submit, inline_submit
+from .workload import make_keys, op_stream
+
+LATENCY_QUANTILES = [0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9]
+
+
+@dataclass(frozen=True)
+class Run:
+    variant: str     # report variant name
+    scheme: str      # full_retrain | sia
+    offload: bool    # retrain on the board (True) or inline on the host
+    mix: str         # "write" (the headline mix) | "read" (read-heavy)
+
+
+def runs_for(workload: str, inline: bool) -> list[Run]:
+    """The runs of one workload: both schemes offloaded at both mixes, and (``inline``) both schemes
+    retraining on the host at the write-heavy mix."""
+    sfx = "" if workload == "ycsb" else f"_{workload}"
+    out = [Run(f"{s}{sfx}", s, True, "write") for s in ("full_retrain", "sia")]
+    out += [Run(f"{s}{sfx}_readheavy", s, True, "read") for s in ("full_retrain", "sia")]
+    if inline:
+        out += [Run(f"{s}{sfx}_inline", s, False, "write") for s in ("full_retrain", "sia")]
+    return out
+
+
+def clone(index: LearnedIndex) -> LearnedIndex:
+    """A fresh copy of the built index (arrays copied, models shared read-only)."""
+    new = object.__new__(LearnedIndex)
+    new.dtype, new.n_feat, new.ridge, new.pivots = index.dtype, index.n_feat, index.ridge, list(index.pivots)
+    new.groups = []
+    for g in index.groups:
+        c = type(g)(pivot=g.pivot, offset=g.offset, lam=g.lam, nf=g.nf, arr=g.arr.copy(), varr=g.varr.copy(), w=g.w,
+                    err=0, r=g.r)
+        c.set_model(g.w, g.err - 1, g.r)
+        new.groups.append(c)
+    return new
+
+
+def check_lookups(index: LearnedIndex, present: list, present_vals: list, absent: list) -> int:
+    """Lookups that disagree with the ground truth (a sorted array of every key and its value)."""
+    truth = dict(zip(present, present_vals))
+    wrong = sum(index.lookup(k) != truth[k] for k in present)
+    return wrong + sum(index.lookup(k) is not None for k in absent)
+
+
+def check_weights(index: LearnedIndex) -> tuple[float, float]:
+    """Every group's weights against a full QR retrain on its current keys: (largest relative
+    difference, largest difference over its conditioning-derived tolerance)."""
+    worst, worst_ratio = 0.0, 0.0
+    for g in index.groups:
+        c = train.check_equal_weights(g.w, g.uint8(), g.offset, g.nf, g.lam)
+        worst, worst_ratio = max(worst, c["rel_diff"]), max(worst_ratio, c["rel_diff"] / c["bound"])
+    return worst, worst_ratio
+
+
+def measure_workload(p, workload: str, board_submit: Submit, inline: bool,
+                     log: Callable[[str], None] = lambda s: None) -> dict:
+    """Generate ``workload``'s keys, build the index, then serve each run's operations ``p.repeats``
+    times, rotating the order of the runs each repeat. Returns per-variant samples and counts."""
+    with train.one_blas_thread():  # the host serves on one core; its inline retrains use that core too
+        return _measure(p, workload, board_submit, inline, log)
+
+
+def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable[[str], None]) -> dict:
+    rng_seed = p.seed
+    total = p.loaded_keys + int(p.ops * max(p.insert_share, p.read_heavy_insert_share) * 1.2) + 64
+    keys = make_keys(workload, total, rng_seed)
+    t0 = time.perf_counter()
+    base = LearnedIndex(keys[: p.loaded_keys], np.arange(p.loaded_keys), p.group_size, p.n_feat, p.ridge)
+    build_s = time.perf_counter() - t0
+    log(f"{workload}: {p.loaded_keys} keys in {len(base.groups)} groups, built in {build_s:.2f} s "
+        f"(error bounds median {np.median([g.err for g in base.groups]):.0f})")
+    key_list = keys.tolist()
+    streams = {}
+    for mix, share in (("write", p.insert_share), ("read", p.read_heavy_insert_share)):
+        s = op_stream(keys, p.loaded_keys, p.ops, 1.0 - share, rng_seed)
+        streams[mix] = (s.is_insert.tolist(), s.target.tolist(), s.inserts)
+    runs = runs_for(workload, inline)
+    samples: dict[str, dict[str, list[float]]] = {r.variant: {} for r in runs}
+    counts: dict[str, dict[str, float]] = {}
+    latency: dict[str, list[float]] = {}
+    for rep in range(p.repeats):
+        order = runs[rep % len(runs):] + runs[: rep % len(runs)]
+        for run in order:
+            index = clone(base)
+            submit = board_submit if run.offload else inline_submit
+            server = Server(index, run.scheme, submit, p.threshold, p.buffer_cap)
+            ins, tgt, n_ins = streams[run.mix]
+            st = server.run(key_list, ins, tgt)
+            summ = st.summary()
+            for m, v in summ.items():
+                samples[run.variant].setdefault(m, []).append(v)
+            log(f"{workload} {run.variant} repeat {rep}: {summ['ops_per_s']:.0f} ops/s, {st.retrains} retrains "
+                f"(kernel median {summ['retrain_ms']:.2f} ms), stall share {summ['stall_share']:.3f}")
+            if run.variant not in counts:  # exactness and weight checks, once per variant (after the clock)
+                n_ins_done = n_ins
+                present = key_list[: p.loaded_keys + n_ins_done]
+                rng = np.random.default_rng([p.seed, rep, 11])
+                pick = rng.choice(len(present), size=min(p.check_keys, len(present)), replace=False)
+                absent = key_list[p.loaded_keys + n_ins_done: p.loaded_keys + n_ins_done + 64] + \
+                    [present[i] + b"~" for i in pick[:64] if len(present[i]) < keys.dtype.itemsize]
+                wrong = check_lookups(index, [present[i] for i in pick], [int(i) for i in pick], absent)
+                c = {"ops": float(p.ops), "inserts": float(n_ins), "lookup_errors": float(wrong)}
+                if run.scheme == "sia":
+                    c["weight_rel_diff_max"], c["weight_diff_over_bound"] = check_weights(index)
+                counts[run.variant] = c
+                latency[run.variant] = np.percentile(np.asarray(st.lookup_ns) / 1e3, LATENCY_QUANTILES).tolist()
+    return {"samples": samples, "counts": counts, "latency": latency, "groups": len(base.groups),
+            "build_s": build_s, "err_median": float(np.median([g.err for g in base.groups]))}

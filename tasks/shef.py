@@ -1,0 +1,27 @@
+"""Prefect tasks of the ShEF flow: one Shielded session on an FPGA board of the pool."""
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+
+from mlsys_flows.blocks import ObjectStorage, ResourcePool
+from mlsys_flows.systems.common.fpga import open_board
+from mlsys_flows.systems.shef import Params
+
+
+@task(name="shef-session")
+def shielded_session(p: Params, storage: ObjectStorage, key: str, pool: ResourcePool) -> dict:
+    """On a claimed board: secure boot and attestation, the four variants' workloads with repeats
+    interleaved (timed on the device), the results checked against the plaintext reference, then
+    the attacks each variant's Shield must reject. Saves the per-repeat runs at ``key``."""
+    from mlsys_flows.systems.shef import session
+
+    log = get_run_logger()
+    with pool.claim() as device:
+        with open_board(device) as board:
+            log.info("ShEF session on %s (board process %s)", device, board.pid)
+            out = session.run(board, p, p.repeats, log=log.info)
+            data_key = out.pop("data_key")
+            out["attacks"] = session.attacks(board, p, data_key)
+    log.info("attacks rejected: %s", out["attacks"])
+    storage.write_json(key, out)
+    return out

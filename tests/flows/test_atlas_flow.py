@@ -1,0 +1,97 @@
+"""The atlas flow at smoke scale (the session's shared reference run): counted top-1/top-3 root-cause
+accuracy for Atlas, its no-validation ablation, PC, z-score and the true graph, graph precision and
+recall, the synthesizer's counts; and one run whose synthesizer is an OpenAI-compatible model on a
+local server, its key from a Secret block, with a malformed reply that is counted, not fatal."""
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from faultkit import reference_run
+
+VARIANTS = {"atlas", "atlas_no_validation", "pc_algorithm", "zscore", "true_graph"}
+
+
+def test_atlas_flow_smoke(prefect_api):
+    report, storage = reference_run("atlas")
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("top1_accuracy", "pc_algorithm", "atlas", "counted")
+    v, kinds, p = report["variants"], report["metric_kinds"], report["parameters"]
+    assert set(v) == VARIANTS
+    assert set(kinds.values()) == {"counted"}
+    for name, m in v.items():
+        assert m["incidents"] == p["systems"] * p["incidents"]
+        assert 0.0 <= m["top1_accuracy"] <= m["top3_accuracy"] <= 1.0
+        assert name == "zscore" or 0.0 <= m["edge_precision"] <= 1.0
+    assert v["true_graph"]["edge_precision"] == v["true_graph"]["edge_recall"] == 1.0
+    assert v["true_graph"]["top1_accuracy"] >= v["zscore"]["top1_accuracy"]
+    a = v["atlas"]
+    assert a["synth_requests"] == p["systems"] * p["components"] and a["malformed_replies"] == 0
+    assert a["pruned_true_edges"] + a["pruned_false_edges"] <= a["validated_edges"]
+    assert v["atlas_no_validation"]["edge_recall"] >= a["edge_recall"]      # validation only prunes
+    assert {r["baseline"] for r in report["ratios"]} >= {"zscore", "true_graph", "atlas_no_validation"}
+    assert any(k.endswith(".pkl") for k in storage.list("runs/atlas/"))
+    assert "doc_parser" not in json.dumps(report["notes"]) or "documentation parser" in " ".join(report["notes"])
+
+
+KEY = "sk-atlas-flow-key-not-real"
+
+
+class _Model(BaseHTTPRequestHandler):
+    """Knows nothing but the documentation: answers with every component the page names after a
+    dependency verb, except one component that gets a reply in prose (malformed)."""
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        type(self).seen.append(self.headers.get("Authorization"))
+        user = body["messages"][-1]["content"]
+        me = re.search(r"Documentation of (\S+):", user).group(1)
+        names = re.search(r"Components \(telemetry names\): (.*)\n", user).group(1).split(", ")
+        page = user.split(f"Documentation of {me}:\n", 1)[1].split("\n\n", 1)[0]
+        from mlsys_flows.systems.atlas.docs import DocParser
+
+        deps = [names[u] for u in DocParser().propose(names.index(me), page, names)]
+        answer = "I am not sure." if me == names[-1] else json.dumps({"component": me, "depends_on": deps})
+        out = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]}).encode()
+        self.send_response(200 if self.headers.get("Authorization") == f"Bearer {KEY}" else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+@pytest.fixture()
+def server():
+    _Model.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Model)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def test_atlas_flow_with_an_llm_synthesizer(prefect_api, local_storage, server):
+    from prefect.blocks.system import Secret
+
+    from mlsys_flows import registry
+
+    Secret(value=KEY).save("atlas-llm-key", overwrite=True)
+    overrides = {"llm_base_url": server, "llm_model": "tiny", "api_key_secret": "atlas-llm-key", "incidents": 8,
+                 "curve_points": 1}
+    report = registry.get("atlas").load_flow()(scale="smoke", overrides=overrides, storage=local_storage)
+    p, a = report["parameters"], report["variants"]["atlas"]
+    assert a["synth_requests"] == p["components"] == len(_Model.seen)
+    assert a["malformed_replies"] == 1 and a["failed_requests"] == 0
+    assert all(auth == f"Bearer {KEY}" for auth in _Model.seen)
+    notes = " ".join(report["notes"])
+    assert "chat model tiny" in notes and "1 malformed replies" in notes
+    assert KEY not in json.dumps(report)

@@ -1,0 +1,38 @@
+"""The commrand flow at smoke (the session's shared reference run): the three policies with the measured
+headline (time to the target accuracy) and epoch time, counted accuracies and batch statistics, the
+community policies' smaller sampled neighbourhoods and fewer pages of the feature array, the parity note,
+and the graph on storage."""
+import math
+
+from faultkit import reference_run
+
+from mlsys_flows.systems.commrand import POLICIES, Graph, Params
+
+
+def test_commrand_flow_smoke():
+    report, storage = reference_run("commrand")
+    v, kinds = report["variants"], report["metric_kinds"]
+    assert set(v) == set(POLICIES)
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("time_to_accuracy_s", "random", "comm_rand",
+                                                                       "measured")
+    assert math.isfinite(h["ratio"]) and h["ratio"] > 0
+    assert kinds["epoch_time_s"] == "measured"
+    for m in ("final_test_accuracy", "unique_nodes_per_batch", "feature_pages_per_batch", "feature_rows_per_epoch",
+              "accuracy_gap_points", "reached_target"):
+        assert kinds[m] == "counted", m
+    assert set(report["deterministic_metrics"]) >= {"final_test_accuracy", "unique_nodes_per_batch"}
+    assert "epoch_time_s" not in report["deterministic_metrics"]
+    assert v["random"]["reached_target"] == 1.0 and v["random"]["accuracy_gap_points"] == 0.0
+    for name, m in v.items():
+        assert 0.0 < m["final_test_accuracy"] <= 1.0, name
+        assert len(report["samples"][name]["epoch_time_s"]) == Params.for_scale("smoke").repeats
+    # the counted reason: community-structured roots share their neighbours and sit close in the feature array
+    for name in ("comm_rand", "community"):
+        assert v[name]["unique_nodes_per_batch"] < v["random"]["unique_nodes_per_batch"], name
+        assert v[name]["feature_pages_per_batch"] < v["random"]["feature_pages_per_batch"], name
+        assert v[name]["communities_per_batch"] < v["random"]["communities_per_batch"], name
+    assert any("Accuracy parity" in n for n in report["notes"])
+    assert {c["title"] for c in report["curves"]} >= {"validation accuracy per epoch (same init, lr, seeds)"}
+    g = Graph.from_npz(storage.read_bytes(f"runs/commrand/{report['run_id']}/graph.npz"))
+    assert g.nodes == Params.for_scale("smoke").nodes

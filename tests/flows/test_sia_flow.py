@@ -1,0 +1,35 @@
+"""The sia flow at smoke scale (the session's shared reference run): both schemes on both workloads and
+mixes plus the inline pair, the headline measured, every lookup exact, SIA's weights within tolerance of
+a full retrain, fewer QR rows than the full retrain, the per-workload results on storage."""
+import json
+
+from faultkit import reference_run
+
+from mlsys_flows.systems.sia import Params
+from mlsys_flows.systems.sia.bench import runs_for
+
+
+def test_sia_flow_smoke():
+    report, storage = reference_run("sia")
+    v, kinds = report["variants"], report["metric_kinds"]
+    expected = {r.variant for r in runs_for("ycsb", True) + runs_for("twitter", False)}
+    assert set(v) == expected
+    h = report["headline"]
+    assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("ops_per_s", "full_retrain", "sia", "measured")
+    assert kinds["retrain_ms"] == kinds["lookup_p99_us"] == kinds["stall_share"] == "measured"
+    assert kinds["qr_rows"] == kinds["weight_diff_over_bound"] == kinds["lookup_errors"] == "counted"
+    p = Params.for_scale("smoke")
+    for name, m in v.items():
+        assert m["lookup_errors"] == 0 and m["misses"] == 0, name   # exact, during and after retraining
+        assert m["ops"] == p.ops and m["ops_per_s"] > 0 and m["lookup_p99_us"] >= m["lookup_p50_us"] > 0
+        assert len(report["samples"][name]["ops_per_s"]) == p.repeats
+        if name.startswith("sia"):
+            assert 0 <= m["weight_diff_over_bound"] <= 1.0 and m["weight_rel_diff_max"] < 1e-6, name
+    for sfx in ("", "_twitter", "_inline"):
+        full, inc = v[f"full_retrain{sfx}"], v[f"sia{sfx}"]
+        assert full["inserts"] == inc["inserts"] > 0 and full["retrains"] > 0 and inc["retrains"] > 0
+        # SIA factorises only the new keys (plus R); the baseline every key of the group
+        assert inc["qr_rows"] < full["qr_rows"] / 2
+    assert {r["baseline"] for r in report["ratios"]} >= {"full_retrain_twitter", "full_retrain_inline", "sia_inline"}
+    saved = json.loads(storage.read_bytes(f"runs/sia/{report['run_id']}/ycsb.json"))
+    assert saved["device"].startswith("fpga") and set(saved["samples"]) == {r.variant for r in runs_for("ycsb", True)}

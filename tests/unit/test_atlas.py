@@ -1,0 +1,251 @@
+"""Atlas, pure parts: the microservice SCM and its faults, the generated documentation and the offline
+parser (and that dropping its negation cues breaks it), reply parsing and composition (malformed
+replies, unknown names and cycles counted, never raised), the Fisher-z tests, validation and the PC
+algorithm on graphs with a known answer, and the localizer (the true graph explains a timeout error
+storm that z-score ranking blames on a caller)."""
+import numpy as np
+import pytest
+
+from mlsys_flows.systems.atlas import Params, ci, docs
+from mlsys_flows.systems.atlas.docs import DocParser, make_docs, mentions
+from mlsys_flows.systems.atlas.evaluate import build, learn_graphs, rank_incidents, summarize
+from mlsys_flows.systems.atlas.model import (ERR, LAT, FAULTS, expand, make_incident, make_system, simulate,
+                                             true_graph, var)
+from mlsys_flows.systems.atlas.rca import Localizer, rank_of
+from mlsys_flows.systems.atlas.synth import ReplyError, break_cycles, is_acyclic, parse_reply, synthesize
+from mlsys_flows.systems.common.params import ParamsError
+
+
+@pytest.fixture(scope="module")
+def system():
+    return make_system(16, 3)
+
+
+def test_call_graph_is_a_dag_with_every_component_called(system):
+    s = system
+    assert is_acyclic(s.component_edges(), s.n)
+    for u in range(s.n):
+        if s.kinds[u] != "frontend":
+            assert s.callers(u), s.names[u]
+        assert all(c > u for c in s.calls[u])      # topological numbering
+    assert len(set(s.names)) == s.n
+    A = true_graph(s)
+    assert A.shape == (s.V, s.V) and not A[:, 0].any()
+
+
+def test_faults_shift_the_faulted_metric_and_propagate_upstream(system):
+    s = system
+    normal = simulate(s, 3000, np.random.default_rng(0))
+    root = next(u for u in range(s.n) if s.callers(u))
+    inc = simulate(s, 200, np.random.default_rng(1), (root, "latency_injection", 6.0))
+    z = (inc.mean(0) - normal.mean(0)) / normal.std(0)
+    assert z[var(root, LAT)] > 4
+    caller = s.callers(root)[0]
+    assert z[var(caller, LAT)] > 1 and z[var(caller, ERR)] > 3     # slower and timing out
+    assert abs(z[var(root, ERR)]) < 1                               # the root itself does not fail
+    # timeouts never fire in normal operation: the latency -> errors link is invisible there
+    lat, err = normal[:, var(root, LAT)], normal[:, var(caller, ERR)]
+    assert (lat > s.timeout_at[root]).mean() < 0.01
+
+
+def test_clean_documentation_is_parsed_exactly(system):
+    s = system
+    pages = make_docs(s, 0, omit=0.0, hard=0.0, stale=0.0, distractor=0.0)
+    dp = DocParser()
+    for v in range(s.n):
+        assert dp.propose(v, pages[v], s.names) == sorted(s.calls[v]), pages[v]
+    assert dp.calls == s.n
+
+
+def test_parser_ignores_negated_and_ownership_mentions(system):
+    """Every distractor page; the parser is fooled only by "Calls from X arrive ..." (a caller, read
+    as a dependency: the reversed edge the composition's cycle breaking then meets)."""
+    s = system
+    pages = make_docs(s, 0, omit=0.0, hard=0.0, stale=0.0, distractor=1.0)
+    dp = DocParser()
+    for v in range(s.n):
+        extra = set(dp.propose(v, pages[v], s.names)) - set(s.calls[v])
+        assert not extra or "Calls from" in pages[v], pages[v]
+
+
+def test_parser_without_negation_cues_falls_for_distractors(system, monkeypatch):
+    s = system
+    pages = make_docs(s, 0, omit=0.0, hard=0.0, stale=0.0, distractor=1.0)
+    monkeypatch.setattr(docs, "_NEGATION", __import__("re").compile(r"(?!x)x"))   # matches nothing
+    dp = DocParser()
+    extra = sum(len(set(dp.propose(v, pages[v], s.names)) - set(s.calls[v])) for v in range(s.n))
+    assert extra > 0
+
+
+def test_imperfect_documentation_costs_recall_and_precision(system):
+    s = system
+    pages = make_docs(s, 0, omit=0.3, hard=0.3, stale=1.0, distractor=0.0)
+    dp = DocParser()
+    found = {(u, v) for v in range(s.n) for u in dp.propose(v, pages[v], s.names)}
+    truth = s.component_edges()
+    assert truth - found and found - truth
+
+
+def test_mentions_match_names_and_aliases_not_metric_names():
+    names = ["orders-db", "orders-svc", "web-frontend"]
+    assert mentions("It reads from the orders database.", names) == [0]
+    assert mentions("Requests are forwarded to orders-svc and orders-db.", names) == [0, 1]
+    assert mentions("It exports orders-svc.latency.", names) == []
+
+
+NAMES = ["a-svc", "b-db", "c-cache"]
+
+
+@pytest.mark.parametrize("reply, deps, unknown", [
+    ('{"component": "a-svc", "depends_on": ["b-db", "c-cache"]}', [1, 2], []),
+    ('Sure!\n```json\n{"depends_on": ["B-DB"]}\n```', [1], []),
+    ('Here you go: {"depends_on": ["c-cache", "redis"]} hope it helps', [2], ["redis"]),
+    ('["b-db", "a-svc"]', [1], ["a-svc"]),
+    ('<think>maybe x</think>{"dependencies": []}', [], []),
+])
+def test_parse_reply_reads_common_styles(reply, deps, unknown):
+    assert parse_reply(reply, NAMES, 0) == (deps, unknown)
+
+
+@pytest.mark.parametrize("reply", ["", "b-db and c-cache", '{"depends_on": "b-db"}', '{"answer": 3}',
+                                   '{"depends_on": [1, 2]}', "```json\n{broken\n```"])
+def test_parse_reply_rejects_unreadable_replies(reply):
+    with pytest.raises(ReplyError):
+        parse_reply(reply, NAMES, 0)
+
+
+class ScriptedAgent:
+    def __init__(self, replies):
+        self.replies = replies
+
+    def propose(self, v, page, names):
+        r = self.replies[v]
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+
+def test_synthesize_counts_every_problem_and_returns_an_acyclic_graph():
+    names = ["a", "b", "c", "d"]
+    agent = ScriptedAgent([
+        '{"depends_on": ["b", "zzz"]}',     # b -> a, one unknown name
+        '{"depends_on": ["c"]}',             # c -> b
+        '{"depends_on": ["a"]}',             # a -> c: closes the cycle a -> c -> b -> a
+        "I think d depends on nothing",      # malformed
+    ])
+    syn = synthesize(agent, ["p"] * 4, names)
+    assert (syn.requests, syn.malformed, syn.unknown_names, syn.cycle_edges_removed) == (4, 1, 1, 1)
+    assert len(syn.edges) == 2 and is_acyclic(syn.edges, 4)
+    syn = synthesize(ScriptedAgent([RuntimeError("HTTP 500"), [0], [], []]), ["p"] * 4, names)
+    assert syn.failed == 1 and syn.edges == {(0, 1)}
+
+
+def test_break_cycles_removes_only_back_edges():
+    edges = {(0, 1), (1, 2), (2, 0), (2, 3), (3, 2), (1, 3)}
+    kept, removed = break_cycles(edges, 4)
+    assert not is_acyclic(edges, 4) and is_acyclic(kept, 4)
+    assert kept | removed == edges and len(removed) == 2
+    assert break_cycles({(0, 1), (1, 2)}, 3) == ({(0, 1), (1, 2)}, set())
+
+
+def _chain_and_collider(n=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n)
+    y = 0.8 * x + rng.standard_normal(n)          # x -> y
+    w = rng.standard_normal(n)
+    z = 0.7 * y + 0.7 * w + rng.standard_normal(n)  # y -> z <- w
+    return np.column_stack([x, y, z, w])
+
+
+def test_fisher_z_partial_correlation():
+    D = _chain_and_collider()
+    C, n = ci.corr(D), len(D)
+    assert ci.fisher_p(ci.partial_corr(C, 0, 2), n, 0) < 1e-6            # x, z dependent
+    assert ci.fisher_p(ci.partial_corr(C, 0, 2, [1]), n, 1) > 0.01       # x independent of z given y
+    assert ci.fisher_p(ci.partial_corr(C, 1, 3), n, 0) > 0.01            # y, w independent
+    assert ci.fisher_p(ci.partial_corr(C, 1, 3, [2]), n, 1) < 1e-6       # ... but not given the collider
+    S = np.array([[2], [0]])
+    assert np.allclose(ci._batched_partial_corr(C, 1, 3, S), [ci.partial_corr(C, 1, 3, [2]), ci.partial_corr(C, 1, 3, [0])])
+
+
+def test_validation_prunes_the_edge_the_data_contradicts():
+    D = _chain_and_collider()
+    A = np.zeros((4, 4), bool)
+    A[0, 1] = A[1, 2] = A[3, 2] = True
+    A[0, 2] = True                                   # false: x -> z is explained by y
+    pruned, p = ci.validate(A, [(0, 2), (1, 2)], D, 0.01)
+    assert not pruned[0, 2] and pruned[1, 2] and p[(0, 2)] > 0.01 > p[(1, 2)]
+
+
+def test_meek_rule_1_orients_away_from_a_collider(monkeypatch):
+    rng = np.random.default_rng(1)
+    n = 3000
+    x, w = rng.standard_normal(n), rng.standard_normal(n)
+    z = 0.7 * x + 0.7 * w + rng.standard_normal(n)      # x -> z <- w
+    y = 0.8 * z + rng.standard_normal(n)                # z -> y: only Meek rule 1 orients it
+    G = ci.pc(np.column_stack([x, w, z, y]), 0.01, 2, roots=())
+    assert G[2, 3] and not G[3, 2]
+    monkeypatch.setattr(ci, "_meek", lambda G, adj: None)     # without the Meek rules it stays unoriented
+    G = ci.pc(np.column_stack([x, w, z, y]), 0.01, 2, roots=())
+    assert G[2, 3] and G[3, 2]
+
+
+def test_pc_recovers_a_chain_into_a_collider():
+    G = ci.pc(_chain_and_collider(), 0.01, 2, roots=())
+    skeleton = G | G.T
+    assert {(i, j) for i, j in zip(*np.nonzero(np.triu(skeleton)))} == {(0, 1), (1, 2), (2, 3)}
+    assert G[1, 2] and not G[2, 1] and G[3, 2] and not G[2, 3]    # v-structure y -> z <- w
+    assert G[0, 1] and G[1, 0]                 # x - y: no v-structure or Meek rule orients it (equivalence class)
+    # reading the collider as a chain would be wrong: the test above has power
+    assert not (G[2, 3] and not G[3, 2])
+
+
+def test_true_graph_localizes_a_timeout_storm_that_zscore_blames_on_a_caller(system):
+    s = system
+    history = simulate(s, 400, np.random.default_rng(5))
+    true_loc = Localizer.fit(true_graph(s), history)
+    z_loc = Localizer.fit(np.zeros_like(true_graph(s)), history)
+    no_timeouts = expand(s.n, s.component_edges())
+    for u, v in s.component_edges():
+        no_timeouts[var(u, LAT), var(v, ERR)] = False
+    nt_loc = Localizer.fit(no_timeouts, history)
+    true_hits = z_hits = nt_hits = 0
+    for k in range(40):
+        inc = make_incident(s, k, 3, 10, 4.0)
+        true_hits += rank_of(true_loc.rank(inc.data, s.n), inc.root) == 1
+        z_hits += rank_of(z_loc.rank(inc.data, s.n), inc.root) == 1
+        nt_hits += rank_of(nt_loc.rank(inc.data, s.n), inc.root) == 1
+    assert true_hits >= 38 and z_hits < true_hits and nt_hits < true_hits
+
+
+def test_end_to_end_one_small_system():
+    p = Params.for_scale("smoke", components=12, incidents=12, incident_chunks=2, curve_points=2)
+    s, pages, history, past = build(p, 7)
+    assert len(pages) == s.n and len(history) == max(p.history_sizes()) and len(past) == max(p.incident_counts()) * p.fault_window
+    learned = learn_graphs(p, s, pages, history, past, DocParser())
+    chunks = [rank_incidents(p, s, 7, learned, 0, 6), rank_incidents(p, s, 7, learned, 6, 12)]
+    assert chunks[0]["roots"] != chunks[1]["roots"] or chunks[0]["faults"] != chunks[1]["faults"]
+    v = summarize([{"learned": learned, "incidents": chunks}], p.headline_setting())
+    assert v["true_graph"]["edge_precision"] == v["true_graph"]["edge_recall"] == 1.0
+    assert all(v[k]["incidents"] == 12 for k in v)
+    assert set(learned["settings"]) == set(p.settings()) and p.headline_setting() in learned["settings"]
+    assert v["atlas"]["synth_requests"] == s.n and v["atlas"]["malformed_replies"] == 0
+    a = v["atlas"]
+    assert a["pruned_true_edges"] + a["pruned_false_edges"] <= a["validated_edges"]
+    for k, m in v.items():
+        assert 0 <= m["top1_accuracy"] <= m["top3_accuracy"] <= 1 and m["mean_rank"] >= 1
+    assert set(FAULTS) == {k[5:] for k in v["atlas"] if k.startswith("top1_") and k != "top1_accuracy"}
+
+
+def test_params_reject_bad_values_naming_the_field():
+    with pytest.raises(ParamsError, match="'components'"):
+        Params.for_scale("smoke", components=3)
+    with pytest.raises(ParamsError, match="incident_chunks"):
+        Params.for_scale("smoke", incidents=4, incident_chunks=8)
+    with pytest.raises(ParamsError, match="history_samples / 2"):
+        Params.for_scale("smoke", history_samples=40, curve_points=3)
+    with pytest.raises(ParamsError, match="'llm_base_url'"):
+        Params.for_scale("smoke", llm_base_url="ftp://x")
+    q = Params.for_scale("quick")
+    assert q.history_sizes()[1] == q.history_samples and q.headline_setting() in q.settings()
+    assert q.incident_counts()[:2] == [0, q.history_incidents] and len(set(q.settings())) == len(q.settings())

@@ -1,0 +1,142 @@
+"""ERA: turn-level GAE is right (and a version that ignores episode ends is caught), the shaped reward
+pays what it says, training and test tasks are disjoint, behaviour cloning learns the expert, PPO
+spends exactly its environment-step budget, masking keeps the policy's actions valid, a cell is
+deterministic, and bad parameters are rejected by name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.era import Params
+from mlsys_flows.systems.era.episodes import (Shaping, action_mask, dims, evaluate, expert_demos, task_sets,
+                                              task_signature)
+from mlsys_flows.systems.era.policy import Encoder, make_policy
+from mlsys_flows.systems.era.ppo import PPOConfig, gae, ppo_train
+from mlsys_flows.systems.era.prior import learn_prior
+from mlsys_flows.systems.era.run import run_cell
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread, as in the flow's worker processes (and no thread contention on a busy machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _gae_reference(r, v, d, last, gamma, lam, honour_dones=True):
+    """Textbook GAE written out per turn: A_t = sum_k (gamma*lam)^k delta_{t+k}, stopping at an episode end."""
+    n = len(r)
+    vals = list(v) + [last]
+    out = []
+    for t in range(n):
+        total, coef = 0.0, 1.0
+        for k in range(t, n):
+            end = d[k] if honour_dones else False
+            delta = r[k] + gamma * vals[k + 1] * (0.0 if end else 1.0) - vals[k]
+            total += coef * delta
+            if end:
+                break
+            coef *= gamma * lam
+        out.append(total)
+    return np.array(out)
+
+
+def test_gae_matches_textbook_and_cuts_at_episode_ends():
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=9).astype(np.float32), rng.normal(size=9).astype(np.float32)
+    d = np.array([0, 0, 1, 0, 0, 0, 1, 0, 0], bool)
+    adv, ret = gae(r, v, d, 0.7, 0.9, 0.8)
+    np.testing.assert_allclose(adv, _gae_reference(r, v, d, 0.7, 0.9, 0.8), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ret, adv + v, rtol=1e-6)
+    # the check is sharp: a GAE that runs across episode ends does not pass it
+    broken = _gae_reference(r, v, d, 0.7, 0.9, 0.8, honour_dones=False)
+    assert not np.allclose(adv, broken, atol=1e-3)
+
+
+def test_shaped_reward_terms():
+    s = Shaping(success_reward=1.0, subgoal_coef=0.5, distance_coef=0.1, invalid_penalty=0.2)
+    # two expert steps closer, a quarter of the goal conditions newly met
+    assert s.reward({"valid": True, "success": False, "progress": 0.5}, 0.25, 5, 3) == pytest.approx(0.125 + 0.2)
+    # an invalid action: no progress, the penalty
+    assert s.reward({"valid": False, "success": False, "progress": 0.25}, 0.25, 3, 3) == pytest.approx(-0.2)
+    # success: the last steps and conditions count, plus the success reward
+    assert s.reward({"valid": True, "success": True, "progress": 1.0}, 0.5, 1, None) == pytest.approx(1 + 0.25 + 0.1)
+    sparse = Shaping(1.0, 0.0, 0.0, 0.0)
+    assert sparse.reward({"valid": True, "success": False, "progress": 0.5}, 0.0, None, None) == 0.0
+
+
+@pytest.mark.parametrize("level", ["high", "low"])
+def test_tasks_disjoint_and_expert_demos(level):
+    sets = task_sets(level, 2, 1, seed=3)
+    test = {task_signature(t) for t in sets.test}
+    assert sets.train and not any(task_signature(t) in test for t in sets.train)
+    obs_dim, n_actions = dims(level)
+    demos = expert_demos(sets.train, Encoder(obs_dim), n_actions)
+    assert demos["expert_successes"] == len(sets.train)  # the scripted expert solves every training task
+    assert demos["x"].shape == (len(demos["action"]), obs_dim) and demos["mask"][np.arange(len(demos["action"])), demos["action"]].all()
+
+
+def test_prior_learning_clones_the_expert_and_masking_keeps_actions_valid():
+    obs_dim, n_actions = dims("high")
+    sets = task_sets("high", 2, 1, seed=5)
+    enc = Encoder(obs_dim)
+    demos = expert_demos(sets.train, enc, n_actions)
+    torch.manual_seed(0)
+    net = make_policy("high", obs_dim, n_actions, 64)
+    before = evaluate(net, sets.train[:6], enc, n_actions)
+    losses = learn_prior(net, demos, epochs=40, lr=3e-3, batch=64, grounding_weight=0.5, max_steps=16,
+                         generator=torch.Generator().manual_seed(0))
+    assert losses["bc_accuracy"] > 0.8 and losses["grounding_loss"] < 1.0
+    after = evaluate(net, sets.train[:6], enc, n_actions)
+    assert after["success_rate"] > before["success_rate"]
+    assert after["invalid"] == 0 and before["invalid"] == 0  # masked logits never choose a rejected action
+
+
+def test_ppo_spends_exactly_its_budget():
+    obs_dim, n_actions = dims("low")
+    sets = task_sets("low", 1, 1, seed=1)
+    enc = Encoder(obs_dim)
+    torch.manual_seed(0)
+    net = make_policy("low", obs_dim, n_actions, 32)
+    w0 = [p.detach().clone() for p in net.parameters()]
+    cfg = PPOConfig(lr=1e-3, env_steps=150, n_envs=4, rollout_steps=64, epochs=2, minibatch=32, clip=0.2,
+                    gamma=0.97, gae_lambda=0.95, entropy_coef=0.01, value_coef=0.5)
+    log = ppo_train(net, sets.train, enc, n_actions, cfg, Shaping(1.0, 0.5, 0.05, 0.05),
+                    np.random.default_rng(0), torch.Generator().manual_seed(0))
+    assert log["env_steps"] == 150 and log["updates"] == 3 and log["curve_steps"] == [64, 128, 150]
+    assert any(not torch.equal(a, b) for a, b in zip(w0, net.parameters()))
+
+
+def test_action_mask_matches_environment():
+    from mlsys_flows.systems.embodied.api import make_env
+    sets = task_sets("high", 1, 1, seed=2)
+    env = make_env(sets.test[0])
+    env.reset()
+    m = action_mask(env, dims("high")[1])
+    for a in range(len(m)):
+        probe = make_env(sets.test[0])
+        probe.reset()
+        assert probe.step(a)[3]["valid"] == bool(m[a])
+
+
+def test_cell_is_deterministic():
+    p = Params.for_scale("smoke", train_per_subset=1, rl_env_steps=64, rollout_steps=32, minibatch=32, prior_epochs=3)
+    a, b = run_cell(p, "low", 0), run_cell(p, "low", 0)
+    for v in ("rl_scratch", "prior_only", "prior_rl"):
+        assert a["variants"][v]["success_rate"] == b["variants"][v]["success_rate"]
+        np.testing.assert_array_equal(np.array(a["curves"].get(v, ([], []))[1], float),
+                                      np.array(b["curves"].get(v, ([], []))[1], float))
+    assert a["variants"]["rl_scratch"]["rl_env_steps"] == a["variants"]["prior_rl"]["rl_env_steps"] == 64
+    assert a["variants"]["prior_only"]["rl_env_steps"] == 0
+
+
+@pytest.mark.parametrize("field,value", [("minibatch", 100_000), ("seeds", 0), ("clip", 0.0), ("gamma", 1.5),
+                                         ("n_envs", 10_000)])
+def test_bad_params_rejected_by_name(field, value):
+    with pytest.raises(ParamsError) as err:
+        Params.for_scale("smoke", **{field: value})
+    assert field in str(err.value) or "parameters" in str(err.value)
