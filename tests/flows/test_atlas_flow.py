@@ -4,10 +4,9 @@ recall, the synthesizer's counts; and one run whose synthesizer is an OpenAI-com
 local server, its key from a Secret block, with a malformed reply that is counted, not fatal."""
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from openai_fake import FakeModel, serve
 from faultkit import reference_run
 
 VARIANTS = {"atlas", "atlas_no_validation", "pc_algorithm", "zscore", "true_graph"}
@@ -38,16 +37,13 @@ def test_atlas_flow_smoke(prefect_api):
 KEY = "sk-atlas-flow-key-not-real"
 
 
-class _Model(BaseHTTPRequestHandler):
+class _Model(FakeModel):
     """Knows nothing but the documentation: answers with every component the page names after a
     dependency verb, except one component that gets a reply in prose (malformed)."""
     seen: list = []
 
-    def log_message(self, *args):
-        pass
-
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        body = self.read_json()
         type(self).seen.append(self.headers.get("Authorization"))
         user = body["messages"][-1]["content"]
         me = re.search(r"Documentation of (\S+):", user).group(1)
@@ -58,25 +54,14 @@ class _Model(BaseHTTPRequestHandler):
         deps = [names[u] for u in DocParser().propose(names.index(me), page, names)]
         answer = "I am not sure." if me == names[-1] else json.dumps({"component": me, "depends_on": deps})
         out = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]}).encode()
-        self.send_response(200 if self.headers.get("Authorization") == f"Bearer {KEY}" else 401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+        self.send_bytes(200 if self.headers.get("Authorization") == f"Bearer {KEY}" else 401, out)
 
 
 @pytest.fixture()
 def server():
     _Model.seen = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Model)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve(_Model) as url:
+        yield url
 
 
 def test_atlas_flow_with_an_llm_synthesizer(prefect_api, local_storage, server):

@@ -8,10 +8,10 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from openai_fake import FakeModel, serve
 
 from mlsys_flows.systems.common.llm import LLMConfig, LLMError, OpenAICompatibleClient, llm_relevance, parse_score
 
@@ -39,37 +39,27 @@ def _split_prompt(user: str) -> tuple[str, str]:
     return query, user.split("\n\nPassage: ", 1)[1]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeModel):
     mode = "ok"          # ok | malformed | notjson | slow | error | grade
     seen: list = []
     malformed_for: str | None = None   # grade mode: the first request with this query gets a malformed reply
     lock = threading.Lock()
 
-    def log_message(self, *args):  # keep test output quiet
-        pass
-
-    def _send(self, code: int, body: bytes, ctype="application/json"):
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        body = self.read_json()
         type(self).seen.append((self.path, self.headers.get("Authorization"), body))
         if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self._send(401, json.dumps({"error": {"message": "invalid api key"}}).encode())
+            return self.send_bytes(401, json.dumps({"error": {"message": "invalid api key"}}).encode())
         mode = type(self).mode
         if mode == "slow":
             time.sleep(1.0)
         if mode == "error":
-            return self._send(500, b"{}")
+            return self.send_bytes(500, b"{}")
         if mode == "notjson":
-            return self._send(200, b"<html>oops</html>", "text/html")
+            return self.send_bytes(200, b"<html>oops</html>", "text/html")
         if self.path == "/v1/chat/completions":
             if mode == "malformed":
-                return self._send(200, json.dumps({"choices": []}).encode())
+                return self.send_bytes(200, json.dumps({"choices": []}).encode())
             user = body["messages"][-1]["content"]
             answer = "7" if "Rate how relevant" in user else f"echo: {user}"
             if mode == "grade":
@@ -83,30 +73,23 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     grade = keyword_grade(query, passage)
                     answer = f'{{"score": {grade}}}' if grade % 2 else str(grade)   # both reply styles
-            return self._send(200, json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
+            return self.send_bytes(200, json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
                                                "choices": [{"index": 0, "message": {"role": "assistant",
                                                                                     "content": answer}}]}).encode())
         if self.path == "/v1/embeddings":
             if mode == "malformed":
-                return self._send(200, json.dumps({"data": [{"index": 0}]}).encode())
+                return self.send_bytes(200, json.dumps({"data": [{"index": 0}]}).encode())
             rows = [{"object": "embedding", "index": i, "embedding": [float(len(t)), 1.0, 0.0]}
                     for i, t in enumerate(body["input"])]
-            return self._send(200, json.dumps({"object": "list", "data": rows[::-1]}).encode())  # out of order
-        self._send(404, b"{}")
+            return self.send_bytes(200, json.dumps({"object": "list", "data": rows[::-1]}).encode())  # out of order
+        self.send_bytes(404, b"{}")
 
 
 @pytest.fixture()
 def server():
     _Handler.mode, _Handler.seen, _Handler.malformed_for = "ok", [], None
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve(_Handler) as url:
+        yield url
 
 
 def _client(url, **kw):

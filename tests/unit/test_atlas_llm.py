@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from openai_fake import FakeModel, serve
 
 from mlsys_flows.systems.atlas import Params
 from mlsys_flows.systems.atlas.docs import DocParser
@@ -22,36 +21,25 @@ from mlsys_flows.systems.common.llm import LLMConfig, OpenAICompatibleClient
 KEY = "sk-atlas-test-key-not-real"
 
 
-class _Model(BaseHTTPRequestHandler):
+class _Model(FakeModel):
     names: list[str] = []
     calls: list[list[int]] = []
     broken: dict[str, str] = {}     # component name -> "notjson" | "unknown" | "cycle" | "error"
     seen: list = []
 
-    def log_message(self, *args):
-        pass
-
-    def _send(self, code, payload: dict):
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        body = self.read_json()
         cls = type(self)
         cls.seen.append((self.path, self.headers.get("Authorization"), body))
         if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self._send(401, {"error": "bad key"})
+            return self.send_json(401, {"error": "bad key"})
         user = body["messages"][-1]["content"]
         me = re.search(r"Documentation of (\S+):", user).group(1)
         v = cls.names.index(me)
         deps = [cls.names[u] for u in cls.calls[v]]
         mode = cls.broken.get(me)
         if mode == "error":
-            return self._send(500, {"error": "overloaded"})
+            return self.send_json(500, {"error": "overloaded"})
         if mode == "notjson":
             answer = f"{me} depends on " + " and ".join(deps)
         else:
@@ -60,21 +48,14 @@ class _Model(BaseHTTPRequestHandler):
             if mode == "cycle":    # names one of its callers as a dependency
                 deps = deps + [cls.names[next(w for w in range(len(cls.names)) if v in cls.calls[w])]]
             answer = "```json\n" + json.dumps({"component": me, "depends_on": deps}) + "\n```"
-        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]})
+        self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]})
 
 
 @pytest.fixture()
 def server():
     _Model.seen, _Model.broken = [], {}
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Model)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve(_Model) as url:
+        yield url
 
 
 def test_llm_synthesizer_over_http_counts_bad_replies(server):

@@ -4,11 +4,8 @@ the prompt it receives; other modes send malformed replies, which must be counte
 with their reason and never crash the run."""
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
+from openai_fake import FakeModel, serve
 
 from mlsys_flows.systems.common.llm import LLMConfig, OpenAICompatibleClient
 from mlsys_flows.systems.embodied import make_env, make_tasks
@@ -28,52 +25,34 @@ def fake_model(prompt: str) -> str:
     return planner.act(AgentInput(level, instruction, observation, None, 0, ()))
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeModel):
     mode = "ok"   # ok | prose | bad_ids | http500 | nochoices | alternate
     seen: list = []
 
-    def log_message(self, *args):
-        pass
-
-    def _send(self, code, payload):
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        body = self.read_json()
         type(self).seen.append((self.path, self.headers.get("Authorization"), body))
         mode = type(self).mode
         if mode == "alternate":
             mode = ("ok", "prose")[len(type(self).seen) % 2]
         if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self._send(401, {"error": "bad key"})
+            return self.send_json(401, {"error": "bad key"})
         if mode == "http500":
-            return self._send(500, {})
+            return self.send_json(500, {})
         if mode == "nochoices":
-            return self._send(200, {"choices": []})
+            return self.send_json(200, {"choices": []})
         prompt = body["messages"][-1]["content"]
         content = {"ok": "```json\n" + fake_model(prompt) + "\n```",
                    "prose": "First I will find the mug, then put it away.",
                    "bad_ids": '{"plan": [0, 999]}'}[mode]
-        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+        self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
 
 
 @pytest.fixture()
 def endpoint():
     _Handler.mode, _Handler.seen = "ok", []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve(_Handler) as url:
+        yield url
 
 
 def _client(url):
