@@ -119,6 +119,12 @@ def render_markdown(specs: list | None = None) -> str:
 JUNK = ("not-a-value", [1, 2], {"nested": 1})
 
 
+def _past(limit: float, step: float) -> float:
+    """``limit + step``, but never equal to the limit: near 1e15 a small float step rounds away."""
+    value = limit + step
+    return value if value != limit else math.nextafter(limit, math.copysign(math.inf, step))
+
+
 def bad_values(lim: FieldLimit):
     """A hypothesis strategy of values this field must reject."""
     from hypothesis import strategies as st
@@ -130,11 +136,11 @@ def bad_values(lim: FieldLimit):
         step = st.integers(1, 10**6) if lim.kind == "int" else st.floats(1e-3, 1e9)
         if lim.lower is not None:  # zero, negative, just below the limit
             low = lim.lower if lim.lower_strict else None
-            options.append(step.map(lambda d, lo=lim.lower: lo - d))
+            options.append(step.map(lambda d, lo=lim.lower: _past(lo, -d)))
             if low is not None:
                 options.append(st.just(low))
         if lim.upper is not None:  # huge values past the documented limit
-            options.append(step.map(lambda d, hi=lim.upper: hi + d))
+            options.append(step.map(lambda d, hi=lim.upper: _past(hi, d)))
             if lim.upper_strict:
                 options.append(st.just(lim.upper))
             options.append(st.just(math.inf))

@@ -154,21 +154,3 @@ def break_cycles(edges: set[tuple[int, int]], n: int) -> tuple[set[tuple[int, in
                 state[nxt] = 1
                 stack.append((nxt, iter(succ[nxt])))
     return set(edges) - removed, removed
-
-
-def is_acyclic(edges, n: int) -> bool:
-    indeg = [0] * n
-    succ: dict[int, list[int]] = {i: [] for i in range(n)}
-    for u, v in edges:
-        succ[u].append(v)
-        indeg[v] += 1
-    todo = [i for i in range(n) if indeg[i] == 0]
-    seen = 0
-    while todo:
-        u = todo.pop()
-        seen += 1
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                todo.append(v)
-    return seen == n

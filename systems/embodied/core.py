@@ -46,7 +46,7 @@ def instruction_features(instruction: str) -> np.ndarray:
 
 
 class Env:
-    """Base class of both levels. Subclasses implement ``_build`` (world from the task seed),
+    """Base class of both levels. Subclasses set the class attributes below and implement
     ``_apply(action) -> (valid, feedback)``, ``_progress() -> fraction of goal conditions met``,
     ``_text()``, ``_state_vector()`` and ``_valid_mask()``.
 
@@ -56,10 +56,17 @@ class Env:
     level: str = ""
     n_actions: int = 0
     action_names: list[str] = []
+    # Each level sets these: its world type, ``generate(subset, rng) -> (world, instruction)`` and
+    # its step budgets (per subset, else the default).
+    world_type: type = object
+    generate = None
+    max_steps_by_subset: dict[str, int] = {}
+    default_max_steps: int = 0
 
-    def __init__(self, task: Task, max_steps: int):
+    def __init__(self, task: Task):
         self.task = task
-        self.max_steps = int(max_steps)
+        self.max_steps = int(self.max_steps_by_subset.get(task.subset, self.default_max_steps))
+        self.w = self.world_type()
         self.steps = 0
         self.done = False
         self.succeeded = False
@@ -73,7 +80,9 @@ class Env:
         self.done = False
         self.succeeded = False
         self.invalid_actions = 0
-        self._build(np.random.default_rng(self.task.seed))
+        self.w, instruction = type(self).generate(self.task.subset, np.random.default_rng(self.task.seed))
+        if instruction != self.task.instruction:
+            raise EnvError(f"task {self.task.id}: instruction does not match its seed")
         return self.observe()
 
     def observe(self) -> Observation:
@@ -118,7 +127,6 @@ class Env:
         return self._valid_mask()
 
     # -- for subclasses ---------------------------------------------------------------------
-    def _build(self, rng: np.random.Generator) -> None: raise NotImplementedError
     def _apply(self, a: int) -> tuple[bool, str]: raise NotImplementedError
     def _progress(self) -> float: raise NotImplementedError
     def _text(self) -> str: raise NotImplementedError

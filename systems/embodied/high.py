@@ -219,14 +219,10 @@ class HighEnv(Env):
     n_actions = N_ACTIONS
     action_names = ACTION_NAMES
 
-    def __init__(self, task):
-        super().__init__(task, MAX_STEPS.get(task.subset, DEFAULT_MAX_STEPS))
-        self.w = _World()
-
-    def _build(self, rng):
-        self.w, instr = _generate(self.task.subset, rng)
-        if instr != self.task.instruction:
-            raise EnvError(f"task {self.task.id}: instruction does not match its seed")
+    world_type = _World
+    generate = staticmethod(_generate)
+    max_steps_by_subset = MAX_STEPS
+    default_max_steps = DEFAULT_MAX_STEPS
 
     # rules ---------------------------------------------------------------------------------
     def _check(self, a: int) -> tuple[bool, str]:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlsys_flows.systems.common.graphs import is_acyclic
+
 GRAPHS_ENV = "MLSYS_PLACEMENT_GRAPHS"
 # The six graphs the authors published with their code (msr-fiddle/dnn-partitioning, MIT licence).
 SHIPPED = {
@@ -264,23 +266,5 @@ def score(g: Graph, device: np.ndarray | list, k: int | None = None, l: int | No
     # contiguity: the device graph of forward edges must be acyclic
     dedges = {(device[s], device[t]) for s, t in g.edges
               if not g.backward[s] and not g.backward[t] and device[s] != device[t]}
-    contiguous = _acyclic(k + l, dedges)
+    contiguous = is_acyclic(dedges, k + l)
     return Score(max(loads), loads, not problems, contiguous, problems)
-
-
-def _acyclic(n: int, edges: set) -> bool:
-    out = {i: [] for i in range(n)}
-    indeg = [0] * n
-    for a, b in edges:
-        out[a].append(b)
-        indeg[b] += 1
-    stack = [i for i in range(n) if indeg[i] == 0]
-    seen = 0
-    while stack:
-        v = stack.pop()
-        seen += 1
-        for w in out[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                stack.append(w)
-    return seen == n

@@ -12,7 +12,8 @@ from mlsys_flows.systems.atlas.evaluate import build, learn_graphs, rank_inciden
 from mlsys_flows.systems.atlas.model import (ERR, LAT, FAULTS, expand, make_incident, make_system, simulate,
                                              true_graph, var)
 from mlsys_flows.systems.atlas.rca import Localizer, rank_of
-from mlsys_flows.systems.atlas.synth import ReplyError, break_cycles, is_acyclic, parse_reply, synthesize
+from mlsys_flows.systems.common.graphs import is_acyclic
+from mlsys_flows.systems.atlas.synth import ReplyError, break_cycles, parse_reply, synthesize
 from mlsys_flows.systems.common.params import ParamsError
 
 

@@ -15,7 +15,8 @@ from openai_fake import FakeModel, serve
 from mlsys_flows.systems.atlas import Params
 from mlsys_flows.systems.atlas.docs import DocParser
 from mlsys_flows.systems.atlas.evaluate import build, learn_graphs
-from mlsys_flows.systems.atlas.synth import PROMPT, LLMSynthesizer, is_acyclic, synthesize
+from mlsys_flows.systems.common.graphs import is_acyclic
+from mlsys_flows.systems.atlas.synth import PROMPT, LLMSynthesizer, synthesize
 from mlsys_flows.systems.common.llm import LLMConfig, OpenAICompatibleClient
 
 KEY = "sk-atlas-test-key-not-real"
