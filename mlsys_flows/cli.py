@@ -180,9 +180,17 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
         _fail("--save/--record write the committed results, which are the scale's preset: drop the -p overrides "
               "or use --json")
     sweep_started = time.perf_counter()
-    reports = []
+    reports, failed = [], {}
     for n in names:
-        report = _guard(lambda: _run_one(n, scale, param, storage, cluster, devices))
+        if len(names) == 1:
+            report = _guard(lambda: _run_one(n, scale, param, storage, cluster, devices))
+        else:  # a sweep goes on past a failing system and names it at the end
+            try:
+                report = _run_one(n, scale, param, storage, cluster, devices)
+            except Exception as exc:  # noqa: BLE001 - reported below, exit code 1
+                failed[n] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                err.print(f"[red]{n} failed:[/red] {failed[n]}", highlight=False, soft_wrap=True)
+                continue
         if save:
             write_report(report, RESULTS / f"{n}-{scale}.json")
             console.print(f"saved {RESULTS / f'{n}-{scale}.json'}")
@@ -209,6 +217,9 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
         for path in gen.write():
             console.print(f"wrote {path}")
         console.print(f"catalogue: {catalogue.build(catalogue.OUT, results=RESULTS)}", highlight=False)
+    if failed:
+        _fail(f"{len(failed)} of {len(names)} systems failed: " + "; ".join(f"{n} ({why})" for n, why in failed.items()),
+              code=1)
 
 
 @app.command()

@@ -126,3 +126,21 @@ def test_pages_link_only_to_files_of_the_catalogue_and_fetch_nothing(tmp_path):
 def test_record_refuses_overrides_before_any_run():
     result = CliRunner().invoke(app, ["bench", "all", "--record", "-p", "seed=1"])
     assert result.exit_code != 0 and "--record" in result.output
+
+
+def test_bench_all_goes_on_past_a_failing_system_and_names_it(monkeypatch):
+    import mlsys_flows.cli as cli
+    from mlsys_flows.runner import RunError
+
+    tried = []
+
+    def fail(name, *args, **kwargs):
+        tried.append(name)
+        raise RunError(f"{name} broke")
+
+    monkeypatch.setattr(cli, "_run_one", fail)
+    result = CliRunner().invoke(app, ["bench", "all", "--scale", "smoke"])
+    names = [s.name for s in registry.implemented()]
+    assert tried == names
+    assert result.exit_code == 1
+    assert f"{len(names)} of {len(names)} systems failed" in result.output and f"{names[-1]} broke" in result.output
