@@ -53,6 +53,7 @@ DOC = REPO / "docs" / "overhead.md"
 PARTS = ("tasks", "fixed", "transfer", "shares", "scaling")
 # The data-size parameters of the scaling flows, multiplied by each size factor (of the scale's preset).
 SCALING = {"cedar": ("n_images", "n_docs", "n_clips"), "dsi": ("files",), "phaze": ("candidates",)}
+EARLY_API_ENV = "MLSYS_OVERHEAD_EARLY_API"  # part 2's child starts the embedded API first, as the CLI does
 HARNESS_TASKS = ("publish-report",)  # the harness's own tasks: orchestration, not the system's work
 COLUMNS = ["part", "what", "kind", "unit", "median", "min", "max", "n", "vs", "ratio to vs (median)",
            "ratio to vs (min-max)"]
@@ -262,6 +263,10 @@ def _fixed_child(home: str) -> None:
     from mlsys_flows.settings import configure_prefect_home
 
     configure_prefect_home()
+    from mlsys_flows import runtime
+
+    if os.environ.get(EARLY_API_ENV):  # as the CLI does: the embedded API boots during the imports below
+        runtime.start_embedded_api()
     from prefect import flow
 
     from benchmarks import _overhead_tasks as T
@@ -270,6 +275,7 @@ def _fixed_child(home: str) -> None:
     from mlsys_flows.runtime import shared_api
 
     t_imported = time.time()
+    runtime.api_ready()
     results = _storage(Path(home) / "fixed-results")
 
     @flow(name="overhead-fixed", log_prints=False)
@@ -287,8 +293,10 @@ def _fixed_child(home: str) -> None:
                                           "flow_returned": time.time()}), flush=True)
 
 
-def _child_env(home: Path, api_url: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+def _child_env(home: Path, api_url: str | None, early: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != EARLY_API_ENV}
+    if early:
+        env[EARLY_API_ENV] = "1"
     env.update({"MLSYS_FLOWS_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                 "PREFECT_LOGGING_LEVEL": "WARNING", "DASK_LOGGING__DISTRIBUTED": "warning",
                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
@@ -301,10 +309,10 @@ def _child_env(home: Path, api_url: str | None) -> dict[str, str]:
     return env
 
 
-def _run_fixed_child(home: Path, api_url: str | None, timeout_s: float = 600) -> dict[str, float]:
+def _run_fixed_child(home: Path, api_url: str | None, early: bool = False, timeout_s: float = 600) -> dict[str, float]:
     cmd = [sys.executable, "-m", "benchmarks.overhead", "--child-fixed", str(home)]
     t_command = time.time()
-    proc = subprocess.run(cmd, env=_child_env(home, api_url), cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run(cmd, env=_child_env(home, api_url, early), cwd=REPO, capture_output=True, text=True,
                           timeout=timeout_s)
     t_exit = time.time()
     line = next((x for x in proc.stdout.splitlines() if x.startswith("OVERHEAD-FIXED ")), None)
@@ -326,13 +334,13 @@ def _run_fixed_child(home: Path, api_url: str | None, timeout_s: float = 600) ->
 
 def measure_fixed(repeats: int, home: Path, api_url: str | None, log=print) -> dict[str, Any]:
     """Part 2: the fixed cost of a flow, embedded API (warm home) and, with ``api_url``, a running server."""
-    apis = {"embedded": None, **({"server": api_url} if api_url else {})}
+    apis = {"embedded": None, "embedded-early": None, **({"server": api_url} if api_url else {})}
     for name, url in apis.items():  # warm-up: the embedded API's database is created here, not measured
-        _run_fixed_child(home, url)
+        _run_fixed_child(home, url, early=name == "embedded-early")
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in apis}
     for r in range(repeats):
         for name in (list(apis) if r % 2 == 0 else list(apis)[::-1]):
-            samples[name].append(_run_fixed_child(home, apis[name]))
+            samples[name].append(_run_fixed_child(home, apis[name], early=name == "embedded-early"))
             s = samples[name][-1]
             log(f"  fixed repeat {r + 1}/{repeats} {name}: command->first task {s['to_first_task']:.1f} s, "
                 f"last task->exit {s['last_task_to_exit']:.1f} s")
@@ -342,13 +350,15 @@ def measure_fixed(repeats: int, home: Path, api_url: str | None, log=print) -> d
 
 def fixed_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    labels = {"embedded": "embedded API, warm home", "server": "running Prefect server"}
+    labels = {"embedded": "embedded API, warm home, started by Prefect on the first API call",
+              "embedded-early": "embedded API, warm home, started first (the CLI's default)",
+              "server": "running Prefect server"}
     for api, samples in d["samples"].items():
         for key, what in (("to_first_task", "command to first task start"),
                           ("last_task_to_exit", "last task end to process exit"),
                           ("total", "whole command (the task itself ~0 s)"),
                           ("to_imported", "  of which: command to harness imported (python, prefect, torch)"),
-                          ("imported_to_flow_body", "  of which: imported to flow body start (flow run created)"),
+                          ("imported_to_flow_body", "  of which: imported to flow body start (API ready, flow run created)"),
                           ("cluster_start", "  of which: Dask LocalCluster start (2 worker processes)"),
                           ("submit_to_task_start", "  of which: task submitted to task start"),
                           ("task_end_to_result", "  of which: task end to its result in the flow"),
@@ -359,7 +369,7 @@ def fixed_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
             vals = [s[key] for s in samples]
             ratios = None
-            if api == "server" and "embedded" in d["samples"]:
+            if api != "embedded" and "embedded" in d["samples"]:
                 ratios = paired_ratios(vals, [s[key] for s in d["samples"]["embedded"]])
             rows.append(row("2 fixed", f"{labels[api]}: {what}", "measured", "s", vals,
                             vs="embedded API" if ratios else "", ratios=ratios, digits=3))
@@ -491,16 +501,52 @@ def _run_flow(name: str, scale: str, overrides: dict[str, Any], home: Path, n_wo
     t0 = time.time()
     report = run_system(name, scale, overrides, storage=storage, cluster=DaskCluster(n_workers=n_workers))
     t1 = time.time()
-    runs = _task_runs(report.run_id)
-    share = orchestration_share(t1 - t0, [(s, e) for _, s, e in runs], window=(t0, t1))
-    body = orchestration_share(report.wall_time_s, [(s, e) for _, s, e in runs], window=(t0, t1))
     storage.delete(f"runs/{name}")  # the run's data; its report stays under reports/
     storage.delete("task-results")
-    return {"system": name, "scale": scale, "overrides": overrides, "n_workers": n_workers, "run_id": report.run_id,
-            "wall_s": t1 - t0, "body_s": report.wall_time_s, "task_runs": len(runs), **share,
+    return {"system": name, "scale": scale, "overrides": overrides, "n_workers": n_workers,
+            **_share_of_run(report.run_id, t0, t1, report.wall_time_s)}
+
+
+def _share_of_run(run_id: str, t0: float, t1: float, body_s: float) -> dict[str, Any]:
+    """Orchestration's share of the run ``run_id`` between ``t0`` and ``t1`` (epoch seconds), from its
+    task runs as the Prefect API recorded them."""
+    runs = _task_runs(run_id)
+    share = orchestration_share(t1 - t0, [(s, e) for _, s, e in runs], window=(t0, t1))
+    body = orchestration_share(body_s, [(s, e) for _, s, e in runs], window=(t0, t1))
+    return {"run_id": run_id, "wall_s": t1 - t0, "body_s": body_s, "task_runs": len(runs), **share,
             "body_share": body["share"], "first_task_s": (runs[0][1] - t0) if runs else None,
             "after_last_task_s": (t1 - max(e for _, _, e in runs)) if runs else None,
             "stages": stage_table(runs)}
+
+
+def recorded_shares(systems: Sequence[str], scale: str, results: Path, log=print) -> dict[str, Any]:
+    """Part 4 without rerunning anything: the runs of the committed RunReports
+    (``results/<system>-<scale>.json``, as `mlsys-flows bench all --record` leaves them), read back
+    from the Prefect API that recorded them (the current ``PREFECT_API_URL``). The wall time is the
+    flow run's life in the API, from its creation to its end state; the process start and imports
+    before it are part 2's."""
+    from prefect.client.orchestration import get_client
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in systems:
+        path = results / f"{name}-{scale}.json"
+        try:
+            report = json.loads(path.read_text())
+            with get_client(sync_client=True) as client:
+                fr = client.read_flow_run(report["run_id"])
+            if fr.end_time is None:
+                raise RuntimeError(f"flow run {report['run_id']} has not ended ({fr.state_type})")
+            res = {"system": name, "scale": scale, "overrides": {}, "n_workers": None, "report": str(path.name),
+                   **_share_of_run(report["run_id"], fr.created.timestamp(), fr.end_time.timestamp(),
+                                   report["wall_time_s"])}
+        except Exception as exc:  # noqa: BLE001 - one missing run must not lose the others
+            log(f"  share {name}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
+            out[name] = [{"system": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}]
+            continue
+        out[name] = [res]
+        log(f"  share {name} (recorded run {res['run_id'][:8]}): wall {res['wall_s']:.1f} s, tasks busy "
+            f"{res['task_busy_s']:.1f} s, orchestration {res['orchestration_s']:.1f} s = {res['share']:.1%}")
+    return {"scale": scale, "runs": out, "source": f"recorded runs of {results.name}/<system>-{scale}.json"}
 
 
 def measure_shares(systems: Sequence[str], scale: str, repeats: int, home: Path, log=print,
@@ -530,7 +576,8 @@ def shares_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
         if not ok:
             rows.append({c: None for c in COLUMNS} | {"part": "4 shares", "what": f"{name}: FAILED ({runs[0]['error'][:120]})"})
             continue
-        rows.append(row("4 shares", f"{name} at {d['scale']}: orchestration share of the command's wall time",
+        wall = "the recorded flow run's wall time" if d.get("source") else "the command's wall time"
+        rows.append(row("4 shares", f"{name} at {d['scale']}: orchestration share of {wall}",
                         "measured", "%", [100 * x["share"] for x in ok], digits=3))
         x = ok[0] if len(ok) == 1 else None  # the breakdown of a single run
         detail = (f"; {x['first_task_s']:.1f} s before the first task, {x['after_last_task_s']:.1f} s after the last"
@@ -705,8 +752,11 @@ def markdown(result: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in result["rows"]]
     m = result["machine"]
-    lines += ["", f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores), commit {m['commit']}, load average "
-              f"{m['load_before']} before and {m['load_after']} after; API: {result['api']}."]
+    lines += ["", f"Measured on {m['cpu']} ({m['cores']} cores)."]
+    for part, d in result["details"].items():
+        at = d.get("measured") or {"commit": m["commit"], "date": m["date"], "api": result["api"]}
+        lines.append(f"- {part}: {at['date']}, commit {at['commit']}, API: {at['api']}.")
+    lines.append(f"- Last run: load average {m['load_before']} before and {m['load_after']} after.")
     lines += [f"- {n}" for n in result["notes"]]
     return "\n".join(lines)
 
@@ -733,7 +783,9 @@ NOTES = [
     "'persisted' is the harness's setting (every result also written to the storage block).",
     "4 shares: orchestration = the command's wall time minus the union of the system's task runs' busy intervals "
     "(Running to terminal state, read from the Prefect API after the run; the harness's publish-report task counts as "
-    "orchestration). Work a flow does in its body outside tasks counts as orchestration too.",
+    "orchestration). Work a flow does in its body outside tasks counts as orchestration too. Reusing the runs of a "
+    "`bench all --record` sweep (--shares-from), the wall time is each flow run's life in the API, from its creation to "
+    "its end state; the process's start and imports before it are part 2's fixed cost.",
     "5 scaling: parallel stages are task functions whose runs overlap in a 2-worker run; their speedup is their summed span "
     "with 1 worker over 2 workers. A flow whose tasks run one after another (cedar, dsi) has none.",
 ]
@@ -760,6 +812,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sizes", default="0.25,0.5,1", help="data-size factors of 'scaling' (times the scale's preset)")
     ap.add_argument("--repeats", type=int, default=5, help="repeats of 'tasks', 'fixed' and 'transfer'")
     ap.add_argument("--share-repeats", type=int, default=1, help="runs of each flow in 'shares'")
+    ap.add_argument("--shares-from", type=Path, metavar="RESULTS", help="'shares' reruns nothing: it reads the runs of "
+                    "the RunReports in this folder (as `mlsys-flows bench all --record` leaves them) back from the "
+                    "Prefect API at PREFECT_API_URL, which recorded them")
+    ap.add_argument("--merge", type=Path, metavar="JSON", help="keep the other parts' details of this earlier "
+                    "overhead.json (replace only the parts measured now)")
     ap.add_argument("--n-tasks", type=int, default=200, help="tasks per repeat in 'tasks'")
     ap.add_argument("--mb", type=float, default=100.0, help="array size of 'transfer', MB")
     ap.add_argument("--api", choices=("server", "embedded"), default="server",
@@ -793,6 +850,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     info = machine()
     info["load_before"] = list(os.getloadavg())
+    running_api = os.environ.get("PREFECT_API_URL") if args.api == "server" else None
     # Prefect reads its settings when imported: choose its home (and below, the API) first.
     os.environ["PREFECT_HOME"] = str(home / ("prefect-client" if args.api == "server" else "prefect-embedded"))
     from mlsys_flows.settings import configure_prefect_home
@@ -805,7 +863,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     stack = contextlib.ExitStack()
     try:
-        if args.api == "server":
+        if running_api:
+            print(f"Prefect API {running_api} (PREFECT_API_URL)", flush=True)
+        elif args.api == "server":
             from mlsys_flows.server import LocalPlatform, free_port
 
             print("starting a Prefect server on 127.0.0.1 ...", flush=True)
@@ -815,7 +875,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ["PREFECT_API_URL"] = platform_.api_url  # Dask workers and child processes
             stack.enter_context(temporary_settings(updates={PREFECT_API_URL: platform_.api_url}))  # this process
             print(f"Prefect API {platform_.api_url}", flush=True)
-        api_url = platform_.api_url if platform_ else None
+        api_url = running_api or (platform_.api_url if platform_ else None)
         if "tasks" in parts:
             print(f"1 tasks: {args.n_tasks} trivial tasks x {args.repeats} repeats", flush=True)
             details["tasks"] = measure_tasks(args.n_tasks, args.repeats, home)
@@ -829,8 +889,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mlsys_flows import registry
 
             systems = [s.name for s in registry.implemented()] if args.systems == "all" else args.systems.split(",")
-            print(f"4 shares: {len(systems)} flows at {args.scale}", flush=True)
-            measure_shares(systems, args.scale, args.share_repeats, home, into=details.setdefault("shares", {}))
+            if args.shares_from:
+                print(f"4 shares: the recorded runs of {len(systems)} flows at {args.scale} ({args.shares_from})", flush=True)
+                details["shares"] = recorded_shares(systems, args.scale, args.shares_from.resolve())
+            else:
+                print(f"4 shares: {len(systems)} flows at {args.scale}", flush=True)
+                measure_shares(systems, args.scale, args.share_repeats, home, into=details.setdefault("shares", {}))
         if "scaling" in parts:
             factors = [float(x) for x in args.sizes.split(",")]
             print(f"5 scaling: {scaling_systems} x sizes {factors} x 1/2 workers at {args.scale}", flush=True)
@@ -844,9 +908,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             platform_.stop()
     info["load_after"] = list(os.getloadavg())
     info["duration_s"] = round(time.perf_counter() - started, 1)
-    result = build_result(details, f"a Prefect server on 127.0.0.1 started by the benchmark" if args.api == "server"
-                          else "the embedded (temporary) API", info)
-    return _write_outputs(result, args)
+    api = (f"the running Prefect server at {running_api}" if running_api else
+           "a Prefect server on 127.0.0.1 started by the benchmark" if args.api == "server" else
+           "the embedded (temporary) API")
+    for part in details:  # where and when each part was measured (parts of a --merge keep theirs)
+        details[part]["measured"] = {"commit": info["commit"], "date": info["date"], "api": api}
+    if args.merge:
+        earlier = json.loads(args.merge.read_text())
+        for part, d in earlier["details"].items():
+            if part not in details:
+                d.setdefault("measured", {k: earlier["machine"][k] for k in ("commit", "date")} | {"api": earlier["api"]})
+                details[part] = d
+        details = {p: details[p] for p in PARTS if p in details}
+    return _write_outputs(build_result(details, api, info), args)
 
 
 def _write_outputs(result: dict[str, Any], args) -> int:

@@ -23,10 +23,11 @@ def dsi(ctx: RunContext) -> SystemResult:
     for r in range(ctx.repeats):
         for name in VARIANTS[r % 3:] + VARIANTS[:r % 3]:
             if name == "dpp":
-                runs[name].append(ctx.submit(t.train_dpp, p, ctx.storage, data, ctx.devices, cpu, device="gpu").result())
+                runs[name].append(ctx.submit(t.train_dpp, p, ctx.storage, data, ctx.devices, cpu, repeat=r,
+                                             device="gpu").result())
             else:
                 runs[name].append(ctx.submit(t.train_inline, p, ctx.storage, data, ctx.devices, cpu,
-                                             projected=name == "inline", device="gpu").result())
+                                             projected=name == "inline", repeat=r, device="gpu").result())
     dpp = runs["dpp"][0]
     measured = [m for m, kind in KINDS.items() if kind == "measured"]
     per_run = {"inline": runs["inline"], "inline_full_rows": runs["inline_full_rows"],

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mlsys_flows import registry
+from mlsys_flows.runtime import api_ready
 from mlsys_flows.settings import configure_prefect_home
 
 
@@ -49,12 +50,15 @@ def run_system(name: str, scale: str = "quick", overrides: dict[str, Any] | None
     from mlsys_flows.blocks import DaskCluster, ObjectStorage, ResourcePool
     from mlsys_flows.systems.common.report import RunReport
 
+    if any(isinstance(v, str) for v in (storage, cluster, devices)):
+        api_ready()  # saved blocks are read from the API
     storage = _load_block(ObjectStorage, storage, "--storage")
     cluster = _load_block(DaskCluster, cluster, "--cluster")
     devices = _load_block(ResourcePool, devices, "--devices")
     if storage is not None:
         storage.check()
     flow = spec.load_flow()
+    api_ready()  # an embedded API started early by the CLI has booted meanwhile
     state = flow(scale=scale, overrides=overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key,
                  return_state=True)
     if not state.is_completed():

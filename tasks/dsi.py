@@ -95,8 +95,10 @@ def cpu_budget(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool
 
 @task(name="dsi-inline")
 def train_inline(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict,
-                 projected: bool = True) -> dict:
-    """The on-trainer loader: the trainer and its prefetch threads pinned to the trainer host's core."""
+                 projected: bool = True, repeat: int = 0) -> dict:
+    """The on-trainer loader: the trainer and its prefetch threads pinned to the trainer host's core.
+    ``repeat`` makes each timed repeat its own call: an identical call in the same flow run would be
+    answered from its persisted result (Prefect's input-keyed cache), not run again."""
     log = get_run_logger()
     with pool.claim() as device:
         warm_up(p, storage, data, device)
@@ -109,9 +111,9 @@ def train_inline(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePo
 
 
 @task(name="dsi-dpp")
-def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict) -> dict:
+def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict, repeat: int = 0) -> dict:
     """The trainer runs here, pinned to the trainer host's core; DPP work items run on the other Dask
-    worker processes, pinned to the DPP cores."""
+    worker processes, pinned to the DPP cores. ``repeat``: as for :func:`train_inline`."""
     from distributed import get_worker, worker_client
 
     log = get_run_logger()

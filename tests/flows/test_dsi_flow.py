@@ -7,13 +7,16 @@ import math
 
 import pytest
 
+from faultkit import reference_run
+
 from mlsys_flows.flows.dsi import dsi
 from mlsys_flows.systems.dsi import Params
 from mlsys_flows.systems.dsi import data as d
 
 
-def test_dsi_smoke_flow(dask_cluster, local_storage):
-    report = dsi(scale="smoke", cluster=dask_cluster, storage=local_storage)
+def test_dsi_smoke_flow():
+    """The shared smoke run (faultkit.reference_run), as the contract test sees it."""
+    report, storage = reference_run("dsi")
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"]) == ("trainer_samples_per_s", "inline", "dpp")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
@@ -30,7 +33,7 @@ def test_dsi_smoke_flow(dask_cluster, local_storage):
         {("inline_full_rows", "dpp"), ("inline_full_rows", "inline")}
     assert any("CPU budget" in n for n in report["notes"])
     assert report["curves"][0]["series"]["dpp"][1], "workers over time"
-    assert local_storage.read_json(f"reports/dsi/{report['run_id']}.json")["headline"] == h
+    assert storage.read_json(f"reports/dsi/{report['run_id']}.json")["headline"] == h
 
 
 def test_dsi_empty_or_incomplete_dataset_fails_before_training(dask_cluster, local_storage):

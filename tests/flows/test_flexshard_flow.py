@@ -3,11 +3,12 @@ row-wise baseline with a hot-row cache at equal memory, every variant (dedup one
 plans and the report on storage; byte counts declared deterministic."""
 import math
 
-from mlsys_flows.flows.flexshard import flexshard
+from faultkit import reference_run
 
 
-def test_flexshard_flow_smoke(dask_cluster, local_storage):
-    report = flexshard(scale="smoke", cluster=dask_cluster, storage=local_storage)
+def test_flexshard_flow_smoke():
+    """The shared smoke run (faultkit.reference_run), as the contract test sees it."""
+    report, storage = reference_run("flexshard")
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"], h["better"]) == ("comm_bytes", "rowwise_cache", "flexshard", "lower")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0 and h["kind"] == "counted"
@@ -32,6 +33,6 @@ def test_flexshard_flow_smoke(dask_cluster, local_storage):
     assert {"alltoall_bytes", "comm_bytes", "sync_bytes"} <= set(report["deterministic_metrics"])
     assert any("memory headroom" in c["title"] for c in report["curves"])
     run = f"runs/flexshard/{report['run_id']}"
-    assert local_storage.exists(f"{run}/plans.npz") and local_storage.exists(f"{run}/trace/workload.npz")
-    assert sum("heldout-" in k for k in local_storage.list(f"{run}/trace")) == report["parameters"]["replay_tasks"]
-    assert local_storage.exists(f"reports/flexshard/{report['run_id']}.json")
+    assert storage.exists(f"{run}/plans.npz") and storage.exists(f"{run}/trace/workload.npz")
+    assert sum("heldout-" in k for k in storage.list(f"{run}/trace")) == report["parameters"]["replay_tasks"]
+    assert storage.exists(f"reports/flexshard/{report['run_id']}.json")

@@ -17,3 +17,24 @@ def test_tiny_task_overhead_run(prefect_api, tmp_path, monkeypatch):
     rows = ov.tasks_rows(d)
     assert len(rows) == 6 and all(r["unit"] == "ms/task" and r["kind"] == "measured" for r in rows)
     assert all(r["ratio to vs (median)"] > 0 for r in rows if r["vs"])
+
+
+def test_shares_read_back_from_recorded_runs(prefect_api, tmp_path):
+    """Part 4 without a rerun: the shared smoke run of phaze, read back from the API that recorded it.
+    Its tasks' busy time is a real part of its wall time; a report with no run gives a named error."""
+    import json
+
+    from faultkit import reference_run
+
+    report, _ = reference_run("phaze")
+    (tmp_path / "phaze-smoke.json").write_text(json.dumps(report))
+    d = ov.recorded_shares(["phaze", "cedar"], "smoke", tmp_path, log=lambda *_: None)
+    (run,) = d["runs"]["phaze"]
+    assert run["run_id"] == report["run_id"] and run["task_runs"] >= 2
+    assert 0 < run["task_busy_s"] < run["wall_s"] and run["wall_s"] >= report["wall_time_s"] * 0.9
+    assert abs(run["orchestration_s"] - (run["wall_s"] - run["task_busy_s"])) < 1e-9
+    assert "publish-report" not in run["stages"] and run["stages"]
+    assert "FileNotFoundError" in d["runs"]["cedar"][0]["error"]
+    rows = ov.shares_rows(d)
+    assert any("recorded flow run" in (r["what"] or "") for r in rows)
+    assert any("cedar: FAILED" in (r["what"] or "") for r in rows)

@@ -7,12 +7,15 @@ import math
 
 import pytest
 
+from faultkit import reference_run
+
 from mlsys_flows.blocks import ObjectStorage, StorageError
 from mlsys_flows.flows.recd import recd
 
 
-def test_recd_smoke_flow(dask_cluster, local_storage):
-    report = recd(scale="smoke", cluster=dask_cluster, storage=local_storage)
+def test_recd_smoke_flow():
+    """The shared smoke run (faultkit.reference_run), as the contract test sees it."""
+    report, storage = reference_run("recd")
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"]) == ("train_samples_per_s", "kjt", "ikjt")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
@@ -45,7 +48,7 @@ def test_recd_smoke_flow(dask_cluster, local_storage):
         assert len(xs) == len(shares) and all(math.isfinite(y) and y > 0 for y in ys)
     loss = next(c for c in report["curves"] if c["title"].startswith("training loss"))
     assert set(loss["series"]) == {"kjt", "kjt_clustered", "ikjt"}
-    assert local_storage.read_json(f"reports/recd/{report['run_id']}.json")["headline"] == h
+    assert storage.read_json(f"reports/recd/{report['run_id']}.json")["headline"] == h
 
 
 def test_recd_storage_url_that_does_not_exist_fails_before_work(dask_cluster, tmp_path):

@@ -2,8 +2,9 @@
 "greedy" taken per cost model from the greedy sharders, the MILP's repair reported, plans on storage."""
 import math
 
+from faultkit import reference_run
+
 from mlsys_flows.flows.recshard import BANDWIDTH_MODELLED, COUNTED, LOOKUP_COUNTED, LOOKUP_MEASURED, RUN_SCORED
-from mlsys_flows.flows.recshard import recshard
 
 GREEDY = ("greedy_size", "greedy_lookup", "greedy_size_lookup")
 
@@ -13,8 +14,9 @@ def _greedy_sources(v: dict, metrics) -> set[str]:
     return {g for g in GREEDY if all(v["greedy"][m] == v[g][m] for m in metrics)}
 
 
-def test_recshard_flow_smoke(dask_cluster, local_storage):
-    report = recshard(scale="smoke", cluster=dask_cluster, storage=local_storage)
+def test_recshard_flow_smoke():
+    """The shared smoke run (faultkit.reference_run), as the contract test sees it."""
+    report, storage = reference_run("recshard")
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == \
         ("lookup_samples_per_s", "greedy", "recshard", "measured")
@@ -48,5 +50,5 @@ def test_recshard_flow_smoke(dask_cluster, local_storage):
     # smoke solves to the asked gap, so the count-based metrics are declared deterministic
     assert "uvm_accesses_per_batch" in report["deterministic_metrics"]
     assert not {"embedding_throughput", *LOOKUP_MEASURED, *LOOKUP_COUNTED} & set(report["deterministic_metrics"])
-    assert local_storage.exists(f"reports/recshard/{report['run_id']}.json")
-    assert local_storage.exists(f"runs/recshard/{report['run_id']}/plans.npz")
+    assert storage.exists(f"reports/recshard/{report['run_id']}.json")
+    assert storage.exists(f"runs/recshard/{report['run_id']}/plans.npz")

@@ -2,13 +2,15 @@
 SwiftMoE train the same tiny MoE on Dask workers; calibration and what-if sweep are reported."""
 import math
 
-from mlsys_flows.flows.swiftmoe import swiftmoe
+from faultkit import reference_run
+
 from mlsys_flows.systems.swiftmoe import DEEPSPEED_SWEEP, SPEC, VARIANTS
 from mlsys_flows.systems.swiftmoe.calibrate import gloo_available
 
 
-def test_swiftmoe_flow_smoke(dask_cluster, local_storage):
-    report = swiftmoe(scale="smoke", cluster=dask_cluster, storage=local_storage)
+def test_swiftmoe_flow_smoke():
+    """The shared smoke run (faultkit.reference_run), as the contract test sees it."""
+    report, storage = reference_run("swiftmoe")
     h = report["headline"]
     assert h["metric"] == "time_to_target_s" and h["baseline"] == "deepspeed" and h["technique"] == "swiftmoe"
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
@@ -32,5 +34,5 @@ def test_swiftmoe_flow_smoke(dask_cluster, local_storage):
     titles = {c["title"] for c in report["curves"]}
     assert titles >= {"held-out loss vs simulated time", "routed tokens dropped"}
     assert any(t.startswith("flexmoe / swiftmoe simulated time to target vs link") for t in titles)
-    assert local_storage.exists(f"reports/swiftmoe/{report['run_id']}.json")
-    assert local_storage.exists(f"runs/swiftmoe/{report['run_id']}/tokens.npz")
+    assert storage.exists(f"reports/swiftmoe/{report['run_id']}.json")
+    assert storage.exists(f"runs/swiftmoe/{report['run_id']}/tokens.npz")

@@ -98,3 +98,28 @@ def test_committed_quick_result_meets_the_contract(name):
 def test_headlines_built_on_models_or_counts_are_not_called_measured(name):
     report = json.loads((RESULTS / f"{name}-quick.json").read_text())
     assert report["headline"]["kind"] != "measured"
+
+
+def repeated_without_rerunning(report: dict) -> list[str]:
+    """Measured metrics whose repeats are bit-identical non-integers: the repeats were not run again
+    (an identical task call in one flow run is answered from its persisted result). Zeros and whole
+    numbers (no stall, a step count) can honestly repeat."""
+    kinds = report["metric_kinds"]
+    return sorted(f"{variant}.{metric}" for variant, metrics in report["samples"].items()
+                  for metric, values in metrics.items()
+                  if kinds.get(metric) == "measured" and len(values) > 1 and len(set(values)) == 1
+                  and values[0] != int(values[0]))
+
+
+def test_repeat_check_catches_a_cached_repeat():
+    report = {"metric_kinds": {"t": "measured", "n": "measured"},
+              "samples": {"a": {"t": [1.25, 1.25, 1.25], "n": [14.0, 14.0]}, "b": {"t": [1.25, 1.5]}}}
+    assert repeated_without_rerunning(report) == ["a.t"]
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_committed_repeats_were_really_run(name):
+    path = RESULTS / f"{name}-quick.json"
+    if not path.exists():
+        pytest.skip(f"no committed quick result for {name}")
+    assert not repeated_without_rerunning(json.loads(path.read_text()))
