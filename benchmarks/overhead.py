@@ -263,10 +263,10 @@ def _fixed_child(home: str) -> None:
     from mlsys_flows.settings import configure_prefect_home
 
     configure_prefect_home()
-    from mlsys_flows import runtime
+    from mlsys_flows import server
 
     if os.environ.get(EARLY_API_ENV):  # as the CLI does: the embedded API boots during the imports below
-        runtime.start_embedded_api()
+        server.start_embedded_api()
     from prefect import flow
 
     from benchmarks import _overhead_tasks as T
@@ -275,7 +275,7 @@ def _fixed_child(home: str) -> None:
     from mlsys_flows.runtime import shared_api
 
     t_imported = time.time()
-    runtime.api_ready()
+    server.api_ready()
     results = _storage(Path(home) / "fixed-results")
 
     @flow(name="overhead-fixed", log_prints=False)

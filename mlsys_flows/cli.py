@@ -85,12 +85,11 @@ def _use_running_server() -> str | None:
     in its UI; else to an embedded temporary API. Says which; returns the UI's URL when there is one."""
     import json as _json
 
-    from mlsys_flows import runtime
-    from mlsys_flows.server import discover_api_url, state_file
+    from mlsys_flows.server import discover_api_url, embedded_api, start_embedded_api, state_file
 
-    url = None if runtime.embedded_api() else discover_api_url()
+    url = None if embedded_api() else discover_api_url()
     if url is None:
-        runtime.start_embedded_api()  # boots while the flow is imported (runner.run_system waits for it)
+        start_embedded_api()  # boots while the flow is imported (runner.run_system waits for it)
         console.print("Prefect API: embedded, temporary (start `mlsys-flows server` to keep runs in its UI)")
         return None
     os.environ["PREFECT_API_URL"] = url

@@ -9,18 +9,21 @@ The API URL is written to ``<home>/server/server.json`` so that `mlsys-flows dep
 """
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import json
 import os
 import shutil
 import socket
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 from mlsys_flows.prefect_rest import PrefectREST
 from mlsys_flows.procs import Proc, stop_all
-from mlsys_flows.settings import home
+from mlsys_flows.settings import configure_prefect_home, home
 
 WORK_POOL = "mlsys-process"
 
@@ -240,3 +243,82 @@ def serve_forever(platform: LocalPlatform, echo=print) -> None:
         platform.stop()
         signal.signal(signal.SIGTERM, previous)
         echo("stopped")
+
+
+class EmbeddedAPI:
+    """The embedded (temporary) Prefect API, started the moment a command knows it needs one.
+
+    Prefect's own ephemeral mode starts this same server (uvicorn on
+    ``prefect.server.api.server:create_app``, UI off) on the first API call, and the command waits
+    for it: about 10 s of importing and booting on these 2 cores. Started first, in its own process,
+    it boots while the command imports the flow and its libraries. ``PREFECT_API_URL`` is set at once
+    (before prefect is imported) so that this process and every Dask worker use it; ``ready()``
+    blocks until it answers. Stopped, by its process group, when the command exits."""
+
+    def __init__(self, log: Path):
+        spec = importlib.util.find_spec("prefect")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError("prefect is not installed")
+        port = free_port()
+        self.api_url = f"http://127.0.0.1:{port}/api"
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+        env.update({"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"})
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = Proc("embedded-api", [sys.executable, "-m", "uvicorn", "--app-dir",
+                                          str(Path(spec.submodule_search_locations[0]).parent), "--factory",
+                                          "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
+                                          str(port), "--log-level", "error", "--lifespan", "on"], env=env, log=log)
+        os.environ["PREFECT_API_URL"] = self.api_url
+        self._ready = False
+        atexit.register(self.stop)
+
+    def ready(self, timeout_s: float | None = None) -> str:
+        """Wait until the API answers its health check; its URL. Raises with the server's log tail
+        when it exits or does not answer within ``timeout_s`` (default: Prefect's ephemeral timeout)."""
+        if self._ready:
+            return self.api_url
+        timeout_s = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180"))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.proc.alive():
+                raise RuntimeError(f"the embedded Prefect API exited ({self.proc.popen.returncode}):\n{self.proc.tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        self._ready = True
+                        return self.api_url
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the embedded Prefect API did not answer within {timeout_s:.0f} s "
+                           f"(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS):\n{self.proc.tail()}")
+
+    def stop(self) -> None:
+        if self.proc.alive():
+            self.proc.stop(grace_s=5.0)
+        if os.environ.get("PREFECT_API_URL") == self.api_url:
+            os.environ.pop("PREFECT_API_URL")
+
+
+_EMBEDDED: EmbeddedAPI | None = None
+
+
+def start_embedded_api() -> EmbeddedAPI | None:
+    """Start the embedded API now, unless an API is configured (``PREFECT_API_URL``) or one was
+    started already; call before prefect is imported. Returns the one this process started."""
+    global _EMBEDDED
+    if _EMBEDDED is None and not os.environ.get("PREFECT_API_URL"):
+        configure_prefect_home()
+        _EMBEDDED = EmbeddedAPI(Path(os.environ["PREFECT_HOME"]) / "embedded-api.log")
+    return _EMBEDDED
+
+
+def embedded_api() -> EmbeddedAPI | None:
+    """The embedded API this process started, if any."""
+    return _EMBEDDED
+
+
+def api_ready() -> None:
+    """Block until the embedded API this process started answers (at once when none was started)."""
+    if _EMBEDDED is not None:
+        _EMBEDDED.ready()
