@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "overhead.json"
 IMG = REPO / "docs" / "img"
 DOC = REPO / "docs" / "overhead.md"
-PARTS = ("tasks", "fixed", "transfer", "shares", "scaling")
+PARTS = ("tasks", "fixed", "transfer", "shares", "warmup", "scaling")
 # The data-size parameters of the scaling flows, multiplied by each size factor (of the scale's preset).
 SCALING = {"cedar": ("n_images", "n_docs", "n_clips"), "dsi": ("files",), "phaze": ("candidates",)}
 EARLY_API_ENV = "MLSYS_OVERHEAD_EARLY_API"  # part 2's child starts the embedded API first, as the CLI does
@@ -493,13 +493,15 @@ def _task_runs(flow_run_id: str, wait_s: float = 60.0) -> list[tuple[str, float,
         time.sleep(1.0)
 
 
-def _run_flow(name: str, scale: str, overrides: dict[str, Any], home: Path, n_workers: int = 2) -> dict[str, Any]:
+def _run_flow(name: str, scale: str, overrides: dict[str, Any], home: Path, n_workers: int = 2,
+              warm_workers: bool = True) -> dict[str, Any]:
     from mlsys_flows.blocks import DaskCluster
     from mlsys_flows.runner import run_system
 
     storage = _storage(home / "runs")
     t0 = time.time()
-    report = run_system(name, scale, overrides, storage=storage, cluster=DaskCluster(n_workers=n_workers))
+    report = run_system(name, scale, overrides, storage=storage,
+                        cluster=DaskCluster(n_workers=n_workers, warm_workers=warm_workers))
     t1 = time.time()
     storage.delete(f"runs/{name}")  # the run's data; its report stays under reports/
     storage.delete("task-results")
@@ -567,6 +569,43 @@ def measure_shares(systems: Sequence[str], scale: str, repeats: int, home: Path,
             log(f"  share {name} ({r + 1}/{repeats}): wall {res['wall_s']:.1f} s, tasks busy {res['task_busy_s']:.1f} s, "
                 f"orchestration {res['orchestration_s']:.1f} s = {res['share']:.1%} (body only {res['body_share']:.1%})")
     return result
+
+
+def measure_warmup(systems: Sequence[str], scale: str, repeats: int, home: Path, log=print) -> dict[str, Any]:
+    """Part 4b: each flow with cold workers (each imports the flow's modules on its first task) and
+    warm ones (``DaskCluster.warm_workers``: all import at once when the run starts), back to back,
+    alternating which goes first."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in range(repeats):
+        for i, name in enumerate(systems):
+            for warm in ((False, True) if (r + i) % 2 == 0 else (True, False)):
+                label = "warm" if warm else "cold"
+                try:
+                    res = _run_flow(name, scale, {}, home, warm_workers=warm)
+                except Exception as exc:  # noqa: BLE001
+                    log(f"  warmup {name} {label}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
+                    continue
+                out.setdefault(name, {}).setdefault(label, []).append(res)
+                log(f"  warmup {name} {label} ({r + 1}/{repeats}): wall {res['wall_s']:.1f} s, orchestration "
+                    f"{res['orchestration_s']:.1f} s = {res['share']:.1%}")
+    return {"scale": scale, "runs": out}
+
+
+def warmup_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name, by in d["runs"].items():
+        if not {"cold", "warm"} <= set(by):
+            continue
+        cold, warm = by["cold"], by["warm"]
+        n = min(len(cold), len(warm))
+        for key, what, unit, scale_ in (("orchestration_s", "orchestration seconds", "s", 1),
+                                        ("share", "orchestration share of the command's wall time", "%", 100)):
+            c, w = [scale_ * x[key] for x in cold[:n]], [scale_ * x[key] for x in warm[:n]]
+            rows.append(row("4b warm workers", f"{name} at {d['scale']}: {what}, cold workers", "measured", unit, c,
+                            digits=3))
+            rows.append(row("4b warm workers", f"{name} at {d['scale']}: {what}, warm workers", "measured", unit, w,
+                            vs="cold workers", ratios=paired_ratios(c, w), digits=3))
+    return rows
 
 
 def shares_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
@@ -786,6 +825,9 @@ NOTES = [
     "orchestration). Work a flow does in its body outside tasks counts as orchestration too. Reusing the runs of a "
     "`bench all --record` sweep (--shares-from), the wall time is each flow run's life in the API, from its creation to "
     "its end state; the process's start and imports before it are part 2's fixed cost.",
+    "4b warm workers: the same flow rerun back to back with DaskCluster(warm_workers=False) (each worker imports the "
+    "flow's modules on its first task: the default before) and warm_workers=True (every worker imports them when the "
+    "run starts, in parallel; the import time counts as orchestration); the ratio is cold over warm.",
     "5 scaling: parallel stages are task functions whose runs overlap in a 2-worker run; their speedup is their summed span "
     "with 1 worker over 2 workers. A flow whose tasks run one after another (cedar, dsi) has none.",
 ]
@@ -794,7 +836,7 @@ NOTES = [
 def build_result(details: dict[str, Any], api: str, info: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for part, fn in (("tasks", tasks_rows), ("fixed", fixed_rows), ("transfer", transfer_rows),
-                     ("shares", shares_rows), ("scaling", scaling_rows)):
+                     ("shares", shares_rows), ("warmup", warmup_rows), ("scaling", scaling_rows)):
         if part in details:
             rows += fn(details[part])
     return {"columns": COLUMNS, "rows": rows, "notes": NOTES, "machine": info, "api": api, "details": details}
@@ -895,6 +937,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(f"4 shares: {len(systems)} flows at {args.scale}", flush=True)
                 measure_shares(systems, args.scale, args.share_repeats, home, into=details.setdefault("shares", {}))
+        if "warmup" in parts:
+            from mlsys_flows import registry
+
+            systems = [s.name for s in registry.implemented()] if args.systems == "all" else args.systems.split(",")
+            print(f"4b warm workers: {len(systems)} flows at {args.scale}, cold vs warm workers", flush=True)
+            details["warmup"] = measure_warmup(systems, args.scale, args.share_repeats, home)
         if "scaling" in parts:
             factors = [float(x) for x in args.sizes.split(",")]
             print(f"5 scaling: {scaling_systems} x sizes {factors} x 1/2 workers at {args.scale}", flush=True)

@@ -43,6 +43,9 @@ class DaskCluster(Block):
                                                                                  "worker, e.g. {'GPU': 1}.")
     adapt_min: int | None = Field(default=None, ge=0, description="With adapt_max: adaptive scaling lower bound.")
     adapt_max: int | None = Field(default=None, ge=1, description="With adapt_min: adaptive scaling upper bound.")
+    warm_workers: bool = Field(default=True, description="When a run starts, import the flow's modules on every "
+                                                         "worker at once, rather than on each worker's first task "
+                                                         "(a cold worker stalls the run in the middle).")
 
     @field_validator("address")
     @classmethod

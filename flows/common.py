@@ -10,6 +10,7 @@ computes every claim of the system's spec into the RunReport (``build_report``),
 """
 from __future__ import annotations
 
+import importlib
 import time
 import uuid
 from contextlib import contextmanager
@@ -118,15 +119,21 @@ def resolve_devices(devices: str | ResourcePool | None) -> ResourcePool | None:
     return ResourcePool.load(devices)
 
 
+def _import_on_worker(module: str) -> None:
+    importlib.import_module(module)
+
+
 @contextmanager
-def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: ObjectStorage | None = None):
+def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: ObjectStorage | None = None,
+             warm: str | None = None):
     """Tasks submitted inside this block run on ``cluster``, as task runs of the current flow run.
 
     The cluster is a run parameter, but a Prefect flow fixes its task runner when it is defined; so
     the harness enters the cluster's task runner itself and puts it in a copy of the flow run's
     context (``Task.submit`` reads the runner from there). No subflow: the run the user started
     shows every task. With ``results``, every task's result is persisted there (Prefect's result
-    store): a task that finished on a worker lost later in the run is read back, not run again."""
+    store): a task that finished on a worker lost later in the run is read back, not run again. With
+    ``warm`` (a module, e.g. the flow's) and ``cluster.warm_workers``, every worker imports it first."""
     run_context = FlowRunContext.get()
     if run_context is None:
         raise RuntimeError("tasks_on() needs a running flow")
@@ -137,6 +144,8 @@ def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: Ob
     with cluster.task_runner() as runner, run_context.model_copy(update={"task_runner": runner, **update}):
         if pool is not None:
             check_workers_have(runner, pool)
+        if warm and cluster.warm_workers:  # every worker imports in parallel now, not when its first task comes
+            runner.client.run(_import_on_worker, warm)
         yield runner
 
 
@@ -179,7 +188,7 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             environment = capture(name)
             started = time.perf_counter()
             results = store.model_copy(update={"url": f"{store.root_url}/task-results"})
-            with shared_api(), tasks_on(dask_cluster, pool, results):
+            with shared_api(), tasks_on(dask_cluster, pool, results, warm=body.__module__):
                 result: SystemResult = body(ctx)
             environment.load_after = load_average()
             report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,

@@ -105,7 +105,7 @@ def test_docs_tables_are_written_between_the_markers(tmp_path):
     ov.write_docs(result, doc)
     text = doc.read_text()
     assert text.startswith("intro\n<!-- overhead:start -->\n| part |") and text.endswith("<!-- overhead:end -->\nafter\n")
-    assert "old" not in text and "command to first task start" in text
+    assert "\nold\n" not in text and "command to first task start" in text
     doc.write_text("no markers\n")
     with pytest.raises(RuntimeError, match="markers"):
         ov.write_docs(result, doc)
