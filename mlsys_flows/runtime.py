@@ -34,4 +34,3 @@ def shared_api() -> Iterator[str | None]:
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
-

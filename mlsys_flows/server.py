@@ -17,7 +17,6 @@ import shutil
 import socket
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -175,7 +174,7 @@ class LocalPlatform:
         self.stop()
 
 
-def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: float) -> None:
+def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.5) -> None:
     """Poll ``ready`` until it holds; fail with the process's log tail if it exits or times out."""
     deadline = time.monotonic() + timeout_s
     while not ready():
@@ -183,7 +182,7 @@ def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: flo
             raise PlatformError(f"prefect {proc.name} exited ({proc.popen.returncode}):\n{proc.tail()}")
         if time.monotonic() > deadline:
             raise PlatformError(f"prefect {proc.name} not {what} after {timeout_s:.0f} s:\n{proc.tail()}")
-        time.sleep(0.5)
+        time.sleep(poll_s)
 
 
 def ensure_work_pool(api_url: str, name: str = WORK_POOL, pool_type: str = "process",
@@ -275,23 +274,12 @@ class EmbeddedAPI:
     def ready(self, timeout_s: float | None = None) -> str:
         """Wait until the API answers its health check; its URL. Raises with the server's log tail
         when it exits or does not answer within ``timeout_s`` (default: Prefect's ephemeral timeout)."""
-        if self._ready:
-            return self.api_url
-        timeout_s = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180"))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.proc.alive():
-                raise RuntimeError(f"the embedded Prefect API exited ({self.proc.popen.returncode}):\n{self.proc.tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        self._ready = True
-                        return self.api_url
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"the embedded Prefect API did not answer within {timeout_s:.0f} s "
-                           f"(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS):\n{self.proc.tail()}")
+        if not self._ready:
+            timeout_s = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180"))
+            with PrefectREST(self.api_url) as api:
+                _wait_ready(self.proc, api.healthy, "healthy", timeout_s, poll_s=0.1)
+            self._ready = True
+        return self.api_url
 
     def stop(self) -> None:
         if self.proc.alive():
