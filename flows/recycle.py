@@ -61,7 +61,8 @@ def recycle(ctx: RunContext) -> SystemResult:
         sch = schedules[name]
         t0, t1 = window_of(sch)
         rows = focus_rows(sch["workers"])
-        curves.append(Curve(title=f"schedule of {name}, rows {sch['workers'][rows[0]]}..{sch['workers'][rows[-1]]}",
+        # the title names no rows: which pipelines Oobleck keeps follows a timed choice (below)
+        curves.append(Curve(title=f"schedule of {name}: the most damaged pipeline and an intact one",
                             x_label="time in one steady iteration (ms, simulated)", y_label="worker row (busy = raised)",
                             series=square_waves(sch, t0, t1, rows)))
 
@@ -98,6 +99,9 @@ def recycle(ctx: RunContext) -> SystemResult:
                      f"127.0.0.1, {p.pair_microbatches} micro-batches, Bw deferred as planned) took "
                      f"{pair['measured_step_s'] * 1e3:.1f} ms per step (median of {len(pair['measured_steps_s'])}); "
                      f"the simulator predicted {pair['predicted_step_s'] * 1e3:.1f} ms from times the two processes "
-                     f"measured just before ({err:+.1%}; the unit test allows 35%).")
+                     f"measured just before ({err:+.1%}).")
+    # live_workers is an exact count, but not the same in every run: Oobleck's choice between shrunk
+    # pipelines and dropping the damaged ones compares simulated iterations built on this run's timed
+    # calibration, and a near tie can go either way
     return SystemResult(variants=variants, kinds=kinds, samples=samples, assumptions=assumptions, curves=curves,
-                        notes=notes)
+                        notes=notes, deterministic={"param_bytes", "activation_bytes"})

@@ -285,6 +285,9 @@ platform_cli.register(app)  # server, deploy, webhooks (mlsys_flows/platform_cli
 
 
 def main() -> None:
+    from mlsys_flows.procs import stop_on_signals
+
+    stop_on_signals()  # Ctrl-C and SIGTERM stop any command, however it was started
     app()
 
 

@@ -99,6 +99,18 @@ def _signal(p: psutil.Process, sig: int) -> None:
         pass
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def stop_on_signals() -> dict:
+    """Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt in the main thread, however this process
+    was started. A background job of a non-interactive shell (CI runners, supervisors, ``nohup``,
+    ``cmd &`` in a script) starts with SIGINT *ignored*, and Python then installs no handler of its
+    own: without this, Ctrl-C would do nothing. Returns the previous handlers."""
+    return {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
 def stop_all(procs: Sequence[Proc], grace_s: float = 10.0) -> None:
     """Stop in reverse start order (the worker before the server it talks to). In the main
     thread, Ctrl-C or SIGTERM during the stop cannot abort it; they only skip the waiting."""

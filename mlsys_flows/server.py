@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -21,10 +22,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlsys_flows.prefect_rest import PrefectREST
-from mlsys_flows.procs import Proc, stop_all
+from mlsys_flows.procs import Proc, stop_all, stop_on_signals
 from mlsys_flows.settings import configure_prefect_home, home
 
 WORK_POOL = "mlsys-process"
+STOP_GRACE_S = 3.0  # per signal and process: the whole platform stops within 10 s of Ctrl-C
 
 
 class PlatformError(RuntimeError):
@@ -160,12 +162,37 @@ class LocalPlatform:
         return worker
 
     def stop(self) -> None:
-        # at most (5 s TERM + 5 s INT + 5 s KILL + 5 s reap) per process, loaded machine or not
-        stop_all(self.procs, grace_s=5.0)
+        """The worker (and the flow-run processes and Dask clusters it started) first, so that a run
+        in flight can report its crash to the server; runs still left Pending or Running are then
+        marked Crashed; the server last. Each process: TERM, INT, KILL, ``STOP_GRACE_S`` apart."""
+        server, others = self.procs[:1], self.procs[1:]
+        stop_all(others, grace_s=STOP_GRACE_S)
+        if server and server[0].alive():
+            self._crash_orphans()
+        stop_all(server, grace_s=STOP_GRACE_S)
         self.procs.clear()
         path = state_file(self.root)
         if path.exists() and json.loads(path.read_text()).get("api_url") == self.api_url:
             path.unlink()
+
+    def _crash_orphans(self) -> list[str]:
+        """Mark this work pool's runs that are still Pending or Running as Crashed: their processes
+        are gone with the worker, and a run left Running would read as still going in the UI."""
+        crashed = []
+        try:
+            with PrefectREST(self.api_url) as api:
+                runs = api._call("POST", "flow_runs/filter", attempts=2, json={
+                    "work_pools": {"name": {"any_": [self.work_pool]}},
+                    "flow_runs": {"state": {"type": {"any_": ["PENDING", "RUNNING", "CANCELLING"]}}}}).json()
+                for run in runs:
+                    api._call("POST", f"flow_runs/{run['id']}/set_state", attempts=2, json={
+                        "state": {"type": "CRASHED", "name": "Crashed",
+                                  "message": "the local platform (`mlsys-flows server`) was stopped during the run"},
+                        "force": True})
+                    crashed.append(run["id"])
+        except Exception:  # noqa: BLE001 - best effort: the stop goes on whatever the API says
+            pass
+        return crashed
 
     def __enter__(self) -> "LocalPlatform":
         return self.start()
@@ -217,12 +244,7 @@ def register_blocks(api_url: str, root: Path | None = None) -> list[str]:
 
 def serve_forever(platform: LocalPlatform, echo=print) -> None:
     """Start, print where things are, block until Ctrl-C / SIGTERM, then stop everything."""
-    import signal
-
-    def _term(*_):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, _term)
+    previous = stop_on_signals()  # also when started with SIGINT ignored (a background job)
     try:
         echo(f"starting Prefect server on {platform.ui_url} ({platform.database}) ...")
         platform.start()
@@ -233,14 +255,15 @@ def serve_forever(platform: LocalPlatform, echo=print) -> None:
         echo(f"logs            {platform.dir}/server.log, worker.log")
         echo("next: `mlsys-flows deploy` in another terminal; Ctrl-C stops everything")
         while all(p.alive() for p in platform.procs):
-            time.sleep(1)
+            time.sleep(0.2)
         dead = [p for p in platform.procs if not p.alive()]
         echo(f"{dead[0].name} exited unexpectedly:\n{dead[0].tail()}")
     except KeyboardInterrupt:
-        echo("stopping (worker, then server) ...")
+        echo("stopping (worker and its runs, then server) ...")
     finally:
         platform.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         echo("stopped")
 
 

@@ -4,15 +4,19 @@ Importable from every test folder (pytest puts tests/ on sys.path for its confte
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from mlsys_flows import registry
 
@@ -54,7 +58,9 @@ def deterministic_view(report: dict[str, Any]) -> dict[str, Any]:
                      for v, ms in sorted(report["variants"].items())},
         "headline": ratio(report["headline"]),
         "ratios": [ratio(r) for r in report["ratios"]],
-        "curves": [(c["title"], c["x_label"], c["y_label"], sorted(c["series"])) for c in report["curves"]],
+        # the panels, not their series: a series may follow a timed choice (recycle's Oobleck rows); the
+        # variants they draw are compared above
+        "curves": [(c["title"], c["x_label"], c["y_label"]) for c in report["curves"]],
         "deterministic_metrics": sorted(det),
     }
 
@@ -164,6 +170,135 @@ class DaskProcesses:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+
+
+# ----- a worker that kills itself while it runs a given task ------------------------------------------
+KILL_PLUGIN = "mlsys-kill-on-task"
+_RUNNING = ("executing", "long-running")  # long-running: the task seceded (worker_client), its body still runs
+
+
+class KillOnTask(WorkerPlugin):
+    """Installed on every worker (and on every worker that joins later): the first worker, across all
+    of them, whose task ``target`` (a task function's name, the prefix of its Dask key) starts
+    executing SIGKILLs itself while that task runs.
+
+    The moment is an event, not a timer: a timer has to guess how long the task runs on this machine
+    today, and a guess that is too long kills nothing. Preferred moment ``body``: a watcher thread sees
+    the task function's own frame on a stack, so the fault hits the work itself rather than Prefect's
+    engine around it. Should the task leave "executing" before that is seen (a body shorter than
+    the watcher's poll), moment ``leaving``: the worker dies inside the transition hook, before it
+    sends the result to the scheduler, so the scheduler still sees the task's work lost.
+
+    One-shot across processes: the worker that creates ``marker_dir/claimed`` with O_CREAT|O_EXCL is
+    the one that dies; every other worker, a replacement started after the kill included, finds it
+    taken. Before dying the worker writes ``marker_dir/killed.json`` (key, worker, pid, moment) for the
+    test to read; it appears complete or not at all (written aside, then renamed)."""
+
+    name = KILL_PLUGIN
+
+    def __init__(self, target: str, marker_dir: str, poll_s: float = 0.002):
+        self.target, self.marker_dir, self.poll_s = target, marker_dir, poll_s
+
+    def setup(self, worker) -> None:
+        self.address, self.key, self.started = worker.address, None, 0.0
+        self.lock, self.stop = threading.Lock(), threading.Event()
+
+    def teardown(self, worker) -> None:
+        self.stop.set()  # unregistered (end of a test): the watcher, if any, must not fire later
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        from distributed.utils import key_split
+
+        if self.key is None:
+            if finish == "executing" and key_split(key) == self.target and self._claim(key):
+                self.key, self.started = key, time.monotonic()
+                threading.Thread(target=self._watch, name="kill-on-task", daemon=True).start()
+        elif key == self.key and start in _RUNNING and finish not in _RUNNING:
+            self._kill("leaving", f"the task went {start} -> {finish} before its body was seen")
+
+    def _claim(self, key) -> bool:
+        try:
+            fd = os.open(os.path.join(self.marker_dir, "claimed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        os.write(fd, f"{key} {self.address} {os.getpid()}\n".encode())
+        os.close(fd)
+        return True
+
+    def _watch(self) -> None:
+        while not self.stop.wait(self.poll_s):
+            for frame in sys._current_frames().values():
+                while frame is not None:
+                    if frame.f_code.co_name == self.target:
+                        self._kill("body", f"{frame.f_code.co_qualname}, line {frame.f_lineno}")
+                    frame = frame.f_back
+
+    def _kill(self, moment: str, where: str) -> None:
+        with self.lock:  # the watcher and the transition hook may both fire: one record, one kill
+            if self.stop.is_set():
+                return
+            record = {"key": str(self.key), "worker": self.address, "pid": os.getpid(), "moment": moment,
+                      "where": where, "after_s": round(time.monotonic() - self.started, 3)}
+            path = os.path.join(self.marker_dir, "killed.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump(record, f)
+            os.replace(path + ".tmp", path)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class WorkerKillOnTask:
+    """Test side of :class:`KillOnTask`: registers the plugin on ``procs``' scheduler, starts a
+    replacement worker as soon as the kill record appears, and unregisters the plugin on exit so the
+    module's later tests run on plain workers. ``marker_dir``: a fresh, empty folder per test."""
+
+    def __init__(self, procs: DaskProcesses, target: str, marker_dir: Path, timeout_s: float = 300):
+        self.procs, self.target, self.marker_dir, self.timeout_s = procs, target, Path(marker_dir), timeout_s
+        self.record: dict[str, Any] | None = None
+        self.replacement: subprocess.Popen | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._replace, name="kill-replacement", daemon=True)
+
+    def __enter__(self) -> "WorkerKillOnTask":
+        import cloudpickle
+
+        self.marker_dir.mkdir(parents=True, exist_ok=True)
+        # The workers cannot import this module (tests/ is not on their path): ship the class by value.
+        # The scheduler keeps the pickled bytes (for workers that join later): only this call pickles it.
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        try:
+            with self.procs.client() as client:
+                client.register_plugin(KillOnTask(self.target, str(self.marker_dir)))
+        finally:
+            cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        self.thread.start()
+        return self
+
+    def _replace(self) -> None:
+        # Polling a file the dying worker writes: the kill itself is the event; the deadline only
+        # keeps a run in which nothing is killed from leaving this thread behind.
+        deadline = time.monotonic() + self.timeout_s
+        while not self._check() and not self.stop.wait(0.05) and time.monotonic() < deadline:
+            pass
+
+    def _check(self) -> bool:
+        """Reads the record and starts the replacement once it exists."""
+        record = self.marker_dir / "killed.json"
+        if self.record is None and record.exists():
+            self.record = json.loads(record.read_text())
+            self.replacement = self.procs.add_worker()
+        return self.record is not None
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        self._check()  # a kill in the thread's last 50 ms still gets its replacement
+        with self.procs.client() as client:
+            client.unregister_worker_plugin(KILL_PLUGIN)
+
+    def killed_process(self) -> subprocess.Popen | None:
+        """The DaskProcesses worker the record names (by pid), or None."""
+        pid = self.record and self.record["pid"]
+        return next((p for p in self.procs.workers if p.pid == pid), None)
 
 
 def kill_process_group(proc: subprocess.Popen) -> None:

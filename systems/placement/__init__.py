@@ -1,10 +1,13 @@
 """Device placement of DNN operators (Tarnawski et al., NeurIPS 2020): the exact DP over downsets for
 contiguous splits, the integer program for non-contiguous ones, and PipeDream-style, greedy,
-local-search and one-accelerator baselines, on the authors' published graphs or torch.fx models."""
+local-search and one-accelerator baselines, on torch.fx models the project builds itself (the default:
+``fx_resnet50``, ResNet-50 inference on 6 accelerators) or, opt-in through $MLSYS_PLACEMENT_GRAPHS, the
+authors' published graphs."""
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -14,42 +17,82 @@ from pydantic import Field, field_validator
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, SystemSpec
 
-from .graph import FX_MODELS, SHIPPED, Graph, GraphError, graphs_dir, load, score
+from .graph import (FX_MODELS, GRAPHS_ENV, SHIPPED, Graph, GraphError, load, published_available,
+                    published_path, score)
 
 VARIANTS = ("dp", "ip", "pipedream", "greedy", "local_search", "one_accelerator")
+DEFAULT_GRAPH = "fx_resnet50"
 
 
 def _check_graph(value: str) -> str:
     if value in FX_MODELS:
         return value
     if value in SHIPPED:
-        path = graphs_dir() / SHIPPED[value]
-        if not path.is_file():
-            raise ValueError(f"published graph {value!r} not found at {path}; set $MLSYS_PLACEMENT_GRAPHS to the "
-                             "folder holding the placement-graphs data")
+        try:
+            published_path(value)
+        except GraphError as exc:
+            raise ValueError(exc.problem) from None
         return value
     if not Path(value).is_file():
-        raise ValueError(f"{value!r} is neither a built-in graph ({', '.join([*SHIPPED, *FX_MODELS])}) nor an "
+        raise ValueError(f"{value!r} is neither a built-in graph ({', '.join([*FX_MODELS, *SHIPPED])}) nor an "
                          "existing JSON file in the authors' format")
     return value
 
 
-class Params(SystemParams):
-    SYSTEM: ClassVar[str] = "placement"
-    PRESETS: ClassVar[dict] = {
+class PresetGraphs(list):
+    """The ``graphs`` of the quick and full presets: the published graphs present in $MLSYS_PLACEMENT_GRAPHS
+    (none when it is unset), then the fx models other than the default. Its printed form names the rule,
+    not the environment's outcome, so the generated parameter docs and the UI's preset text are the same
+    with and without the variable."""
+
+    def __init__(self):
+        super().__init__([*published_available(), *(m for m in FX_MODELS if m != DEFAULT_GRAPH)])
+
+    def __repr__(self) -> str:
+        return (f"[published graphs in ${GRAPHS_ENV}, if set] + "
+                f"{[m for m in FX_MODELS if m != DEFAULT_GRAPH]!r}")
+
+    __str__ = __repr__
+
+
+class _Presets(Mapping):
+    """PRESETS, read afresh on every access: the quick and full graph lists follow $MLSYS_PLACEMENT_GRAPHS
+    as it is when the parameters are made, so every preset validates with or without the variable."""
+
+    _BASE = {
         "smoke": dict(graphs=[], ip_time_limit_s=1.0, local_search_s=0.5),
-        "quick": dict(graphs=[g for g in SHIPPED if g != "resnet50_inference"] + list(FX_MODELS),
-                      ip_time_limit_s=5.0, local_search_s=2.0),
-        "full": dict(graphs=[g for g in SHIPPED if g != "resnet50_inference"] + list(FX_MODELS),
-                     ip_time_limit_s=120.0, local_search_s=30.0),
+        "quick": dict(ip_time_limit_s=5.0, local_search_s=2.0),
+        "full": dict(ip_time_limit_s=120.0, local_search_s=30.0),
     }
 
-    graph: str = Field("resnet50_inference", min_length=1, max_length=1000,
-                       description="Graph of the headline: a published graph name (" + ", ".join(SHIPPED) + "), a torch.fx "
-                                   "model (" + ", ".join(FX_MODELS) + ") or a path to a JSON file in the authors' format.")
+    def __getitem__(self, scale: str) -> dict:
+        values = dict(self._BASE[scale])
+        if scale != "smoke":
+            values["graphs"] = PresetGraphs()
+        return values
+
+    def __iter__(self):
+        return iter(self._BASE)
+
+    def __len__(self) -> int:
+        return len(self._BASE)
+
+
+class Params(SystemParams):
+    SYSTEM: ClassVar[str] = "placement"
+    PRESETS: ClassVar[Mapping] = _Presets()
+
+    graph: str = Field(DEFAULT_GRAPH, min_length=1, max_length=1000,
+                       description="Graph of the headline: a torch.fx model built by the project ("
+                                   + ", ".join(FX_MODELS) + "; the default fx_resnet50 is ResNet-50 inference on 6 accelerators, the paper's "
+                                   "headline setting, costed with a roofline model), a published graph of the authors ("
+                                   + ", ".join(SHIPPED) + "; needs $" + GRAPHS_ENV + " set to the folder holding them) "
+                                   "or a path to a JSON file in the authors' format.")
     graphs: list[str] = Field(default_factory=list, max_length=32,
                               description="Further graphs placed in the same run (same names as graph); their results "
-                                          "are variants named '<variant>@<graph>'.")
+                                          "are variants named '<variant>@<graph>'. The quick and full presets list the "
+                                          "published graphs only when $" + GRAPHS_ENV + " names a folder holding them "
+                                          "(otherwise none), then the other fx models.")
     accelerators: int | None = Field(None, ge=1, le=64, description="Accelerators k (None: the graph file's maxFPGAs).")
     cpus: int | None = Field(None, ge=0, le=16, description="CPU cores l (None: the graph file's maxCPUs).")
     memory_per_accelerator: float | None = Field(None, gt=0, le=1e15,
@@ -139,7 +182,10 @@ SPEC = SystemSpec(
     claims=(
         Claim("max_load", "pipedream", "dp", "lower", 1.17,
               "the optimal contiguous split's max-load is 1.17x lower than PipeDream's on ResNet-50 inference "
-              "with 6 accelerators (1.3x lower than a human expert's)", headline=True),
+              "with 6 accelerators (1.3x lower than a human expert's), on the authors' profiled graph; measured by "
+              "default on fx_resnet50 (ResNet-50 traced with torch.fx, roofline costs; the authors' graph: "
+              "graph=resnet50_inference with $" + GRAPHS_ENV + ")",
+              headline=True),
         Claim("max_load", "greedy", "dp", "lower", statement="against greedy contiguous filling"),
         Claim("max_load", "local_search", "dp", "lower", statement="against local search over contiguous splits"),
         Claim("max_load", "one_accelerator", "dp", "lower",
@@ -149,4 +195,4 @@ SPEC = SystemSpec(
     ),
 )
 
-__all__ = ["Params", "SPEC", "VARIANTS", "Graph", "GraphError", "load", "score", "solve_graph", "graph_label"]
+__all__ = ["Params", "SPEC", "VARIANTS", "DEFAULT_GRAPH", "Graph", "GraphError", "load", "score", "solve_graph", "graph_label"]

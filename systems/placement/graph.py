@@ -21,7 +21,8 @@ import numpy as np
 from mlsys_flows.systems.common.graphs import is_acyclic
 
 GRAPHS_ENV = "MLSYS_PLACEMENT_GRAPHS"
-# The six graphs the authors published with their code (msr-fiddle/dnn-partitioning, MIT licence).
+# The six graphs the authors published with their code (msr-fiddle/dnn-partitioning, MIT licence). They
+# are not part of this project: a user opts in by pointing $MLSYS_PLACEMENT_GRAPHS at a folder holding them.
 SHIPPED = {
     "bert24_inference": "bert24_inference.layer.json",
     "bert24_training": "bert24_training.layer.json",
@@ -30,7 +31,8 @@ SHIPPED = {
     "gnmt_inference": "gnmt_inference.layer.json",
     "bert_l3_inference": "bert_l-3_inference.operator.json",
 }
-FX_MODELS = ("fx_transformer", "fx_resnet")
+# Graphs built by the project itself (torch.fx, systems/placement/fxgraph.py): always available.
+FX_MODELS = ("fx_resnet50", "fx_transformer", "fx_resnet")
 
 
 class GraphError(ValueError):
@@ -41,18 +43,32 @@ class GraphError(ValueError):
         super().__init__(f"{field}: {problem}")
 
 
-def graphs_dir() -> Path:
-    """Folder of the published graphs: $MLSYS_PLACEMENT_GRAPHS, else ../shared/data/placement-graphs
-    beside the repository."""
+def graphs_dir() -> Path | None:
+    """Folder of the published graphs: $MLSYS_PLACEMENT_GRAPHS, or None when it is unset (the published
+    graphs are opt-in; nothing is searched for beside the repository)."""
     env = os.environ.get(GRAPHS_ENV)
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parents[2]
-    for folder in (repo, *repo.parents):  # ../shared beside the checkout, or beside a folder above it
-        candidate = folder.parent / "shared" / "data" / "placement-graphs"
-        if candidate.is_dir():
-            return candidate
-    return repo.parent / "shared" / "data" / "placement-graphs"
+    return Path(env) if env else None
+
+
+def published_path(graph: str, field: str = "graph") -> Path:
+    """The file of the published graph ``graph``; GraphError naming ``field`` when the variable is unset
+    or the file is not in its folder."""
+    folder = graphs_dir()
+    if folder is None:
+        raise GraphError(field, f"published graph {graph!r} needs the authors' data: set ${GRAPHS_ENV} to the "
+                                f"folder holding {SHIPPED[graph]} (their placement graphs, msr-fiddle/"
+                                f"dnn-partitioning), or use a built-in graph ({', '.join(FX_MODELS)})")
+    path = folder / SHIPPED[graph]
+    if not path.is_file():
+        raise GraphError(field, f"published graph {graph!r} not found at {path}; set ${GRAPHS_ENV} to the folder "
+                                "holding the authors' placement graphs")
+    return path
+
+
+def published_available() -> list[str]:
+    """The published graphs present in $MLSYS_PLACEMENT_GRAPHS (none when it is unset)."""
+    folder = graphs_dir()
+    return [] if folder is None else [g for g, f in SHIPPED.items() if (folder / f).is_file()]
 
 
 @dataclass
@@ -186,16 +202,14 @@ def _check_dag(g: Graph) -> None:
 
 
 def load(graph: str) -> Graph:
-    """A graph by name: a shipped graph (``resnet50_inference``...), a built-in torch.fx model
-    (``fx_transformer``, ``fx_resnet``) or a path to a JSON file in the authors' format."""
+    """A graph by name: a built-in torch.fx model (``fx_resnet50``, ``fx_transformer``, ``fx_resnet``), a
+    published graph (``resnet50_inference``...; needs $MLSYS_PLACEMENT_GRAPHS) or a path to a JSON file in
+    the authors' format."""
     if graph in FX_MODELS:
         from .fxgraph import builtin
         return builtin(graph)
     if graph in SHIPPED:
-        path = graphs_dir() / SHIPPED[graph]
-        if not path.is_file():
-            raise GraphError("graph", f"published graph {graph!r} not found at {path}; set ${GRAPHS_ENV} to the "
-                                      "folder holding the placement-graphs data")
+        path = published_path(graph)
         name = graph
     else:
         path = Path(graph)

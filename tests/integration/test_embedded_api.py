@@ -15,11 +15,13 @@ pytestmark = pytest.mark.integration
 APP = "prefect.server.api.server:create_app"
 
 
-def _api_servers() -> set[int]:
+def _api_servers(home: Path) -> set[int]:
+    """Embedded API processes started for ``home`` (their MLSYS_FLOWS_HOME): other processes on the
+    machine, another test's or a developer's, are not this command's."""
     found = set()
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if APP in " ".join(p.info["cmdline"] or []):
+            if APP in " ".join(p.info["cmdline"] or []) and p.environ().get("MLSYS_FLOWS_HOME") == str(home):
                 found.add(p.info["pid"])
         except psutil.Error:
             pass
@@ -27,7 +29,6 @@ def _api_servers() -> set[int]:
 
 
 def test_cli_run_starts_the_embedded_api_early_and_stops_it(tmp_path):
-    before = _api_servers()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(MLSYS_FLOWS_HOME=str(tmp_path / "home"), PREFECT_LOGGING_LEVEL="WARNING")
     cli = str(Path(sys.executable).parent / "mlsys-flows")
@@ -38,4 +39,55 @@ def test_cli_run_starts_the_embedded_api_early_and_stops_it(tmp_path):
     assert "moetuner finished" in proc.stdout
     log = tmp_path / "home" / "prefect" / "embedded-api.log"
     assert log.exists()  # the server this command started, not Prefect's on-demand one
-    assert _api_servers() <= before, "the embedded API outlived the command"
+    assert not _api_servers(tmp_path / "home"), "the embedded API outlived the command"
+
+
+def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
+    """`mlsys-flows run` started with SIGINT ignored (as a background job of a script starts it),
+    interrupted once its flow's Dask workers are up, while another process keeps a core busy:
+    within 10 s the command, its embedded API and its Dask cluster are gone, and the run reads
+    Crashed (or Cancelled) in the API's database, not Running."""
+    import signal
+    import sqlite3
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(MLSYS_FLOWS_HOME=str(tmp_path / "home"), PREFECT_LOGGING_LEVEL="WARNING")
+    cli = str(Path(sys.executable).parent / "mlsys-flows")
+    proc = subprocess.Popen([cli, "run", "recd", "--scale", "smoke"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+
+    def dask_workers() -> list[psutil.Process]:  # LocalCluster's worker processes (multiprocessing spawn)
+        return [p for p in psutil.Process(proc.pid).children(recursive=True)
+                if "spawn_main" in " ".join(p.cmdline())]
+
+    deadline = time.monotonic() + 300  # a hang guard, not the test's moment
+    while len(dask_workers()) < 2:  # the moment: the flow's cluster is up, its tasks about to run
+        assert proc.poll() is None, proc.stdout.read()[-3000:].decode(errors="replace")
+        assert time.monotonic() < deadline, "the flow's Dask workers never started"
+        time.sleep(0.1)
+    family = psutil.Process(proc.pid).children(recursive=True)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=90)
+        finally:
+            elapsed = time.monotonic() - started
+            for p in [*family, psutil.Process(proc.pid)] if proc.poll() is None else []:
+                p.kill()
+    finally:
+        busy.kill()
+        busy.wait()
+    out = proc.stdout.read().decode(errors="replace")
+    print(f"\nCtrl-C with a run in flight: `mlsys-flows run` stopped in {elapsed:.1f} s")
+    strays = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not strays, [p.cmdline() for p in strays]
+    assert elapsed < 10, f"stopping took {elapsed:.1f} s:\n{out[-2000:]}"
+    assert proc.returncode == 130, out[-3000:]  # interrupted, as a shell reports Ctrl-C
+    db = sqlite3.connect(tmp_path / "home" / "prefect" / "prefect.db")
+    states = [s for (s,) in db.execute("SELECT state_type FROM flow_run")]
+    db.close()
+    assert states and all(s in ("CRASHED", "CANCELLED") for s in states), states

@@ -40,41 +40,66 @@ def system() -> str:
     return "recd" if "recd" in names else names[0]
 
 
-@pytest.fixture(scope="module")
-def platform(tmp_path_factory):
-    """`mlsys-flows server` as a user starts it; stopped with Ctrl-C (SIGINT) at the end, after
-    which no process it started may remain."""
-    root = tmp_path_factory.mktemp("platform") / ".mlsys-flows"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["MLSYS_FLOWS_HOME"] = str(root)
-    log = root.parent / "server-cli.log"
-    cli = subprocess.Popen([str(Path(sys.executable).parent / "mlsys-flows"), "server", "--port", str(port),
-                            "--worker-query-seconds", "1"], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                           start_new_session=True)  # its own group: SIGINT reaches it alone, like Ctrl-C
-    state = state_file(root)
-    deadline = time.monotonic() + 300
-    while not state.exists():
-        assert cli.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
-    info = json.loads(state.read_text())
-    family = psutil.Process(cli.pid).children(recursive=True)
-    assert len(family) >= 2  # server and worker (and their children)
-    try:
-        yield SimpleNamespace(api_url=info["api_url"], ui_url=info["ui_url"], root=root)
-    finally:
-        os.killpg(cli.pid, signal.SIGINT)
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class ServerCLI:
+    """`mlsys-flows server` started the way a CI runner, a supervisor or `cmd &` in a script starts
+    it: SIGINT ignored (inherited across exec), in a process group of its own so that a SIGINT to
+    the group reaches it alone, like Ctrl-C at its terminal."""
+
+    def __init__(self, root: Path, port: int):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        env["MLSYS_FLOWS_HOME"] = str(root)
+        root.mkdir(parents=True, exist_ok=True)
+        self.log = root.parent / "server-cli.log"
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "mlsys-flows"), "server", "--port", str(port),
+                                      "--worker-query-seconds", "1"], env=env, stdout=open(self.log, "wb"),
+                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ignore_sigint)
+        self.state = state_file(root)
+
+    def family(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+    def ctrl_c(self) -> tuple[float, list[psutil.Process]]:
+        """SIGINT to the group, as Ctrl-C sends it; (seconds until the command exited, every process it
+        had started that is still alive then). Kills what is left after 90 s, and fails."""
+        family = self.family()
+        started = time.monotonic()
+        os.killpg(self.proc.pid, signal.SIGINT)
         try:
-            cli.wait(timeout=90)
-        except subprocess.TimeoutExpired:  # a failed stop: clean up, then fail below
-            for p in [psutil.Process(cli.pid), *family]:
+            self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:  # a failed stop: clean up, then fail
+            for p in [psutil.Process(self.proc.pid), *family]:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     p.kill()
-            cli.wait(timeout=10)
-    assert cli.returncode == 0, log.read_text()[-3000:]
-    strays = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not strays, [p.cmdline() for p in strays]
-    assert not state.exists()
+            self.proc.wait(timeout=10)
+            raise AssertionError(f"SIGINT did not stop `mlsys-flows server` in 90 s:\n{self.log.read_text()[-3000:]}")
+        elapsed = time.monotonic() - started
+        strays = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        return elapsed, strays
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    """`mlsys-flows server` as a user starts it, with SIGINT ignored as a background job starts it;
+    stopped with Ctrl-C (SIGINT) at the end (or by the last test), after which no process it
+    started may remain."""
+    root = tmp_path_factory.mktemp("platform") / ".mlsys-flows"
+    cli = ServerCLI(root, free_port())
+    deadline = time.monotonic() + 300
+    while not cli.state.exists():
+        assert cli.proc.poll() is None and time.monotonic() < deadline, cli.log.read_text()[-3000:]
+        time.sleep(0.5)
+    info = json.loads(cli.state.read_text())
+    assert len(cli.family()) >= 2  # server and worker (and their children)
+    yield SimpleNamespace(api_url=info["api_url"], ui_url=info["ui_url"], root=root, cli=cli)
+    if cli.proc.poll() is None:
+        _, strays = cli.ctrl_c()
+        assert not strays, [p.cmdline() for p in strays]
+    assert cli.proc.returncode == 0, cli.log.read_text()[-3000:]
+    assert not cli.state.exists()
 
 
 @pytest.fixture(scope="module")
@@ -283,3 +308,43 @@ def test_cli_run_uses_the_running_server(platform, runs, tmp_path):
     assert report["parameters"]["seed"] == 3
     run = runs["api"].read_flow_run(report["run_id"])
     assert run["state"]["type"] == "COMPLETED" and f"/runs/flow-run/{report['run_id']}" in out.stdout
+
+
+def test_ctrl_c_stops_everything_with_a_run_in_flight(platform, deployed):
+    """Last in this module: Ctrl-C to a server started with SIGINT ignored, while a deployment run
+    is in flight on the worker (its flow process and its Dask LocalCluster's worker processes up)
+    and another process keeps a core busy. Within 10 s the command exits 0, no process it started
+    is left, and the run reads Crashed or Cancelled in the API, not Running."""
+    cli, name = platform.cli, system()
+    with PrefectREST(platform.api_url) as api:
+        dep = api.read_deployment(f"{name}/{name}")
+        run = api.create_flow_run(dep["id"], parameters={"scale": "smoke"})
+
+        def a_task_is_running():  # the moment: the run's first task has started on its Dask cluster
+            tasks = api._call("POST", "task_runs/filter", json={"flow_runs": {"id": {"any_": [run.id]}}}).json()
+            return any(t["state"]["type"] == "RUNNING" for t in tasks if t.get("state"))
+
+        deadline = time.monotonic() + 300  # a hang guard, not the test's moment
+        while not a_task_is_running():
+            state = api.read_flow_run(run.id)["state"]["type"]
+            assert state not in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"), f"the run ended first: {state}"
+            assert time.monotonic() < deadline, "the run's first task never started"
+            time.sleep(0.2)
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            flow_procs = [p for p in cli.family() if "prefect.engine" in " ".join(p.cmdline())]
+            elapsed, strays = cli.ctrl_c()
+        finally:
+            busy.kill()
+            busy.wait()
+    print(f"\nCtrl-C with a run in flight: stopped in {elapsed:.1f} s")
+    assert cli.proc.returncode == 0, cli.log.read_text()[-3000:]
+    assert not strays, [p.cmdline() for p in strays]
+    assert elapsed < 10, f"stopping took {elapsed:.1f} s:\n{cli.log.read_text()[-2000:]}"
+    assert flow_procs, "no flow-run process was seen in flight"
+    # the server is gone: its SQLite database holds the run's last state
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(platform.root / "server" / "prefect.db")) as db:
+        (final,) = db.execute("SELECT state_type FROM flow_run WHERE id = ?", (str(run.id),)).fetchone()
+    assert final in ("CRASHED", "CANCELLED"), final

@@ -1,15 +1,24 @@
 """cedar's offload decision: the rule (Amdahl model gated, calibrated by a measured trial) on given
-numbers, and on real pipelines with 2 worker processes: a stage that parallelizes is offloaded;
-the same checks fail when the decision is forced inline."""
+numbers, and on real pipelines with 2 worker processes: a stage that parallelizes is offloaded and
+yields the same samples; the same checks fail when the decision is forced inline.
+
+No test here compares wall-clock times of two code paths. The CPU-heavy stage's decision is tested
+with the trial's measurement given (the one input that depends on how busy the machine is), and the
+trial's arithmetic (steady rate, fill) on a virtual clock. Whether offloading the CPU-heavy stage is
+really faster on this machine is measured by ``python -m benchmarks.cedar_offload``
+(benchmarks/results/cedar-offload.json: inline vs offloaded epoch, repeats, the machine's load, and
+the decision the optimizer's own trial takes); cedar's RunReport measures the optimized pipelines."""
 from __future__ import annotations
 
-import os
 import time
+import types
 
 import pytest
 
+import mlsys_flows.systems.cedar.optimizer as optimizer
 from mlsys_flows.systems.cedar import Pipeline
 from mlsys_flows.systems.cedar.optimizer import _amdahl, expected_offload_s, offload_pays
+from mlsys_flows.systems.cedar.pipeline import ChunkJob, Op, _run_chunk
 from mlsys_flows.systems.cedar.workloads import multiset
 
 
@@ -71,27 +80,6 @@ def check_offloaded(fast) -> None:
     assert "trial on" in decision.detail and "mode='always'" not in decision.detail and decision.est_gain_s > 0
 
 
-def idle_share(seconds: float = 1.0) -> float:
-    """Share of all CPUs idle over ``seconds`` (Linux /proc/stat; 0.0 where it is unreadable)."""
-    def snap():
-        with open("/proc/stat") as fh:
-            v = [int(x) for x in fh.readline().split()[1:]]
-        return v[3] + v[4], sum(v[:8])  # idle + iowait, total
-
-    try:
-        i0, t0 = snap()
-        time.sleep(seconds)
-        i1, t1 = snap()
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return (i1 - i0) / max(t1 - t0, 1)
-
-
-def cores_free() -> bool:
-    """2 usable cores, both idle now (this test's process sleeps while it samples)."""
-    return len(os.sched_getaffinity(0)) >= 2 and idle_share() >= 0.85
-
-
 @pytest.mark.timeout(120)
 def test_io_bound_stage_is_offloaded_to_two_workers():
     p = base(240).map(io_bound, name="slow_read").batch(8)
@@ -100,21 +88,58 @@ def test_io_bound_stage_is_offloaded_to_two_workers():
         assert multiset(fast.iterate(0)) == multiset(p.iterate(0))
 
 
+# What a trial of the CPU-heavy stage gives on 2 cores: (inline s, parallel s at the steady rate,
+# fill s). With a free core the second worker nearly halves it (1.8x); with the cores busy with other
+# work, no gain. What it really is on this machine, at its load, is for benchmarks/cedar_offload.py.
+TRIAL_IDLE = (0.40, 0.22, 0.0)
+TRIAL_BUSY = (0.40, 0.41, 0.0)
+
+
+@pytest.fixture
+def trial_measures(monkeypatch):
+    """Stand in for the optimizer's measured trial (its only input that depends on how busy the
+    machine is) with given numbers, on 2 usable cores; the profile (stage and main-process costs,
+    serialization, round trips) is still measured. Returns the calls it saw."""
+    calls = []
+
+    def use(result):
+        def trial(submit, job, chunks, workers, warm, threshold):
+            calls.append({"workers": workers, "warm": warm, "chunks": len(chunks), "threshold": threshold})
+            return result
+
+        monkeypatch.setattr(optimizer, "_trial", trial)
+        monkeypatch.setattr(optimizer, "_cores", lambda: 2)
+        return calls
+
+    return use
+
+
 @pytest.mark.timeout(120)
-def test_cpu_heavy_stage_with_two_cores_is_offloaded():
-    if not cores_free():
-        pytest.skip("needs 2 idle cores: while other processes keep a core busy, the trial rightly measures "
-                    "no gain from a second worker")
+def test_cpu_heavy_stage_with_two_cores_is_offloaded(trial_measures):
+    """Given the measured stage costs and a trial that measured the 2-worker speedup of an idle
+    machine, the plan offloads the CPU-heavy stage to 2 worker processes, decided by that trial, and
+    the offloaded plan yields the same samples as the pipeline as written. Whether it is faster on
+    this machine now is a timing question: benchmarks/cedar_offload.py measures it."""
+    calls = trial_measures(TRIAL_IDLE)
     p = base(240).map(cpu_heavy, name="heavy").batch(8)
     with p.optimize(workers=2) as fast:
         check_offloaded(fast)
-        t0 = time.perf_counter()
+        assert calls and calls[0]["workers"] == 2 and not calls[0]["warm"]
+        decision = next(d for d in fast.plan.decisions if d.rule == "offload" and d.detail.startswith("cold"))
+        assert "inline 400 ms, on 2 workers 220 ms" in decision.detail, decision.detail
         out = multiset(fast.iterate(0))
-        t_fast = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ref = multiset(p.iterate(0))
-    t_inline = time.perf_counter() - t0
-    assert out == ref and t_inline / t_fast > 1.2  # the offloaded plan really is faster
+    assert out == multiset(p.iterate(0))
+
+
+def test_cpu_heavy_stage_stays_inline_when_the_trial_measures_no_gain(trial_measures):
+    """Companion: the same pipeline and profile, with the trial a busy machine gives: the stage
+    stays inline, and check_offloaded fails."""
+    calls = trial_measures(TRIAL_BUSY)
+    p = base(240).map(cpu_heavy, name="heavy").batch(8)
+    with p.optimize(workers=2) as fast:
+        assert calls and fast.plan.steps[0].cold == "inline", fast.explain()
+        with pytest.raises(AssertionError):
+            check_offloaded(fast)
 
 
 @pytest.mark.parametrize("force", [{"workers": 1}, {"workers": 2, "min_speedup": float("inf")}])
@@ -147,21 +172,78 @@ def test_warm_phase_trial_reads_a_trial_cache_and_leaves_nothing_behind(tmp_path
         assert [multiset(fast.iterate(e)) for e in range(2)] == [multiset(p.iterate(e)) for e in range(2)]
 
 
-def test_trial_reads_the_steady_rate_of_whole_rounds():
-    """_trial on a stage of 20 ms waits per chunk, 2 workers, 6 chunks: inline ~120 ms, the steady
-    parallel rate ~60 ms for the same chunks (the first round's latency is reported apart)."""
-    from concurrent.futures import ThreadPoolExecutor
+class VirtualClock:
+    """Seconds that pass only when virtual work says so (the trial reads it as its perf_counter)."""
 
-    from mlsys_flows.systems.cedar.optimizer import _trial
-    from mlsys_flows.systems.cedar.pipeline import ChunkJob, Op
+    def __init__(self) -> None:
+        self.t = 0.0
 
-    def wait(s):
-        time.sleep(0.005)
-        return s
+    def perf_counter(self) -> float:
+        return self.t
 
-    job = ChunkJob((Op("map", "wait", wait),), 0, None, 0)
+
+CLOCK = VirtualClock()
+
+
+def virtual_work(s):
+    """5 ms of work on CLOCK. Module level, so cloudpickle pickles it by reference and the job a
+    worker unpickles advances this CLOCK, not a copy."""
+    CLOCK.t += 0.005
+    return s
+
+
+class VirtualPool:
+    """An executor of ``workers`` virtual workers on CLOCK: a job runs at once, its work (the virtual
+    time it used) is placed on the worker free first, from the clock at submission, and waiting for
+    its result moves the clock to its end. ``extra`` adds seconds to given chunk ids (a slow round)."""
+
+    class Done:
+        def __init__(self, out, end: float):
+            self.out, self.end = out, end
+
+        def result(self):
+            CLOCK.t = max(CLOCK.t, self.end)
+            return self.out
+
+        def cancel(self) -> bool:
+            return False
+
+    def __init__(self, workers: int, extra: dict[int, float] | None = None):
+        self.free, self.extra = [0.0] * workers, extra or {}
+
+    def submit(self, fn, *args):
+        t_submit = CLOCK.t
+        out = fn(*args)
+        work = CLOCK.t - t_submit + (self.extra.get(args[2], 0.0) if fn is _run_chunk else 0.0)
+        CLOCK.t = t_submit
+        w = min(range(len(self.free)), key=self.free.__getitem__)
+        self.free[w] = max(t_submit, self.free[w]) + work
+        return self.Done(out, self.free[w])
+
+
+@pytest.fixture
+def virtual_trial(monkeypatch):
+    """Run _trial on 6 chunks of 4 items of virtual_work, with CLOCK as its clock, on a VirtualPool."""
+    monkeypatch.setattr(optimizer, "time", types.SimpleNamespace(perf_counter=CLOCK.perf_counter))
+    CLOCK.t = 0.0
+    job = ChunkJob((Op("map", "work", virtual_work),), 0, None, 0)
     chunks = [[((i * 4 + j,), {"a": i * 4 + j}) for j in range(4)] for i in range(6)]
-    with ThreadPoolExecutor(2) as ex:
-        t_in, t_par, fill = _trial(ex.submit, job, chunks, 2, False, threshold=1.2)
-    assert 0.11 <= t_in < 0.5 and fill >= 0
-    assert 1.5 <= t_in / t_par <= 2.6, (t_in, t_par, fill)
+    return lambda pool: optimizer._trial(pool.submit, job, chunks, 2, False, threshold=1.2)
+
+
+@pytest.mark.parametrize("extra,fill", [({}, 0.0), ({0: 0.03, 1: 0.03}, 0.03)], ids=["even", "slow-first-round"])
+def test_trial_reads_the_steady_rate_of_whole_rounds(virtual_trial, extra, fill):
+    """_trial on 6 chunks of 4 items of 5 ms of work each (a virtual clock: exact, whatever the
+    machine's load), 2 workers: inline 120 ms; on the workers 3 rounds of 20 ms, so the steady rate
+    gives 60 ms for the same chunks; a first round 30 ms slower (filling the workers) is reported
+    apart as the fill and leaves the steady rate alone."""
+    assert virtual_trial(VirtualPool(2, extra)) == pytest.approx((0.120, 0.060, fill), abs=1e-9)
+
+
+def test_the_steady_rate_check_fails_on_serial_workers(virtual_trial):
+    """Companion: the same trial where the 2 submitted workers share one (a busy machine) reads no
+    speedup: the parallel side takes as long as inline and the 60 ms expectation fails."""
+    t_in, t_par, fill = virtual_trial(VirtualPool(1))
+    assert (t_in, t_par, fill) == pytest.approx((0.120, 0.120, 0.0), abs=1e-9)
+    with pytest.raises(AssertionError):
+        assert t_par == pytest.approx(0.060, abs=1e-9)

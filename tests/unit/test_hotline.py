@@ -1,5 +1,8 @@
-"""Hotline's background gather (really concurrent, measured) and its update being hybrid's."""
-import time
+"""Hotline's background gather (on another thread, while the caller works: checked with a gate,
+not a clock) and its update being hybrid's. How much of the gather overlaps compute in a real run is
+a timing question, measured and reported by the hotline flow (``gather_overlap``, measured, in its
+RunReport), not asserted here."""
+import threading
 from concurrent.futures import Future
 
 import numpy as np
@@ -11,20 +14,35 @@ from mlsys_flows.systems.recsys_embeddings.trainer import Trainer, init_tables
 from mlsys_flows.systems.hotline import Params
 
 
-def measure_overlap(gather_async, ids, work_s):
-    """(seconds to submit, seconds waited after ``work_s`` of other work, seconds the gather took, rows)."""
-    t0 = time.perf_counter()
+class Gate:
+    """Wraps a tier's gather: each call records its thread and then waits, up to ``hold_s``, for the
+    caller to open the gate. A gather_async that runs the gather on the caller's thread therefore
+    blocks its caller until the wait gives up, and fails."""
+
+    def __init__(self, gather, hold_s: float):
+        self.gather_real, self.hold_s = gather, hold_s
+        self.open, self.threads = threading.Event(), []
+
+    def gather(self, ids, with_state=False):
+        self.threads.append(threading.get_ident())
+        if not self.open.wait(self.hold_s):
+            raise AssertionError(f"gather not in the background: the caller was held {self.hold_s} s in the "
+                                 "gather instead of going on with its work")
+        return self.gather_real(ids, with_state)
+
+
+def check_background(gather_async, gate: Gate, ids):
+    """gather_async returns while its gather is still held at the gate (the caller goes on with its
+    work), and the gather ran on another thread and delivers the rows once the gate opens."""
     fut = gather_async(ids)
-    submit = time.perf_counter() - t0
-    time.sleep(work_s)  # the popular micro-batch's compute (it releases the GIL, as torch kernels do)
-    t1 = time.perf_counter()
-    rows, took = fut.result()
-    return submit, time.perf_counter() - t1, took, rows
-
-
-def check_background(submit, wait, took):
-    if not (submit < 0.5 * took and wait < 0.5 * took):
-        raise AssertionError(f"gather not in the background: submit {submit:.3f} s, wait {wait:.3f} s, gather {took:.3f} s")
+    assert not fut.done(), "gather not in the background: it finished before the caller opened the gate"
+    other_work = sum(range(1000))  # the popular micro-batch's compute, while the gather waits
+    gate.open.set()
+    rows, took = fut.result(timeout=120)
+    assert other_work and took >= 0
+    assert gate.threads and threading.get_ident() not in gate.threads, \
+        "gather not in the background: it ran on the caller's thread"
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +53,32 @@ def tier():
         yield t
 
 
-def test_background_gather_overlaps_other_work(tier):
+def test_background_gather_overlaps_other_work(tier, monkeypatch):
     ids = np.arange(0, 400_000, 1)
-    took_alone = min(tier.gather_async(ids).result()[1] for _ in range(2))
-    submit, wait, took, rows = measure_overlap(tier.gather_async, ids, work_s=max(0.2, 3 * took_alone))
+    gate = Gate(tier.gather, hold_s=120)  # opened at once by check_background; 120 s only guards a hang
+    monkeypatch.setattr(tier, "gather", gate.gather)
+    rows = check_background(tier.gather_async, gate, ids)
     assert np.array_equal(rows, tier.table[ids])
-    check_background(submit, wait, took)
 
-    def synchronous(ids):  # the broken version: the gather runs before the other work starts
-        f, t0 = Future(), time.perf_counter()
-        f.set_result((tier.gather(ids), time.perf_counter() - t0))
+
+@pytest.mark.parametrize("gate_open", [False, True], ids=["held", "open"])
+def test_the_background_check_fails_for_a_synchronous_gather(tier, monkeypatch, gate_open):
+    """Companion: the broken version, where the gather runs on the caller's thread before its other
+    work starts: held at a closed gate it blocks the caller; through an open one it has finished
+    before the caller could open it."""
+    ids = np.arange(0, 1000, 1)
+    gate = Gate(tier.gather, hold_s=0.2)
+    if gate_open:
+        gate.open.set()
+    monkeypatch.setattr(tier, "gather", gate.gather)
+
+    def synchronous(ids):
+        f = Future()
+        f.set_result((tier.gather(ids), 0.0))
         return f
+
     with pytest.raises(AssertionError, match="not in the background"):
-        check_background(*measure_overlap(synchronous, ids, work_s=0.05)[:3])
+        check_background(synchronous, gate, ids)
 
 
 def test_hotline_applies_hybrids_update():
