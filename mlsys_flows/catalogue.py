@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlsys_flows import registry
+from mlsys_flows.systems.common.report import v3_cells
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -167,7 +168,8 @@ def rows(by: dict[str, list[Found]]) -> list[dict[str, str]]:
         row = {"system": spec.name, "title": spec.title, "status": spec.status, "family": spec.family,
                "claim": claim.statement, "paper": _x(claim.paper),
                "headline": f"{claim.metric}: {claim.technique} vs {claim.baseline}",
-               "kind": "", "ratio": "", "vs_strongest": "", "range": "", "scale": "", "device": "",
+               "kind": "", "ratio": "", "vs_strongest": "", "mechanism": "", "regime": "", "range": "", "scale": "",
+               "device": "",
                "commit": "", "date": "", "run_id": "", "runs": str(len(by.get(spec.name, [])))}
         if spec.status != "implemented":
             row["ratio"] = "planned"
@@ -180,6 +182,7 @@ def rows(by: dict[str, list[Found]]) -> list[dict[str, str]]:
             row.update(headline=f"{h['metric']}: {h['technique']} vs {h['baseline']}", kind=h["kind"],
                        ratio=f"{h['ratio']:.2f}x",
                        vs_strongest=f"{s['ratio']:.2f}x vs {s['baseline']}" if s else "",
+                       mechanism=v3_cells(r)["mechanism"], regime=v3_cells(r)["regime"],
                        range=f"{h['range'][0]:.2f}-{h['range'][1]:.2f}" if h.get("range") else "",
                        scale=r.get("scale", ""),
                        device=f"{env['device']}, {env.get('usable_cores') or env['cores']} cores",
@@ -212,8 +215,8 @@ def results_markdown(results: Path | None = None) -> str:
              f"`{OUT}/index.html`; opens from a file, no server; `--storage BLOCK` adds the reports on a "
              "storage block).", "", "![The results catalogue](img/results-catalogue.png)", "",
              "| system | paper's claim | paper | headline (technique vs baseline) | kind | ratio | range | "
-             "vs strongest baseline | scale | device | commit | date |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "vs strongest deployable baseline | mechanism alone | regime | scale | device | commit | date |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rs:
         name = f"[{r['system']}]({r['system']}.md)" if (REPO / "docs" / f"{r['system']}.md").exists() \
             and r["status"] == "implemented" else r["system"]
@@ -221,7 +224,7 @@ def results_markdown(results: Path | None = None) -> str:
         commit = f"`{r['commit']}`" if r["commit"] else ""
         lines.append("| " + " | ".join(_md(c) for c in (
             name, r["claim"], r["paper"], r["headline"], r["kind"], ratio, r["range"], r["vs_strongest"],
-            r["scale"], r["device"], commit, r["date"])) + " |")
+            r["mechanism"], r["regime"], r["scale"], r["device"], commit, r["date"])) + " |")
     table = overhead(results)
     if table:
         lines += ["", "## Orchestration overhead", "", *_md_table(table)]
@@ -325,12 +328,14 @@ def _index(rs: list[dict[str, str]], by, sources: list[str], table: dict | None)
             f"<td class=\"num\">{_e(r['paper'])}</td>"
             f"<td>{_e(r['headline'])}</td><td>{_kind_html(r['kind'])}</td>"
             f"<td class=\"num\">{_ratio_html(r['ratio']) if r['run_id'] else _e(r['ratio'])}</td>"
-            f"<td class=\"num\">{_e(r['range'])}</td><td>{_e(r['vs_strongest'])}</td><td>{_e(r['scale'])}</td>"
+            f"<td class=\"num\">{_e(r['range'])}</td><td>{_e(r['vs_strongest'])}</td><td>{_e(r['mechanism'])}</td>"
+            f"<td>{_e(r['regime'])}</td><td>{_e(r['scale'])}</td>"
             f"<td>{_e(r['device'])}</td><td><code>{_e(r['commit'])}</code></td><td class=\"num\">{_e(r['date'])}</td>"
             f"<td class=\"num\">{_e(r['runs'])}</td><td>{thumb}</td></tr>\n")
     head = "".join(f"<th>{c}</th>" for c in (
         "system", "paper's claim", "paper", "headline (technique vs baseline)", "kind", "ratio", "range",
-        "vs strongest baseline", "scale", "device", "commit", "date", "runs", "plot"))
+        "vs strongest deployable baseline", "mechanism alone", "regime", "scale", "device", "commit", "date", "runs",
+        "plot"))
     implemented = sum(r["status"] == "implemented" for r in rs)
     parts = [
         "<h1>mlsys-flows results catalogue</h1>",
@@ -376,7 +381,10 @@ def _report_html(run: Found, imgs: dict[str, str]) -> tuple[list[str], list[str]
     h, env = r["headline"], r["environment"]
     s = h.get("vs_strongest") or {}
     claims = []
-    for label, x in [("headline", h), ("vs the strongest baseline", s), *(("", x) for x in r.get("ratios", []))]:
+    for label, x in [("headline", h), ("vs the strongest deployable baseline", s),
+                     ("the mechanism alone, vs its ablation", h.get("mechanism")),
+                     ("vs the hindsight oracle", h.get("vs_oracle")),
+                     ("projected at the paper's hardware", r.get("projection")), *(("", x) for x in r.get("ratios", []))]:
         if x:
             claims.append([f"{x['metric']}" + (f" ({label})" if label else ""), _kind_html(x["kind"]),
                            _e(f"{x['technique']} vs {x['baseline']}"), _e(_cell(float(x["baseline_value"]))),

@@ -15,6 +15,7 @@ from rich.table import Table
 from mlsys_flows import platform_cli, registry
 from mlsys_flows.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common.params import SCALES, ParamsError
+from mlsys_flows.systems.common.report import v3_cells
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Published ML-systems techniques as Prefect flows: run, benchmark and deploy them.")
@@ -118,12 +119,18 @@ def _print_report(report) -> None:
     table = Table(title=f"{report.title} [{report.scale}]")
     for col in ("comparison", "kind", "baseline", "technique", "ratio", "range", "paper"):
         table.add_column(col)
-    for r in [h, h.vs_strongest, *report.ratios]:
-        name = f"{r.metric}: {r.technique} vs {r.baseline}" + (" (strongest)" if r is h.vs_strongest else "")
+    extra = {id(h.vs_strongest): " (strongest deployable)", id(h.mechanism): " (mechanism alone: vs its ablation)",
+             id(h.vs_oracle): " (hindsight oracle, an upper bound)", id(report.projection): " (projected, paper's hardware)"}
+    for r in [h, h.vs_strongest, h.mechanism, h.vs_oracle, report.projection, *report.ratios]:
+        if r is None:
+            continue
+        name = f"{r.metric}: {r.technique} vs {r.baseline}" + extra.get(id(r), "")
         table.add_row(name, r.kind, f"{r.baseline_value:.4g}", f"{r.technique_value:.4g}",
                       f"[bold]{r.ratio:.2f}x[/bold]", f"{r.range[0]:.2f}-{r.range[1]:.2f}" if r.range else "",
                       _paper(r))
     console.print(table)
+    if report.regime is not None:
+        console.print(report.regime_sentence().replace("**", ""), highlight=False)
     for note in report.notes:
         console.print(f"- {note}", highlight=False)
 
@@ -200,13 +207,15 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
         payload = [r.model_dump(mode="json") for r in reports]
         _write_json(json_path, payload[0] if name != "all" else payload)
     table = Table(title=f"paper claim vs this run ({scale})")
-    for col in ("system", "metric", "technique vs baseline", "kind", "ratio", "range", "paper", "vs strongest"):
+    for col in ("system", "metric", "technique vs baseline", "kind", "ratio", "range", "paper", "vs strongest",
+                "mechanism alone", "regime"):
         table.add_column(col)
     for r in reports:
         h, s = r.headline, r.headline.vs_strongest
+        v3 = v3_cells(r.model_dump(mode="json"))
         table.add_row(r.system, h.metric, f"{h.technique} vs {h.baseline}", h.kind, f"[bold]{h.ratio:.2f}x[/bold]",
                       f"{h.range[0]:.2f}-{h.range[1]:.2f}" if h.range else "", _paper(h),
-                      f"{s.ratio:.2f}x vs {s.baseline}")
+                      f"{s.ratio:.2f}x vs {s.baseline}", v3["mechanism"] or "-", v3["regime"] or "-")
     console.print(table)
     took = time.perf_counter() - sweep_started
     console.print(f"{len(reports)} system{'s' if len(reports) != 1 else ''} at {scale} took {took:.0f} s "

@@ -6,7 +6,7 @@ import json
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.placement import Params, load, solve_graph
+from mlsys_flows.systems.placement import Params, load, solve_graph, sweep_accelerators
 
 
 @task(name="placement-solve")
@@ -26,3 +26,14 @@ def solve(p: Params, storage: ObjectStorage, graph: str, key: str) -> dict:
     del res["ids"]
     res["key"] = key
     return res
+
+
+@task(name="placement-regime")
+def regime(p: Params, graph: str) -> dict[int, dict[str, float]]:
+    """The contiguous variants' max-load on ``graph`` at each accelerator count of the regime sweep."""
+    log = get_run_logger()
+    out = sweep_accelerators(load(graph), p)
+    for k, loads in out.items():
+        log.info("k=%d: PipeDream/DP %.3f, dp_chain/DP %.3f", k, loads["pipedream"] / loads["dp"],
+                 loads["dp_chain"] / loads["dp"])
+    return out

@@ -57,7 +57,12 @@ class Ratio(BaseModel):
     assumptions: dict[str, Assumption] = Field(default_factory=dict, description="Constants behind a modelled or "
                                                "simulated ratio.")
     vs_strongest: "Ratio | None" = Field(None, description="Headline only: the technique against the best "
-                                         "baseline variant of this run on the same metric.")
+                                         "deployable baseline variant of this run on the same metric (every "
+                                         "baseline but oracles where the spec declares no roles).")
+    vs_oracle: "Ratio | None" = Field(None, description="Headline only: the technique against the best baseline "
+                                      "chosen in hindsight (role oracle): an upper bound, never the headline.")
+    mechanism: "Ratio | None" = Field(None, description="Headline only: the technique against its ablation (only "
+                                      "the paper's key mechanism removed) on the same metric.")
 
     @classmethod
     def of(cls, variants: dict[str, dict[str, float]], claim: Claim, kinds: dict[str, str],
@@ -111,6 +116,71 @@ class Curve(BaseModel):
     log_y: bool = False
 
 
+class RegimePoint(BaseModel):
+    """The headline ratio at one value of the regime parameter, against the strongest deployable
+    baseline at that value."""
+
+    value: float
+    ratio: float
+    range: tuple[float, float] | None = None
+    kind: Kind
+    baseline: str = Field(description="The strongest deployable baseline at this value (the denominator).")
+    repeats: int = 1
+
+
+class RegimeReport(BaseModel):
+    parameter: str
+    unit: str = ""
+    points: list[RegimePoint]
+    crossover: float | None = Field(description="Where the ratio crosses 1 (linear between the two points "
+                                                "around it): the technique stops (or starts) beating the "
+                                                "strongest deployable baseline; None when it never crosses.")
+    wins: str = Field(description="'above' or 'below' the crossover, 'everywhere' or 'nowhere' in the range.")
+    headline_value: float | None = Field(None, description="The parameter's value in the headline's workload.")
+    paper_value: float | None = None
+    paper_source: str = ""
+    statement: str = ""
+
+
+def regime_phrase(regime: dict | None) -> str:
+    """A regime (a report's ``regime``, as JSON) in a few words: where the technique wins."""
+    if not regime:
+        return ""
+    unit = f" {regime['unit']}" if regime.get("unit") else ""
+    if regime["wins"] in ("everywhere", "nowhere"):
+        lo, hi = regime["points"][0]["value"], regime["points"][-1]["value"]
+        return f"wins {regime['wins']} over {regime['parameter']} {lo:g}-{hi:g}{unit}"
+    return f"wins {regime['wins']} {regime['parameter']} = {regime['crossover']:.3g}{unit}"
+
+
+def v3_cells(report: dict) -> dict[str, str]:
+    """Contract v3 of a report (as JSON), formatted for tables: the mechanism's ablation, the oracle,
+    the regime and the projection ('' where the report has none)."""
+    h = report["headline"]
+
+    def vs(r):
+        return f"{r['ratio']:.2f}x vs {r['baseline']}" if r else ""
+    p = report.get("projection")
+    return {"mechanism": vs(h.get("mechanism")), "oracle": vs(h.get("vs_oracle")),
+            "regime": regime_phrase(report.get("regime")),
+            "projection": f"{p['ratio']:.2f}x modelled" if p else ""}
+
+
+def crossover(points: list[tuple[float, float]]) -> tuple[float | None, str]:
+    """(value where the ratio crosses 1, side where the technique wins) over (value, ratio) points.
+    The first crossing from the smallest value up, linearly interpolated."""
+    pts = sorted(points)
+    if all(r > 1 for _, r in pts):
+        return None, "everywhere"
+    if all(r <= 1 for _, r in pts):
+        return None, "nowhere"
+    for (x0, r0), (x1, r1) in zip(pts, pts[1:]):
+        if (r0 > 1) != (r1 > 1):
+            x = x0 + (1 - r0) * (x1 - x0) / (r1 - r0) if r1 != r0 else x0
+            return x, "below" if r0 > 1 else "above"
+    return None, "everywhere"
+
+
 class Environment(BaseModel):
     device: str
     cores: int = Field(description="CPUs of the machine.")
@@ -145,6 +215,12 @@ class RunReport(BaseModel):
     headline: Ratio
     ratios: list[Ratio] = Field(default_factory=list, description="The system's other claims, computed in this run.")
     curves: list[Curve] = Field(default_factory=list)
+    roles: dict[str, list[str]] = Field(default_factory=dict, description="Baseline variant -> its roles: "
+                                        "deployable, paper, oracle (contract v3).")
+    regime: RegimeReport | None = Field(None, description="The headline ratio swept over the parameter that "
+                                        "governs the effect, with its crossover (contract v3).")
+    projection: Ratio | None = Field(None, description="The headline metric at the paper's hardware constants, "
+                                     "modelled from this run's measured and counted quantities; never the headline.")
     notes: list[str] = Field(default_factory=list, description="Why numbers differ from the paper, etc.")
     deterministic_metrics: list[str] = Field(default_factory=list, description="Metrics that depend only on the "
                                              "parameters and seed, equal in every run with the same parameters.")
@@ -160,7 +236,18 @@ class RunReport(BaseModel):
             ">1 means the technique wins).",
         ]
         if s is not None:
-            lines.append(f"Against the strongest baseline of this run, **{s.baseline}**: {s.label()}.")
+            lines.append(f"Against the strongest deployable baseline of this run, **{s.baseline}**: {s.label()}.")
+        if h.mechanism is not None:
+            lines.append(f"The paper's mechanism alone (technique vs **{h.mechanism.baseline}**, the ablation): "
+                         f"{h.mechanism.label()}.")
+        if h.vs_oracle is not None:
+            lines.append(f"Against the hindsight oracle **{h.vs_oracle.baseline}** (an upper bound): {h.vs_oracle.label()}.")
+        if self.regime is not None:
+            lines.append(self.regime_sentence())
+        if self.projection is not None:
+            p = self.projection
+            lines.append(f"Projection at the paper's hardware ({p.metric}, {p.technique} vs {p.baseline}): "
+                         f"{p.label()}; constants under Assumptions.")
         lines += ["", "| comparison | kind | baseline | technique | ratio | range | paper |",
                   "|---|---|---|---|---|---|---|"]
         for r in [h, *self.ratios]:
@@ -186,6 +273,14 @@ class RunReport(BaseModel):
                       f"wall time {self.wall_time_s:.1f} s."]
         return "\n".join(lines)
 
+    def regime_sentence(self) -> str:
+        g = self.regime
+        pts = ", ".join(f"{p.value:g}: {p.ratio:.2f}x" for p in g.points)
+        unit = f" {g.unit}" if g.unit else ""
+        paper = f"; the paper's setting: {g.paper_value:g}{unit}" if g.paper_value is not None else ""
+        return (f"Regime over **{g.parameter}** (ratio against the strongest deployable baseline at each value: "
+                f"{pts}): the technique {regime_phrase(g.model_dump())}{paper}.")
+
     def metric_names(self) -> list[str]:
         names: list[str] = []
         for metrics in self.variants.values():
@@ -195,10 +290,15 @@ class RunReport(BaseModel):
     def table_rows(self) -> list[dict[str, str]]:
         """One row per claim, headline first, every number formatted: what the paper claims beside
         what this run measured, so the table reads left to right without scrolling."""
-        rows = []
-        for r in [self.headline, *self.ratios]:
+        rows, h = [], self.headline
+        labels = {id(h): " (headline)", id(h.mechanism): " (the mechanism alone: vs its ablation)",
+                  id(h.vs_oracle): " (hindsight oracle: an upper bound)", id(self.projection): " (projected at the "
+                  "paper's hardware)"}
+        for r in [h, h.mechanism, h.vs_oracle, self.projection, *self.ratios]:
+            if r is None:
+                continue
             rows.append({
-                "claim": f"{r.metric}: {r.technique} vs {r.baseline}" + (" (headline)" if r is self.headline else ""),
+                "claim": f"{r.metric}: {r.technique} vs {r.baseline}" + labels.get(id(r), ""),
                 "paper": _x(r.paper),
                 "this run": f"{r.ratio:.2f}x",
                 "kind": r.kind,
@@ -240,6 +340,11 @@ class SystemResult:
     # run with the same parameters, a worker fault included. None: the counted metrics (a modelled
     # or simulated one may rest on a constant measured in the run).
     deterministic: set[str] | None = None
+    # Contract v3: the headline metric swept over the spec's regime parameter, and the projection at
+    # the paper's hardware where the spec declares hardware this machine lacks.
+    regime: list["RegimeSample"] = field(default_factory=list)
+    regime_headline_value: float | None = None
+    projection: "Projection | None" = None
 
     def medians(self) -> dict[str, dict[str, float]]:
         out = {v: dict(m) for v, m in self.variants.items()}
@@ -255,6 +360,67 @@ class SystemResult:
         chosen = self.deterministic if self.deterministic is not None else \
             {m for m in names if self.kinds.get(m) == "counted"}
         return sorted(names & set(chosen))
+
+
+@dataclass
+class RegimeSample:
+    """One value of the regime parameter: every variant's samples of the headline metric there."""
+
+    value: float
+    samples: dict[str, list[float]]
+    kind: Kind
+
+
+@dataclass
+class Projection:
+    """The headline metric of the baseline and the technique at the paper's hardware constants,
+    computed from this run's measured and counted quantities (kind ``modelled``)."""
+
+    baseline_value: float
+    technique_value: float
+    assumptions: dict[str, Assumption]
+    statement: str = ""
+
+
+def _rivals(spec: SystemSpec, present) -> tuple[list[str], list[str]]:
+    """(deployable baselines, oracles) among the variants ``present``. A spec that declares no roles
+    yet: every baseline is taken as deployable."""
+    deployable = [b for b in spec.baselines if b in present and
+                  ("deployable" in spec.role(b) if spec.roles else "oracle" not in spec.role(b))]
+    oracles = [b for b in spec.baselines if b in present and "oracle" in spec.role(b)]
+    return deployable, oracles
+
+
+def _regime(spec: SystemSpec, result: SystemResult) -> tuple[RegimeReport, Curve]:
+    head = spec.headline
+    points = []
+    for sample in sorted(result.regime, key=lambda s: s.value):
+        if head.technique not in sample.samples:
+            raise ContractError(f"{spec.name}: regime point {sample.value:g} has no {head.technique!r} samples")
+        med = {v: statistics.median(xs) for v, xs in sample.samples.items() if xs}
+        deployable, _ = _rivals(spec, med)
+        if not deployable:
+            raise ContractError(f"{spec.name}: regime point {sample.value:g} has no deployable baseline")
+        best = max(deployable, key=lambda b: oriented_ratio(1.0, med[b], head.better))
+        bs, ts = sample.samples[best], sample.samples[head.technique]
+        points.append(RegimePoint(value=sample.value, ratio=oriented_ratio(med[best], med[head.technique], head.better),
+                                  range=_ratio_range(bs, ts, head.better), kind=sample.kind, baseline=best,
+                                  repeats=min(len(bs), len(ts))))
+    cross, wins = crossover([(p.value, p.ratio) for p in points])
+    r = spec.regime
+    report = RegimeReport(parameter=r.parameter, unit=r.unit, points=points, crossover=cross, wins=wins,
+                          headline_value=result.regime_headline_value, paper_value=r.paper_value,
+                          paper_source=r.paper_source, statement=r.statement)
+    xs = [p.value for p in points]
+    series = {f"{head.technique} vs strongest deployable": (xs, [p.ratio for p in points]),
+              "parity (1.0)": ([xs[0], xs[-1]], [1.0, 1.0])}
+    if cross is not None:
+        series["crossover"] = ([cross], [1.0])
+    if r.paper_value is not None and head.paper is not None:
+        series["paper's claim at its setting"] = ([r.paper_value], [head.paper])
+    unit = f" ({r.unit})" if r.unit else ""
+    return report, Curve(title=f"regime: {head.metric} ratio vs {r.parameter}", x_label=f"{r.parameter}{unit}",
+                         y_label=f"{head.technique} / strongest deployable (>1 wins)", series=series)
 
 
 def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResult, run_id: str,
@@ -275,14 +441,39 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
 
     head = spec.headline
     headline = ratio(head)
-    rivals = [b for b in spec.baselines if head.metric in variants.get(b, {})]
-    best = max(rivals, key=lambda b: oriented_ratio(1.0, variants[b][head.metric], head.better))
+    present = [v for v in variants if head.metric in variants[v]]
+    deployable, oracles = _rivals(spec, present)
+    best = max(deployable or [head.baseline], key=lambda b: oriented_ratio(1.0, variants[b][head.metric], head.better))
     headline.vs_strongest = ratio(Claim(head.metric, best, head.technique, head.better,
-                                        statement=f"the strongest baseline of this run on {head.metric}"))
+                                        statement=f"the strongest deployable baseline of this run on {head.metric}"))
+    if oracles:
+        top = max(oracles, key=lambda b: oriented_ratio(1.0, variants[b][head.metric], head.better))
+        headline.vs_oracle = ratio(Claim(head.metric, top, head.technique, head.better,
+                                         statement=f"the best baseline chosen in hindsight on {head.metric}"))
+    if spec.mechanism is not None and spec.mechanism.ablation in present:
+        headline.mechanism = ratio(Claim(head.metric, spec.mechanism.ablation, head.technique, head.better,
+                                         statement=f"only {spec.mechanism.name} removed"))
+    curves, regime = list(result.curves), None
+    if spec.regime is not None and result.regime:
+        if len(result.regime) < 2:
+            raise ContractError(f"{spec.name}: a regime needs at least 2 points (got {len(result.regime)})")
+        regime, curve = _regime(spec, result)
+        curves.append(curve)
+    projection = None
+    if result.projection is not None:
+        pr = result.projection
+        if not pr.assumptions:
+            raise ContractError(f"{spec.name}: the projection lists no assumptions")
+        projection = Ratio(metric=head.metric, baseline=head.baseline, technique=head.technique, better=head.better,
+                           kind="modelled", baseline_value=pr.baseline_value, technique_value=pr.technique_value,
+                           ratio=oriented_ratio(pr.baseline_value, pr.technique_value, head.better), paper=head.paper,
+                           statement=pr.statement or f"at the paper's hardware ({', '.join(spec.hardware)})",
+                           assumptions=pr.assumptions)
     kinds = {m: k for m, k in result.kinds.items() if m in metrics}
     return RunReport(system=spec.name, title=spec.title, paper=spec.paper, scale=str(params.get("scale")),
                      run_id=run_id, parameters=params, variants=variants, metric_kinds=kinds,
                      samples=result.samples, assumptions=result.assumptions, headline=headline,
-                     ratios=[ratio(c) for c in spec.claims if not c.headline], curves=result.curves,
+                     ratios=[ratio(c) for c in spec.claims if not c.headline], curves=curves,
+                     roles={b: list(r) for b, r in spec.roles.items()}, regime=regime, projection=projection,
                      notes=result.notes, deterministic_metrics=result.deterministic_metrics(variants),
                      environment=environment, wall_time_s=wall_time_s)

@@ -12,6 +12,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Better = Literal["higher", "lower"]
+# deployable: what a user could run without seeing the evaluated data (tuned on a calibration split,
+# seed or trace that is not the evaluated one); paper: the paper's named baseline, configured as the
+# paper did; oracle: chosen in hindsight on the evaluated data, an upper bound and never a denominator.
+Role = Literal["deployable", "paper", "oracle"]
+ROLES: tuple[str, ...] = ("deployable", "paper", "oracle")
 # measured: wall clock in this run; counted: exact values computed in this run (counts, bytes,
 # iterations, losses); modelled: computed from stated constants; simulated: a simulator's clock.
 Kind = Literal["measured", "counted", "modelled", "simulated"]
@@ -39,6 +44,30 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Mechanism:
+    """The mechanism the paper credits for its gain, and the variant that isolates it: the technique
+    with only that mechanism removed (or the baseline with only it added). The report's
+    ``headline.mechanism`` is the technique against this variant on the headline metric."""
+
+    name: str                    # the mechanism, in a few words
+    ablation: str                # variant name of the ablation
+    statement: str = ""          # what the ablation keeps and what it removes
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The one workload or hardware parameter that governs the effect. The flow sweeps it
+    (``SystemResult.regime``) and the report gives the curve of headline ratios against the strongest
+    deployable baseline with its crossover: where the technique stops winning."""
+
+    parameter: str               # the swept parameter (a Params field or a workload property)
+    unit: str = ""
+    paper_value: float | None = None   # the paper's setting of the parameter, where it states one
+    paper_source: str = ""       # where in the paper
+    statement: str = ""          # why this parameter governs the effect
+
+
+@dataclass(frozen=True)
 class SystemSpec:
     name: str
     title: str
@@ -49,6 +78,14 @@ class SystemSpec:
     # Every variant a careful user could run instead of the technique on the headline metric (the
     # headline's baseline included); the report names the strongest of them (`vs_strongest`).
     baselines: tuple[str, ...] = field(default=())
+    # Contract v3. Each baseline variant's roles (see Role); a baseline not listed has no declared
+    # role yet. The headline's baseline must not be an oracle.
+    roles: dict[str, tuple[Role, ...]] = field(default_factory=dict)
+    mechanism: Mechanism | None = None
+    regime: Regime | None = None
+    # Hardware the paper's effect needs that a CPU machine lacks (e.g. "HBM", "NVLink", "FPGA"):
+    # the run then gives a modelled ``projection`` beside the headline.
+    hardware: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         heads = [c for c in self.claims if c.headline]
@@ -56,6 +93,27 @@ class SystemSpec:
             raise ValueError(f"{self.name}: exactly one claim must be the headline (got {len(heads)})")
         if heads[0].baseline not in self.baselines:
             object.__setattr__(self, "baselines", (heads[0].baseline, *self.baselines))
+        for variant, roles in self.roles.items():
+            unknown = set(roles) - set(ROLES)
+            if unknown or not roles:
+                raise ValueError(f"{self.name}: roles[{variant!r}] must be one or more of {', '.join(ROLES)} "
+                                 f"(got {roles!r})")
+            if "oracle" in roles and len(roles) > 1:
+                raise ValueError(f"{self.name}: {variant!r} cannot be an oracle and {roles!r} at once")
+        if "oracle" in self.roles.get(heads[0].baseline, ()):
+            raise ValueError(f"{self.name}: the headline's baseline {heads[0].baseline!r} is an oracle (chosen in "
+                             "hindsight): it may stand beside the headline (vs_oracle), never as its denominator")
+        if self.mechanism is not None and self.mechanism.ablation == heads[0].technique:
+            raise ValueError(f"{self.name}: the mechanism's ablation must be another variant than the technique")
+
+    def role(self, variant: str) -> tuple[str, ...]:
+        return tuple(self.roles.get(variant, ()))
+
+    @property
+    def contract_v3(self) -> bool:
+        """Whether the spec declares everything contract v3 asks: every baseline's role, the mechanism
+        and its ablation, and the regime."""
+        return self.mechanism is not None and self.regime is not None and all(b in self.roles for b in self.baselines)
 
     @property
     def headline(self) -> Claim:
@@ -91,4 +149,7 @@ class SystemSpec:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "paper": self.paper, "family": self.family,
                 "status": self.status, "entrypoint": self.entrypoint, "baselines": list(self.baselines),
+                "roles": {b: list(r) for b, r in self.roles.items()},
+                "mechanism": asdict(self.mechanism) if self.mechanism else None,
+                "regime": asdict(self.regime) if self.regime else None, "hardware": list(self.hardware),
                 "claims": [asdict(c) for c in self.claims]}

@@ -65,6 +65,12 @@ def pipedream(g: Graph, k: int, l: int, memory: float, max_ideals: int = 60_000)
     return solve_dp(g, k, l, memory, units=units, max_ideals=max_ideals)
 
 
+def dp_chain(g: Graph, k: int, l: int, memory: float, max_ideals: int = 60_000):
+    """The ablation of the DP's mechanism: the same exact DP over the prefixes of one topological order
+    of the contracted graph (a chain through it, no fusion), not over all of its downsets."""
+    return solve_dp(g, k, l, memory, units=build_units(g, merge_trivial=False, chain=True), max_ideals=max_ideals)
+
+
 def _unit_order(g: Graph):
     """Contracted units (colocation classes, cycles fused) as node lists in topological order, and the
     free sources, which follow their earliest successor."""

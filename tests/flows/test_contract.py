@@ -31,9 +31,18 @@ def test_smoke_run_meets_the_contract(name):
     for r in [h, *report.ratios]:
         assert r.kind == report.metric_kinds[r.metric]
         assert r.kind not in ("modelled", "simulated") or r.assumptions
-    rivals = {b: report.variants[b][h.metric] for b in spec.baselines if h.metric in report.variants.get(b, {})}
+    deployable = [b for b in spec.baselines if ("deployable" in spec.role(b) if spec.roles else "oracle" not in spec.role(b))]
+    rivals = {b: report.variants[b][h.metric] for b in deployable if h.metric in report.variants.get(b, {})}
     best = max(rivals.values()) if h.better == "higher" else min(rivals.values())
     assert h.vs_strongest.baseline in rivals and rivals[h.vs_strongest.baseline] == best
+    if spec.contract_v3:  # the mechanism's ablation and the regime sweep ran, even at smoke
+        assert h.mechanism is not None and h.mechanism.baseline == spec.mechanism.ablation
+        assert report.regime is not None and len(report.regime.points) >= 2
+        assert report.regime.parameter == spec.regime.parameter and report.regime.wins
+        assert report.roles == {b: list(r) for b, r in spec.roles.items()}
+        assert any(c.title.startswith("regime") for c in report.curves)
+    if spec.hardware:
+        assert report.projection is not None and report.projection.kind == "modelled"
     assert set(report.metric_kinds) == set(report.metric_names())
     env = report.environment
     assert env.git_dirty is not None and len(env.code_hash) == 64 and env.load_before and env.load_after

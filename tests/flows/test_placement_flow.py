@@ -25,4 +25,9 @@ def test_placement_flow_smoke(prefect_api):
     assert saved["graph"] == "fx_resnet50" and (saved["accelerators"], saved["cpus"]) == (6, 1)
     assert set(saved["placements"]) == set(VARIANTS)
     assert len(saved["placements"]["dp"]) == 176
+    # contract v3: the DP's mechanism (every downset, not a chain's prefixes) and the accelerator sweep
+    assert v["dp"] <= v["dp_chain"] + 1e-9 and h["mechanism"]["baseline"] == "dp_chain"
+    g = report["regime"]
+    assert g["parameter"] == "accelerators" and [p["value"] for p in g["points"]] == [2.0, 6.0]
+    assert all(p["ratio"] >= 1 - 1e-9 for p in g["points"])  # exact over contiguous splits at every k
     assert set(saved["placements"]["dp"].values()) <= set(range(saved["accelerators"] + saved["cpus"]))

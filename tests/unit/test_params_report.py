@@ -114,7 +114,7 @@ def test_report_roundtrip_and_summary():
     assert again == r
     md = r.summary_markdown()
     assert "small scale" in md and "| tech |" in md
-    assert "**2.00x measured, 2.00-3.00 over 3**" in md and "strongest baseline of this run, **tuned**" in md
+    assert "**2.00x measured, 2.00-3.00 over 3**" in md and "strongest deployable baseline of this run, **tuned**" in md
     assert "| model_s: tech vs base | modelled |" in md and "link_gb_s = 25.0 GB/s (datasheet)" in md
     assert "code `c0de`" in md
 
