@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample
-from mlsys_flows.systems.placement import SWEPT, VARIANTS, graph_label
+from mlsys_flows.systems.placement import FX_MODELS, SWEPT, VARIANTS, graph_label, load
 from mlsys_flows.tasks import placement as t
 
 
@@ -12,8 +12,12 @@ from mlsys_flows.tasks import placement as t
 def placement(ctx: RunContext) -> SystemResult:
     p = ctx.params
     names = [p.graph] + [g for g in p.graphs if g != p.graph]
-    sweep = t.regime.submit(p, p.graph)  # the headline graph at every accelerator count, beside the solves
-    futures = {g: t.solve.submit(p, ctx.storage, g, ctx.key(f"placement_{graph_label(g)}.json")) for g in names}
+    # files (a user's graph, the published ones) are read here, where the parameters were checked, not on
+    # a worker that may not have them; the built-in torch models are built on the worker
+    source = {g: g if g in FX_MODELS else load(g) for g in names}
+    sweep = t.regime.submit(p, source[p.graph])  # the headline graph at every accelerator count, beside the solves
+    futures = {g: t.solve.submit(p, ctx.storage, source[g], ctx.key(f"placement_{graph_label(g)}.json"))
+               for g in names}
     results = {g: f.result() for g, f in futures.items()}
     regime = [RegimeSample(value=float(k), samples={v: [loads[v]] for v in SWEPT}, kind="modelled")
               for k, loads in sweep.result().items()]

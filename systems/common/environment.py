@@ -116,6 +116,18 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# What a sweep writes into the tree (committed results, generated docs, the deployments file): a run
+# after another run's results were written is still a run of the committed code.
+_OUTPUTS = ("benchmarks/results/", "docs/", "README.md", "prefect.yaml")
+
+
+def dirty_code(porcelain: str) -> list[str]:
+    """Tracked files changed against the commit (``git status --porcelain`` lines), less results and
+    generated outputs: the code a run ran differs from its ``git_sha`` exactly when this is non-empty."""
+    paths = [line[3:].split(" -> ")[-1].strip('"') for line in porcelain.splitlines() if line.strip()]
+    return sorted(p for p in paths if not p.startswith(_OUTPUTS))
+
+
 def capture(system: str | None = None) -> Environment:
     """The machine and the code a run of ``system`` happened on; the load is taken now (the harness
     sets ``load_after`` when the run ends)."""
@@ -127,8 +139,9 @@ def capture(system: str | None = None) -> Environment:
             continue
     sha = (_git("rev-parse", "HEAD") or "").strip() or "unknown"
     status = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = None if status is None else dirty_code(status)
     return Environment(device=_device(), cores=os.cpu_count() or 1, usable_cores=usable_cores(),
                        platform=platform.platform(), versions=versions, git_sha=sha,
-                       git_dirty=None if status is None else bool(status.strip()),
+                       git_dirty=None if dirty is None else bool(dirty), dirty_files=dirty or [],
                        code_hash=code_hash(system) if system else "", harness_hash=harness_hash(),
                        load_before=load_average())

@@ -188,7 +188,10 @@ class Environment(BaseModel):
     platform: str
     versions: dict[str, str]
     git_sha: str
-    git_dirty: bool | None = Field(None, description="Tracked files differed from the commit (None: no git).")
+    git_dirty: bool | None = Field(None, description="Tracked code differed from the commit: files other than "
+                                   "results, docs and generated outputs (None: no git).")
+    dirty_files: list[str] = Field(default_factory=list, description="Those files: the code that ran is the "
+                                   "commit's exactly when this is empty.")
     code_hash: str = Field("", description="sha256 of the system's own code: systems/<name>/ (and any family "
                                            "package it uses), tasks/<name>.py, flows/<name>.py.")
     harness_hash: str = Field("", description="sha256 of the shared harness (systems/common, flows/tasks common, "

@@ -38,7 +38,7 @@ def _check_graph(value: str) -> str:
     if not Path(value).is_file():
         raise ValueError(f"{value!r} is neither a built-in graph ({', '.join([*FX_MODELS, *SHIPPED])}) nor an "
                          "existing JSON file in the authors' format")
-    return value
+    return str(Path(value).resolve())  # the flow reads it where it runs, not where a worker's cwd is
 
 
 class PresetGraphs(list):
@@ -153,6 +153,8 @@ def solve_graph(g: Graph, p: Params, log=None) -> dict:
         return r, time.perf_counter() - t0
 
     dp, s = timed(lambda: solve_dp(g, k, l, mem, max_ideals=p.max_ideals))
+    if not math.isfinite(dp.max_load):
+        raise infeasible(g, k, l, mem)
     out["dp"] = {"device": dp.device, "seconds": s, "ideals": dp.ideals, "ideal_pairs": dp.pairs, "exact": dp.exact,
                  "merged": dp.merged}
     ch, s = timed(lambda: dp_chain(g, k, l, mem, p.max_ideals))
@@ -190,6 +192,17 @@ def solve_graph(g: Graph, p: Params, log=None) -> dict:
             "cpus": l, "memory": mem if math.isfinite(mem) else None, "ids": [str(i) for i in g.ids], "results": out}
 
 
+def infeasible(g: Graph, k: int, l: int, memory: float) -> GraphError:
+    """The error for settings no contiguous split satisfies, naming the parameter to change."""
+    if l == 0 and not g.supported.all():
+        return GraphError("cpus", f"graph {g.name!r} has {int((~g.supported).sum())} node(s) that only run on a CPU "
+                                  "core, and cpus is 0")
+    need = float(g.size.sum())
+    return GraphError("memory_per_accelerator", f"no contiguous split of graph {g.name!r} fits {k} accelerator(s) of "
+                                                f"{memory:.4g} bytes with {l} CPU core(s) (the nodes' sizes add up to "
+                                                f"{need:.4g} bytes); raise memory_per_accelerator, accelerators or cpus")
+
+
 def sweep_accelerators(g: Graph, p: Params) -> dict[int, dict[str, float]]:
     """The regime: the contiguous variants' max-load on ``g`` at each accelerator count of
     ``p.regime_accelerators`` (the graph's CPUs and memory; local search with its usual budget),
@@ -203,6 +216,8 @@ def sweep_accelerators(g: Graph, p: Params) -> dict[int, dict[str, float]]:
     for k in p.regime_accelerators:
         gk = g.with_settings(k, l, mem)
         dp = solve_dp(gk, k, l, mem, max_ideals=p.max_ideals)
+        if not math.isfinite(dp.max_load):
+            raise infeasible(gk, k, l, mem)
         greedy_split = greedy(gk, k, l, mem)
         splits = {"dp": dp.device, "dp_chain": dp_chain(gk, k, l, mem, p.max_ideals).device,
                   "pipedream": pipedream(gk, k, l, mem, p.max_ideals).device, "greedy": greedy_split,

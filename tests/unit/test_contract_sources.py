@@ -123,3 +123,34 @@ def test_committed_repeats_were_really_run(name):
     if not path.exists():
         pytest.skip(f"no committed quick result for {name}")
     assert not repeated_without_rerunning(json.loads(path.read_text()))
+
+
+def test_dirty_code_leaves_out_results_and_generated_outputs():
+    from mlsys_flows.systems.common.environment import dirty_code
+
+    status = " M benchmarks/results/dsi-quick.json\n M docs/dsi.md\n M README.md\n M prefect.yaml\n" \
+             " M systems/dsi/loader.py\nR  flows/a.py -> flows/b.py\n"
+    assert dirty_code(status) == ["flows/b.py", "systems/dsi/loader.py"]
+    assert dirty_code(" M benchmarks/results/dsi-quick.json\n M docs/results.md\n") == []
+
+
+# Committed reports written before `dirty_files` existed: their `git_dirty` also counted results and
+# generated files that an earlier system of the same sweep had just written, so it says little. They are
+# replaced system by system as each is rerun; this set may only shrink.
+BEFORE_DIRTY_FILES = {
+    "cedar", "recd", "dsi", "recshard", "flexshard", "fae", "hotline", "slipstream", "swiftmoe", "moetuner",
+    "recycle", "checkpoint", "phaze", "vcache", "radix", "metropolis", "bagel", "llama", "swarm", "fluid",
+    "shef", "sia", "commrand", "embodiedbench", "era", "atlas",
+}
+
+
+@pytest.mark.parametrize("name", IMPLEMENTED)
+def test_committed_quick_result_ran_committed_code(name):
+    """A committed result's code is its commit's: `git_dirty` false, no changed code file. Commit the
+    code first, then `mlsys-flows bench NAME --scale quick --save`, then commit the result."""
+    env = json.loads((RESULTS / f"{name}-quick.json").read_text())["environment"]
+    if name in BEFORE_DIRTY_FILES:
+        assert "dirty_files" not in env, f"{name}-quick.json was rerun: take it off BEFORE_DIRTY_FILES"
+        return
+    assert env.get("dirty_files") == [] and env["git_dirty"] is False, \
+        f"{name}-quick.json ran uncommitted code: {env.get('dirty_files', 'no dirty_files recorded')}"

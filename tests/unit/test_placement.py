@@ -5,6 +5,7 @@ clearly; the default graph is the project's own torch.fx ResNet-50 (no data fold
 PipeDream-vs-DP gap on it; on the authors' published ResNet-50 graph (skipped when
 $MLSYS_PLACEMENT_GRAPHS does not hold them); the published graphs are opt-in and fail clearly without it."""
 import itertools
+import json
 import math
 
 import numpy as np
@@ -249,3 +250,21 @@ def test_one_accelerator_read_from_the_dp_equals_a_dp_with_one_accelerator(seed)
     if math.isfinite(value):
         s = score(g, device)
         assert s.feasible and s.max_load == pytest.approx(value) and len(set(device.tolist()) - {3}) <= 1
+
+
+def test_infeasible_settings_name_the_parameter_to_change():
+    from mlsys_flows.systems.placement import Params, load, solve_graph
+
+    g = load("fx_resnet")
+    with pytest.raises(GraphError, match="memory_per_accelerator: no contiguous split .* raise memory_per_accelerator"):
+        solve_graph(g, Params.for_scale("smoke", graph="fx_resnet", accelerators=2, cpus=0, memory_per_accelerator=1e3))
+
+
+def test_a_relative_graph_path_is_resolved_where_the_parameters_are_checked(tmp_path, monkeypatch):
+    from mlsys_flows.systems.placement import Params, load
+
+    doc = load("fx_resnet").to_json()
+    (tmp_path / "mine.json").write_text(json.dumps(doc))
+    monkeypatch.chdir(tmp_path)
+    p = Params.for_scale("smoke", graph="mine.json")
+    assert p.graph == str(tmp_path / "mine.json")  # the flow reads it from there, wherever a worker runs
