@@ -385,6 +385,11 @@ class Projection:
     statement: str = ""
 
 
+def _strongest(names, values: dict[str, float], better: Better) -> str:
+    """The name among ``names`` whose value is best in the ``better`` direction."""
+    return max(names, key=lambda n: oriented_ratio(1.0, values[n], better))
+
+
 def _rivals(spec: SystemSpec, present) -> tuple[list[str], list[str]]:
     """(deployable baselines, oracles) among the variants ``present``. A spec that declares no roles
     yet: every baseline is taken as deployable."""
@@ -404,7 +409,7 @@ def _regime(spec: SystemSpec, result: SystemResult) -> tuple[RegimeReport, Curve
         deployable, _ = _rivals(spec, med)
         if not deployable:
             raise ContractError(f"{spec.name}: regime point {sample.value:g} has no deployable baseline")
-        best = max(deployable, key=lambda b: oriented_ratio(1.0, med[b], head.better))
+        best = _strongest(deployable, med, head.better)
         bs, ts = sample.samples[best], sample.samples[head.technique]
         points.append(RegimePoint(value=sample.value, ratio=oriented_ratio(med[best], med[head.technique], head.better),
                                   range=_ratio_range(bs, ts, head.better), kind=sample.kind, baseline=best,
@@ -446,11 +451,12 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     headline = ratio(head)
     present = [v for v in variants if head.metric in variants[v]]
     deployable, oracles = _rivals(spec, present)
-    best = max(deployable or [head.baseline], key=lambda b: oriented_ratio(1.0, variants[b][head.metric], head.better))
+    at_metric = {v: variants[v][head.metric] for v in present}
+    best = _strongest(deployable or [head.baseline], at_metric, head.better)
     headline.vs_strongest = ratio(Claim(head.metric, best, head.technique, head.better,
                                         statement=f"the strongest deployable baseline of this run on {head.metric}"))
     if oracles:
-        top = max(oracles, key=lambda b: oriented_ratio(1.0, variants[b][head.metric], head.better))
+        top = _strongest(oracles, at_metric, head.better)
         headline.vs_oracle = ratio(Claim(head.metric, top, head.technique, head.better,
                                          statement=f"the best baseline chosen in hindsight on {head.metric}"))
     if spec.mechanism is not None and spec.mechanism.ablation in present:

@@ -134,40 +134,49 @@ def graph_label(name: str) -> str:
     return Path(name).stem if name not in SHIPPED and name not in FX_MODELS else name
 
 
+def _timed(fn):
+    """(fn(), its wall-clock seconds)."""
+    t0 = time.perf_counter()
+    r = fn()
+    return r, time.perf_counter() - t0
+
+
+def contiguous_splits(g: Graph, k: int, l: int, mem: float, p: Params) -> tuple:
+    """(the DP's result, {variant: (split, solve seconds)}) for every contiguous variant on ``g`` with
+    ``k`` accelerators, ``l`` CPU cores and ``mem`` bytes each; GraphError when nothing fits."""
+    from .baselines import dp_chain, greedy, local_search, one_accelerator, pipedream
+    from .dp import solve_dp
+
+    dp, dp_s = _timed(lambda: solve_dp(g, k, l, mem, max_ideals=p.max_ideals))
+    if not math.isfinite(dp.max_load):
+        raise infeasible(g, k, l, mem)
+    out = {"dp": (dp.device, dp_s)}
+    ch, s = _timed(lambda: dp_chain(g, k, l, mem, p.max_ideals))
+    out["dp_chain"] = (ch.device, s)
+    pd, s = _timed(lambda: pipedream(g, k, l, mem, p.max_ideals))
+    out["pipedream"] = (pd.device, s)
+    gr, s = _timed(lambda: greedy(g, k, l, mem))
+    out["greedy"] = (gr, s)
+    out["local_search"] = _timed(lambda: local_search(g, k, l, mem, seconds=p.local_search_s, seed=p.seed, start=gr))
+    one, s = _timed(lambda: one_accelerator(g, k, l, mem, dp))
+    out["one_accelerator"] = (one[1], s)  # read from the DP's (l, 1) state
+    return dp, out
+
+
 def solve_graph(g: Graph, p: Params, log=None) -> dict:
     """Every variant on one graph. Returns {variant: {"max_load", "device", "seconds", ...}} and settings;
     every split is checked by the independent scorer (feasible; contiguous except ip)."""
-    from .baselines import dp_chain, greedy, local_search, one_accelerator, pipedream
-    from .dp import solve_dp
     from .ip import solve_ip
 
     k = p.accelerators or g.accelerators
     l = g.cpus if p.cpus is None else p.cpus
     mem = p.memory_per_accelerator or g.memory
     g = g.with_settings(k, l, mem)
-    out = {}
+    dp, splits = contiguous_splits(g, k, l, mem, p)
+    out = {v: {"device": device, "seconds": s} for v, (device, s) in splits.items()}
+    out["dp"] |= {"ideals": dp.ideals, "ideal_pairs": dp.pairs, "exact": dp.exact, "merged": dp.merged}
 
-    def timed(fn):
-        t0 = time.perf_counter()
-        r = fn()
-        return r, time.perf_counter() - t0
-
-    dp, s = timed(lambda: solve_dp(g, k, l, mem, max_ideals=p.max_ideals))
-    if not math.isfinite(dp.max_load):
-        raise infeasible(g, k, l, mem)
-    out["dp"] = {"device": dp.device, "seconds": s, "ideals": dp.ideals, "ideal_pairs": dp.pairs, "exact": dp.exact,
-                 "merged": dp.merged}
-    ch, s = timed(lambda: dp_chain(g, k, l, mem, p.max_ideals))
-    out["dp_chain"] = {"device": ch.device, "seconds": s}
-    pd, s = timed(lambda: pipedream(g, k, l, mem, p.max_ideals))
-    out["pipedream"] = {"device": pd.device, "seconds": s}
-    gr, s = timed(lambda: greedy(g, k, l, mem))
-    out["greedy"] = {"device": gr, "seconds": s}
-    ls, s = timed(lambda: local_search(g, k, l, mem, seconds=p.local_search_s, seed=p.seed, start=gr))
-    out["local_search"] = {"device": ls, "seconds": s}
-    one, s = timed(lambda: one_accelerator(g, k, l, mem, dp))
-    out["one_accelerator"] = {"device": one[1], "seconds": s}  # read from the DP's (l, 1) state
-    ip, s = timed(lambda: solve_ip(g, k, l, mem, time_limit_s=p.ip_time_limit_s, start=dp.device, seed=p.seed))
+    ip, s = _timed(lambda: solve_ip(g, k, l, mem, time_limit_s=p.ip_time_limit_s, start=dp.device, seed=p.seed))
     out["ip"] = {"device": ip.device, "seconds": s, "ip_gap": ip.gap, "ip_bound": ip.bound, "status": ip.status}
     for name, r in out.items():
         sc = score(g, r["device"], k, l, mem)
@@ -207,23 +216,13 @@ def sweep_accelerators(g: Graph, p: Params) -> dict[int, dict[str, float]]:
     """The regime: the contiguous variants' max-load on ``g`` at each accelerator count of
     ``p.regime_accelerators`` (the graph's CPUs and memory; local search with its usual budget),
     every split re-scored by the independent scorer."""
-    from .baselines import dp_chain, greedy, local_search, one_accelerator, pipedream
-    from .dp import solve_dp
-
     l = g.cpus if p.cpus is None else p.cpus
     mem = p.memory_per_accelerator or g.memory
     out = {}
     for k in p.regime_accelerators:
         gk = g.with_settings(k, l, mem)
-        dp = solve_dp(gk, k, l, mem, max_ideals=p.max_ideals)
-        if not math.isfinite(dp.max_load):
-            raise infeasible(gk, k, l, mem)
-        greedy_split = greedy(gk, k, l, mem)
-        splits = {"dp": dp.device, "dp_chain": dp_chain(gk, k, l, mem, p.max_ideals).device,
-                  "pipedream": pipedream(gk, k, l, mem, p.max_ideals).device, "greedy": greedy_split,
-                  "local_search": local_search(gk, k, l, mem, seconds=p.local_search_s, seed=p.seed, start=greedy_split),
-                  "one_accelerator": one_accelerator(gk, k, l, mem, dp)[1]}
-        out[k] = {v: score(gk, splits[v], k, l, mem).max_load for v in SWEPT}
+        _, splits = contiguous_splits(gk, k, l, mem, p)
+        out[k] = {v: score(gk, splits[v][0], k, l, mem).max_load for v in SWEPT}
     return out
 
 
