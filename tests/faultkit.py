@@ -38,6 +38,16 @@ def fault_systems(names: list[str] | None = None) -> list[str]:
     return [n for n in names if n in only] if only else names
 
 
+def survivors(family: list, grace_s: float = 10.0) -> list:
+    """The processes of ``family`` still alive (zombies aside) once each has had ``grace_s`` to
+    finish exiting: a child whose parent has just returned can be mid-exit (empty cmdline), and is
+    not a stray. ``grace_s`` is a hang guard; an exiting process is gone in milliseconds."""
+    import psutil
+
+    _, alive = psutil.wait_procs(family, timeout=grace_s)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
 # ----- RunReport: the fields that must not change when a fault is recovered -----------------------
 def deterministic_view(report: dict[str, Any]) -> dict[str, Any]:
     """Everything a fault must not change: system, scale, parameters, variants and their metric

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from faultkit import survivors
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +84,7 @@ def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
         busy.wait()
     out = proc.stdout.read().decode(errors="replace")
     print(f"\nCtrl-C with a run in flight: `mlsys-flows run` stopped in {elapsed:.1f} s")
-    strays = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    strays = survivors(family)
     assert not strays, [p.cmdline() for p in strays]
     assert elapsed < 10, f"stopping took {elapsed:.1f} s:\n{out[-2000:]}"
     assert proc.returncode == 130, out[-3000:]  # interrupted, as a shell reports Ctrl-C

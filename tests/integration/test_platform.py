@@ -21,6 +21,7 @@ import httpx
 import psutil
 import pytest
 import yaml
+from faultkit import survivors
 from webhook_fixtures import ServerThread
 
 from mlsys_flows import deploy, registry
@@ -77,7 +78,7 @@ class ServerCLI:
             self.proc.wait(timeout=10)
             raise AssertionError(f"SIGINT did not stop `mlsys-flows server` in 90 s:\n{self.log.read_text()[-3000:]}")
         elapsed = time.monotonic() - started
-        strays = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        strays = survivors(family)
         return elapsed, strays
 
 
