@@ -9,7 +9,7 @@ import numpy as np
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from mlsys_flows.systems.atlas.evaluate import VARIANTS, summarize
 from mlsys_flows.systems.atlas.model import FAULTS
-from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.systems.common.report import Curve, RegimeSample
 from mlsys_flows.tasks import atlas as t
 
 
@@ -32,6 +32,10 @@ def atlas(ctx: RunContext) -> SystemResult:
         return {v: (xs, [by_setting[st][v][metric] for st in settings]) for v in VARIANTS}
 
     along_h = [(h, p.history_incidents) for h in sizes]
+    # the regime: every variant's top-1 at each normal-history size (the accuracy curve's own graphs)
+    # (none with a single history size: curve_points=1)
+    regime = [RegimeSample(value=float(h), samples={v: [by_setting[st][v]["top1_accuracy"]] for v in VARIANTS},
+                           kind="counted") for h, st in zip(sizes, along_h)] if len(sizes) > 1 else []
     along_k = [(p.history_samples, k) for k in counts]
     curves = [
         Curve(title=f"top-1 accuracy vs normal telemetry (+ {p.history_incidents} past incidents)",
@@ -74,7 +78,9 @@ def atlas(ctx: RunContext) -> SystemResult:
         f"past incidents x {p.fault_window} samples (the curves vary the normal window: {', '.join(map(str, sizes))}; "
         f"and the past incidents: {', '.join(map(str, counts))}). "
         f"PC: stable skeleton, Fisher z at alpha {p.pc_alpha}, conditioning sets up to {p.pc_max_depth}, v-structures and "
-        f"Meek rules, traffic known to be exogenous; unoriented edges make both ends parents. PC wall time, all "
+        f"Meek rules, traffic known to be exogenous and the per-component metric template required (the background "
+        "knowledge Atlas's graph starts from too); the localizer uses PC's oriented edges only (an unoriented edge "
+        "makes neither end a parent). atlas_no_docs, the mechanism's ablation, is that template alone. PC wall time, all "
         f"systems, at the headline setting: {pc_s[head]:.1f} s. With more past incidents: "
         + ", ".join(f"{k} -> atlas {by_setting[(p.history_samples, k)]['atlas']['top1_accuracy']:.2f} / pc "
                     f"{by_setting[(p.history_samples, k)]['pc_algorithm']['top1_accuracy']:.2f}" for k in counts)
@@ -85,4 +91,5 @@ def atlas(ctx: RunContext) -> SystemResult:
         "(documentation of real microservice benchmarks); here documentation is generated with known imperfections "
         "(omitted, prose-only, stale and distracting mentions), so absolute accuracies are this model's, not the paper's.",
     ]
-    return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes)
+    return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes, regime=regime,
+                        regime_headline_value=float(p.history_samples))

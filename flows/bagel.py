@@ -8,20 +8,33 @@ import numpy as np
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from mlsys_flows.systems.bagel import summarize
 from mlsys_flows.systems.bagel.evaluate import merge
-from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.systems.common.report import Curve, RegimeSample
 from mlsys_flows.tasks import bagel as t
 
-CHUNKS = 2  # query chunks evaluated side by side (one per core)
+CHUNKS = 2  # query chunks per trial (one per core with a single trial)
+SAMPLED = ("recall_at_k", "far_recall_at_k")
 
 
 @system_flow("bagel")
 def bagel(ctx: RunContext) -> SystemResult:
     p = ctx.params
-    key = t.make_workload.submit(p, ctx.storage, ctx.key("workload.pkl"))
-    bounds = np.linspace(0, p.queries, CHUNKS + 1).astype(int)
-    futures = [t.evaluate.submit(p, ctx.storage, key, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    res = merge([f.result() for f in futures])
+    chunks = CHUNKS if p.trials == 1 else 1
+    bounds = np.linspace(0, p.queries, chunks + 1).astype(int)
+    futures = []
+    for trial in range(p.trials):
+        key = t.make_workload.submit(p, ctx.storage, ctx.key("workload.pkl" if trial == 0 else f"workload_{trial}.pkl"),
+                                     trial)
+        futures.append([t.evaluate.submit(p, ctx.storage, key, int(a), int(b))
+                         for a, b in zip(bounds[:-1], bounds[1:]) if b > a])
+    sweep = {c: t.regime.submit(p, c) for c in p.regime_per_cluster}
+    per_trial = [merge([f.result() for f in fs]) for fs in futures]
+    res = merge(per_trial)
     variants = summarize(res, p.budget)
+    trial_vars = [summarize(r, p.budget) for r in per_trial]
+    samples = {m: {x: [tv[m][x] for tv in trial_vars] for x in SAMPLED} for m in variants}
+    points = {c: f.result() for c, f in sweep.items()}
+    regime = [RegimeSample(value=float(c), samples={m: [v] for m, v in pt.items() if not m.startswith("_")},
+                           kind="counted") for c, pt in points.items()]
     methods = list(res["recall"])
     kinds = {m: "counted" for ms in variants.values() for m in ms}
     budgets = p.budgets()
@@ -33,7 +46,8 @@ def bagel(ctx: RunContext) -> SystemResult:
               series={m: (budgets, [float(np.mean(res["far_recall"][m][b])) for b in budgets]) for m in methods}),
         Curve(title=f"per-query recall@k at B={p.budget} (sorted)", x_label="query (sorted by recall)",
               y_label="recall@k",
-              series={m: (list(range(p.queries)), sorted(res["recall"][m][p.budget])) for m in methods}),
+              series={m: (list(range(len(res["recall"][m][p.budget]))), sorted(res["recall"][m][p.budget]))
+                      for m in methods}),
     ]
     r, bg = np.asarray(res["recall"]["rerank"][p.budget]), np.asarray(res["recall"]["bagel"][p.budget])
     ls = np.asarray(res["lengthscale"])
@@ -66,10 +80,11 @@ def bagel(ctx: RunContext) -> SystemResult:
                     "neighbourhood holds only one cluster.")
     notes = [
         f"Every metric is counted: recall@k (k = {k}) of the final ranking against the known relevant set, averaged "
-        f"over {p.queries} queries; recall_p10/p90 give the spread over queries. Both scorers' calls are capped at "
+        f"over {p.queries} queries in each of {p.trials} trials (seeds {p.seed}-{p.seed + p.trials - 1}; the "
+        "headline's recall carries one sample per trial); recall_p10/p90 give the spread over all queries. Both scorers' calls are capped at "
         f"B = {p.budget} per query (checked); {scorer}.",
         f"Per query at B = {p.budget}: BAGEL beats rerank on {int((bg > r).sum())}, ties on {int((bg == r).sum())}, "
-        f"loses on {int((bg < r).sum())} of {p.queries}; mean difference {float((bg - r).mean()):+.3f} "
+        f"loses on {int((bg < r).sum())} of {len(r)}; mean difference {float((bg - r).mean()):+.3f} "
         f"(standard error {float((bg - r).std(ddof=1) / np.sqrt(len(r))) if len(r) > 1 else 0.0:.3f}).",
         workload,
         f"BAGEL as built: {p.seeds} retriever seeds, RBF GP with prior mean 0 and variance {p.signal_var}, length "
@@ -93,4 +108,18 @@ def bagel(ctx: RunContext) -> SystemResult:
          "whose relevance is known by construction, so recall is counted against the construction, not the LLM's "
          "own judgement."),
     ]
-    return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes)
+    out_b = float(np.mean(res["outside_top_b"][p.budget]))
+    notes += [
+        f"Mechanism: bagel_exploit (UCB weight 0, exploitation only) mean recall@k "
+        f"{variants['bagel_exploit']['recall_at_k']:.3f} and far-cluster recall "
+        f"{variants['bagel_exploit']['far_recall_at_k']:.3f} vs bagel's {variants['bagel']['recall_at_k']:.3f} and "
+        f"{variants['bagel']['far_recall_at_k']:.3f}. Share of the relevant passages outside the retriever's top-B "
+        f"at the headline: {out_b:.2f}.",
+        f"Regime: relevant passages per cluster {', '.join(map(str, p.regime_per_cluster))} at B = {p.budget}, "
+        f"{p.regime_queries} queries each (the first trial's seed); per point the share of relevant passages outside "
+        "the top-B and mean recall@k rerank / bagel / bagel_exploit: " + "; ".join(
+            f"{c}: {pt['_outside_top_b']:.2f}, {pt['rerank']:.3f} / {pt['bagel']:.3f} / {pt['bagel_exploit']:.3f}"
+            for c, pt in points.items()) + ".",
+    ]
+    return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes, samples=samples, regime=regime,
+                        regime_headline_value=float(p.per_cluster))

@@ -7,10 +7,10 @@ import statistics
 
 from mlsys_flows.blocks import CheckpointStore
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.checkpoint import CHECKPOINTED, MODES
+from mlsys_flows.systems.checkpoint import CHECKPOINTED, SWEPT
 from mlsys_flows.systems.checkpoint.bench import overheads
-from mlsys_flows.systems.checkpoint.train import digest_number
-from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.systems.checkpoint.train import digest_number, state_bytes
+from mlsys_flows.systems.common.report import Curve, RegimeSample
 from mlsys_flows.tasks import checkpoint as t
 
 
@@ -26,6 +26,7 @@ def checkpoint(ctx: RunContext) -> SystemResult:
     trained = t.train_resumable.submit(p, store, key).result()
     measured = t.bench.submit(p, ctx.storage, ctx.key("bench")).result()
     runs, equal = measured["runs"], measured["equal_to_sync"]
+    swept = t.regime.submit(p, ctx.storage, ctx.key("regime")).result()  # after the bench: timed alone too
     if not ctx.run_key:
         ctx.storage.delete(ctx.key("training"))
 
@@ -37,19 +38,27 @@ def checkpoint(ctx: RunContext) -> SystemResult:
         variants[v] = {"weights_digest": digest_number(rs[0]["digest"]), "final_loss": rs[0]["last_loss"],
                        "checkpoints_per_run": float(rs[0]["checkpoints"])}
         samples[v] = {"iter_time_s": [r["iter_time_s"] for r in rs],
-                      "stall_s_per_iter": [r["stall_s_per_iter"] for r in rs]}
+                      "stall_s_per_iter": [r["stall_s_per_iter"] for r in rs],
+                      "stall_s_per_checkpoint": [r["stall_s_per_checkpoint"] for r in rs],
+                      "drain_s": [r["drain_s"] for r in rs]}
         if v in CHECKPOINTED:
             variants[v]["checkpoint_mb"] = rs[0]["checkpoint_bytes"] / 1e6
             variants[v]["checkpoint_equals_sync"] = equal[v]
             samples[v]["overhead_s_per_iter"] = over[v]
             samples[v]["flush_mb_s"] = [r["flush_mb_s"] for r in rs]
-            if MODES[v][0]:
+            if v != "sync":
                 samples[v]["copy_gb_s"] = [r["copy_gb_s"] for r in rs]
     variants["training_run"] = {"weights_digest": digest_number(trained["digest"]), "final_loss": trained["last_loss"]}
-    kinds = {"iter_time_s": "measured", "stall_s_per_iter": "measured", "overhead_s_per_iter": "measured",
+    kinds = {"iter_time_s": "measured", "stall_s_per_iter": "measured", "stall_s_per_checkpoint": "measured",
+             "drain_s": "measured", "overhead_s_per_iter": "measured",
              "flush_mb_s": "measured", "copy_gb_s": "measured", "weights_digest": "counted", "final_loss": "counted",
              "checkpoints_per_run": "counted", "checkpoint_mb": "counted", "checkpoint_equals_sync": "counted"}
 
+    mb = {w: state_bytes(w, p.depth) / 1e6 for w in p.regime_widths}
+    regime = [RegimeSample(value=mb[w], kind="measured",
+                           samples={v: [r["stall_s_per_checkpoint"] for r in runs[v]] if w == p.width
+                                    else [swept[w][v]["stall_s_per_checkpoint"]] for v in SWEPT})
+              for w in p.regime_widths]
     curves = [Curve(title="wall time of each training step (first repeat)", x_label="step", y_label="seconds",
                     series={v: (list(range(1, len(rs[0]["step_s"]) + 1)), rs[0]["step_s"]) for v, rs in runs.items()})]
     med = {v: {m: statistics.median(xs) for m, xs in ms.items()} for v, ms in samples.items()}
@@ -67,7 +76,16 @@ def checkpoint(ctx: RunContext) -> SystemResult:
         "thread; async (DataStates-LLM) starts the copy on the background thread and lets the next forward and "
         "backward pass run meanwhile, blocking only right before the next optimizer step if the copy is not done. "
         "Both asynchronous modes keep at most one flush in flight (the next snapshot waits) and wait for the last "
-        "one before the run ends (counted in its time).",
+        "one before the run ends (counted in its time). async_serialize, the mechanism's ablation, keeps the "
+        "background write but has no in-memory snapshot: the training thread serialises the live state "
+        "(torch.save) in save and only the checksum, write and manifest run in the background.",
+        f"stall_s_per_checkpoint (the headline) is the stall inside the loop (save and before_update) per checkpoint "
+        f"taken: sync {med['sync']['stall_s_per_checkpoint']:.4f} s, async_eager "
+        f"{med['async_eager']['stall_s_per_checkpoint']:.4f} s, async_serialize "
+        f"{med['async_serialize']['stall_s_per_checkpoint']:.4f} s, async {med['async']['stall_s_per_checkpoint']:.4f} "
+        f"s; the final drain after the last step (drain_s, waiting for the last flush) is reported apart: "
+        f"async_eager {med['async_eager']['drain_s']:.3f} s, async_serialize {med['async_serialize']['drain_s']:.3f} "
+        f"s, async {med['async']['drain_s']:.3f} s per run. "
         f"stall_s_per_iter is the time measured inside the saver's calls (save, before_update, the final wait) per "
         f"iteration: sync {med['sync']['stall_s_per_iter']:.4f} s, async_eager "
         f"{med['async_eager']['stall_s_per_iter']:.4f} s, async {med['async']['stall_s_per_iter']:.4f} s. "
@@ -87,4 +105,11 @@ def checkpoint(ctx: RunContext) -> SystemResult:
             f"resumed after step {trained['start_step']}" if trained["start_step"] else "started from scratch")
         + f" and flushed {len(flushes)} checkpoint(s).",
     ]
-    return SystemResult(variants=variants, kinds=kinds, samples=samples, curves=curves, notes=notes)
+    notes.append(
+        f"Regime: state size swept over widths {', '.join(map(str, p.regime_widths))} ("
+        + ", ".join(f"{mb[w]:.0f} MB" for w in p.regime_widths) + f", depth {p.depth}); at the headline width "
+        f"{p.width} the bench's {p.repeats} repeat(s), at the others one run of {2 * p.every} steps (two "
+        "checkpoints) per variant (measured, fewer repeats: noisier). Per size, async against the stronger of sync "
+        "and async_eager on the in-loop stall per checkpoint.")
+    return SystemResult(variants=variants, kinds=kinds, samples=samples, curves=curves, notes=notes,
+                        regime=regime, regime_headline_value=p.state_mb)

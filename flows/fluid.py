@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Assumption, Curve, param_assumptions
-from mlsys_flows.systems.fluid import POLICIES, final_accuracy, time_to_target
+from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
+from mlsys_flows.systems.fluid import POLICIES, final_accuracy, rescale_stragglers, round_times, time_to_target
 from mlsys_flows.tasks import fluid as t
 
 SIMULATED = ("time_to_accuracy_s", "mean_round_s", "time_to_accuracy_raw_s")
@@ -46,6 +46,16 @@ def fluid(ctx: RunContext) -> SystemResult:
             m["excluded_updates"].append(float(sum(len(e) for e in h["excluded"])))
             m["straggler_kept_fraction"].append(float(np.mean(h["kept_fraction"][1:])))
             m["client_cpu_s"].append(float(sum(h["client_cpu_s"])))
+    # regime: the same runs re-timed with the stragglers' speed factors rescaled to each slowdown
+    regime = []
+    for k in p.regime_straggler_slowdown:
+        at: dict[str, list[float]] = {pol: [] for pol in POLICIES}
+        for s, target in zip(seeds, targets):
+            for pol in POLICIES:
+                h = runs[s, pol]
+                speed = rescale_stragglers(h["speed"], h["stragglers"], k / p.straggler_slowdown)
+                at[pol].append(time_to_target(h["accuracy"], round_times(h["trained"], speed)[0], target)[0])
+        regime.append(RegimeSample(value=float(k), samples=at, kind="simulated"))
     variants: dict[str, dict[str, float]] = {pol: {} for pol in POLICIES}
     kinds = dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(COUNTED, "counted") | {"client_cpu_s": "measured"}
     if fanout:
@@ -102,6 +112,12 @@ def fluid(ctx: RunContext) -> SystemResult:
         f"Target accuracy: {p.target_fraction:.0%} of FedAvg-wait's final accuracy (mean of the last 3 rounds), i.e. "
         + ", ".join(f"{x:.3f}" for x in targets) + " per seed; a policy that never reaches it is charged its whole "
         "run (reached_target < 1 marks it). accuracy_gap_pts = final accuracy minus FedAvg-wait's, in points.",
+        f"Mechanism: random_dropout is the ablation (FLuID with only the neuron choice replaced by chance, same "
+        f"stragglers and sizes); ordered_dropout keeps the first r of each layer. Regime: the stragglers are made "
+        f"{p.straggler_slowdown:g}x slower than their drawn speed factor in the runs; each regime point re-times the same "
+        f"runs (accuracy curves, each client's measured compute, sub-model sizes planned at {p.straggler_slowdown:g}x) "
+        f"with that slowdown instead: slowdowns {', '.join(f'{k:g}' for k in p.regime_straggler_slowdown)}. Below "
+        f"{p.straggler_slowdown:g}x the sub-models are smaller than the gap needs; above it they no longer close it.",
         f"Local training CPU (measured, median over seeds): {cpu_full:.2f} s for FedAvg-wait, {cpu_fluid:.2f} s for "
         "FLuID: the stragglers' sub-models really do less work.",
     ]
@@ -115,4 +131,5 @@ def fluid(ctx: RunContext) -> SystemResult:
                      f"{FANOUT['all']}).")
     return SystemResult(variants=variants, kinds=kinds, samples=samples,
                         assumptions=dict.fromkeys(SIMULATED, clock), curves=curves, notes=notes,
-                        deterministic=set(COUNTED))
+                        deterministic=set(COUNTED), regime=regime,
+                        regime_headline_value=float(p.straggler_slowdown))

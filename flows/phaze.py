@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Assumption, Curve, param_assumptions
-from mlsys_flows.systems.phaze import SIZES, TECH_FIELDS, area_mm2, pick, tpuv4_like
+from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
+from mlsys_flows.systems.phaze import SIZES, TECH_FIELDS, area_mm2, pick, regime_pick, tpuv4_like
 from mlsys_flows.tasks import phaze as t
 
 MODELLED = ("train_throughput", "iteration_s", "peak_hbm_gib", "area_mm2", "peak_tflops",
@@ -96,5 +96,15 @@ def phaze(ctx: RunContext) -> SystemResult:
         "measured on hardware; the TPUv4-like design is one point of the search space, so phaze >= tpuv4_like "
         "by construction and the ratio says how much better the best equal-area design is.",
     ]
+    sweep = regime_pick({n: r["results"] for n, r in results.items()})
+    regime = [RegimeSample(value=g, samples={v: [x] for v, x in tp.items()}, kind="modelled") for g, tp in sweep.items()]
+    notes.append(
+        "Regime: HBM capacity per stack swept over " + ", ".join(f"{g:g}" for g in sweep) + " GiB (memory per chip = "
+        "stacks x capacity; the TPUv4-like design has 4 stacks): every design re-placed on the smaller model at each "
+        "capacity with the same layer costs. phaze / single_chip_first per capacity: " + ", ".join(
+            f"{g:g} GiB {tp['phaze'] / tp['single_chip_first']:.3f}x" if tp["single_chip_first"] else f"{g:g} GiB "
+            "(single_chip_first infeasible)" for g, tp in sweep.items()) + ". The co-search can differ from picking "
+        "the best single chip first only where capacity binds.")
     return SystemResult(variants=variants, kinds=kinds, assumptions=assumptions, curves=curves, notes=notes,
-                        deterministic={"designs_searched"})
+                        deterministic={"designs_searched"}, regime=regime,
+                        regime_headline_value=float(p.hbm_gib_per_stack))

@@ -4,7 +4,7 @@ admission under cache pressure."""
 from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Curve
+from mlsys_flows.systems.common.report import Curve, RegimeSample
 from mlsys_flows.systems.radix.run import SUFFIX, WORKLOADS
 from mlsys_flows.tasks import radix as t
 
@@ -17,6 +17,9 @@ def radix(ctx: RunContext) -> SystemResult:
     p = ctx.params
     # one workload at a time: every pass is timed and must not share the CPU with another
     results = {w: t.serve_workload.submit(p, w).result() for w in WORKLOADS}
+    sweep = t.regime.submit(p).result()  # after the workloads, alone too: it is timed
+    regime = [RegimeSample(value=share, samples=rates, kind="measured") for share, rates in sweep.items()]
+    headline_share = p.fewshot_prefix / (p.fewshot_prefix + p.question_len)
 
     variants: dict[str, dict[str, float]] = {}
     samples: dict[str, dict[str, list[float]]] = {}
@@ -51,7 +54,15 @@ def radix(ctx: RunContext) -> SystemResult:
         ", ".join(f"{w} {'yes' if ok else 'NO'}" for w, ok in same.items()) + " (greedy decoding, digests of all outputs).",
         "Median requests/s, no_cache -> radix: " + ", ".join(
             f"{LABEL[w]} {rate(w, 'no_cache'):.3g} -> {rate(w, 'radix'):.3g}" for w in WORKLOADS)
-        + f"; radix with FCFS admission under pressure {rate('pressure', 'radix_fcfs'):.3g}.",
+        + f"; radix with FCFS admission under pressure {rate('pressure', 'radix_fcfs'):.3g}; few-shot with the "
+        f"exact-prompt cache {rate('fewshot', 'exact_cache'):.3g}.",
+        "Mechanism: exact_cache is the ablation: the same engine, pool, LRU tree and admission, but a prompt reuses the "
+        "cache only when it is cached whole, so few-shot prompts (one prefix, each its own question) recompute "
+        "everything. Regime: the share of every prompt that is one common prefix, "
+        f"{', '.join(f'{x:g}' for x in p.regime_shared_share)}, at the few-shot prompt length "
+        f"({p.fewshot_prefix + p.question_len} tokens, {p.new_tokens} new tokens), {p.regime_requests} requests and "
+        f"{p.regime_repeats} timed pass(es) per variant and point (measured, fewer than the headline's {p.repeats}); "
+        f"the headline's few-shot workload sits at share {headline_share:.3g}.",
         f"Workloads: few-shot {p.fewshot_requests} requests behind one {p.fewshot_prefix}-token prefix "
         f"(+{p.question_len}-token question, {p.new_tokens} new tokens); chat {p.chat_sessions} sessions x {p.chat_turns} "
         f"turns ({p.chat_system}-token shared system prompt, {p.chat_user}-token messages, {p.chat_new_tokens} new tokens); "
@@ -64,4 +75,5 @@ def radix(ctx: RunContext) -> SystemResult:
         f"<= {p.max_running} and the prompts are short, so the ratio depends on the prompt/output lengths chosen "
         "(docs/radix.md); the paper measured 7B-70B models on GPUs with SGLang's full runtime.",
     ]
-    return SystemResult(variants=variants, kinds=kinds, samples=samples, curves=curves, notes=notes)
+    return SystemResult(variants=variants, kinds=kinds, samples=samples, curves=curves, notes=notes, regime=regime,
+                        regime_headline_value=headline_share)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import statistics
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Assumption, Curve, param_assumptions
+from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
 from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES
+from mlsys_flows.systems.recycle.experiment import regime_samples
 from mlsys_flows.systems.recycle.gantt import focus_rows, square_waves, window_of
 from mlsys_flows.tasks import recycle as t
 
@@ -79,7 +80,8 @@ def recycle(ctx: RunContext) -> SystemResult:
         f"{p.window_iterations} iterations per failure that pays the stall (ReCycle and Oobleck redo "
         f"{p.lost_iterations:g} iteration(s) per failure, Oobleck also restarts for {p.restart_iterations:g} "
         "fault-free iterations; Bamboo recovers in place); steady_throughput leaves the stall out.",
-        "Oobleck-style chose: " + "; ".join(f"{k[9:]} failure(s): {v}" for k, v in info.items() if k.startswith("oobleck"))
+        "Oobleck-style chose: " + "; ".join(f"{k.rsplit('_f', 1)[1]} failure(s){' (decoupled)' if 'decoupled' in k else ''}: "
+                                            f"{v}" for k, v in info.items() if k.startswith("oobleck"))
         + ". Bamboo-style runs every worker's successor stage forward redundantly (in bubbles) and lets the "
         "predecessor run a failed stage. " + "; ".join(v for k, v in info.items() if not k.startswith("oobleck")) + ".",
         f"Gantt chart of one steady iteration of {', '.join(shown)}: storage key {gantt_key} (the report's schedule "
@@ -100,8 +102,20 @@ def recycle(ctx: RunContext) -> SystemResult:
                      f"{pair['measured_step_s'] * 1e3:.1f} ms per step (median of {len(pair['measured_steps_s'])}); "
                      f"the simulator predicted {pair['predicted_step_s'] * 1e3:.1f} ms from times the two processes "
                      f"measured just before ({err:+.1%}).")
+    per_repeat = [regime_samples(s[0], p.regime_failures, f) for s in sims]
+    regime = [RegimeSample(value=float(k), samples={pol: [r[k][pol] for r in per_repeat] for pol in per_repeat[0][k]},
+                           kind="simulated") for k in p.regime_failures]
+    notes.append(
+        f"Mechanism: oobleck_decoupled_f{f} is Oobleck-style reconfiguration with ReCycle's decoupled backward and "
+        "staggered optimizer (each group of workers that share layers steps when done): only the rerouting differs "
+        "from ReCycle. Regime: window throughput at " + ", ".join(map(str, p.regime_failures)) + " failures per "
+        f"{p.window_iterations}-iteration window (each failed worker stays failed; every failure costs ReCycle and "
+        f"Oobleck {p.lost_iterations:g} lost iteration(s), Oobleck also a restart of {p.restart_iterations:g} "
+        "fault-free iterations: an assumed constant, not measured here); ReCycle against the strongest of Oobleck, "
+        "decoupled Oobleck and Bamboo at each count.")
     # live_workers is an exact count, but not the same in every run: Oobleck's choice between shrunk
     # pipelines and dropping the damaged ones compares simulated iterations built on this run's timed
     # calibration, and a near tie can go either way
     return SystemResult(variants=variants, kinds=kinds, samples=samples, assumptions=assumptions, curves=curves,
-                        notes=notes, deterministic={"param_bytes", "activation_bytes"})
+                        notes=notes, deterministic={"param_bytes", "activation_bytes"}, regime=regime,
+                        regime_headline_value=float(f))

@@ -9,7 +9,7 @@ both from the RunReports that ``mlsys-flows bench NAME --scale quick --save`` wr
 import json
 from pathlib import Path
 
-from mlsys_flows import registry
+from mlsys_flows import docnumbers, registry
 from mlsys_flows.systems.common.report import v3_cells
 
 SECTIONS = {"systems": registry.markdown_table}
@@ -53,7 +53,7 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     h, env = r["headline"], r["environment"]
     load = f", load {env['load_before'][0]:.2f} -> {env['load_after'][0]:.2f}" if env.get("load_before") else ""
     lines = [f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
-             f"{env.get('usable_cores') or env['cores']} usable cores{load}, {r['parameters']['repeats']} repeats, "
+             f"{env.get('usable_cores') or env['cores']} usable cores{load}, headline over {_samples(h)}, "
              f"code `{env['code_hash'][:10]}`. Ratios above 1 mean the technique wins; measured ratios show their "
              "min-max over the repeats.", "",
              "| claim | kind | baseline | technique | ratio | range | paper |", "|---|---|---|---|---|---|---|"]
@@ -84,6 +84,12 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     return "\n".join(lines)
 
 
+def _samples(h: dict) -> str:
+    """The headline's own number of samples (a seed or a repeat each), not the ``repeats`` parameter."""
+    n = h.get("repeats", 1)
+    return f"{n} samples" if n != 1 else "1 sample (no range)"
+
+
 def _replace(text: str, name: str, body: str) -> str:
     start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
     head, rest = text.split(start, 1)
@@ -98,7 +104,9 @@ def render(text: str) -> str:
 
 
 def render_system(name: str, text: str) -> str:
-    return _replace(text, "results", system_results(name)) if "<!-- results:start -->" in text else text
+    """The page with its results block and its inline run spans (``docnumbers``) filled in."""
+    text = _replace(text, "results", system_results(name)) if "<!-- results:start -->" in text else text
+    return docnumbers.render_page(name, text, REPO / RESULTS)
 
 
 if __name__ == "__main__":

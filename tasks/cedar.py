@@ -1,4 +1,5 @@
-"""Prefect tasks of the cedar flow: write the images, the corpus and the clips, benchmark one pipeline."""
+"""Prefect tasks of the cedar flow: write the images, the corpus and the clips, benchmark one pipeline,
+sweep the per-sample CPU cost (the regime)."""
 from __future__ import annotations
 
 import multiprocessing
@@ -9,7 +10,8 @@ from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.cedar import Params, make_workload as _make_workload, pipelines
-from mlsys_flows.systems.cedar.bench import PrefixedStore, bench_pipeline
+from mlsys_flows.systems.cedar.bench import PrefixedStore, bench_pipeline, sweep_cost
+from mlsys_flows.systems.cedar.workloads import cost_pipeline, featurize_round_us
 
 
 @task(name="cedar-workload")
@@ -49,8 +51,33 @@ def benchmark(p: Params, storage: ObjectStorage, manifest: dict, pipeline: str, 
     with _children_allowed():
         result = bench_pipeline(build, epochs=p.epochs, repeats=p.repeats, workers_grid=list(p.workers_grid),
                                 profile_samples=p.profile_samples, cache=cache, prefetch_factor=p.prefetch_factor,
-                                log=lambda m: log.info("cedar %s: %s", pipeline, m))
+                                calibrate_items=p.calibrate_items, log=lambda m: log.info("cedar %s: %s", pipeline, m))
     log.info("cedar %s: samples/s %s; outputs equal to cedar as written: %s (%.1f s)\n%s", pipeline,
              {k: round(v["samples_per_s"], 1) for k, v in result["variants"].items()}, ", ".join(result["verified"]),
              time.perf_counter() - t0, result["plan"])
     return result
+
+
+@task(name="cedar-regime")
+def regime(p: Params, storage: ObjectStorage, cache_prefix: str) -> dict:
+    """The regime sweep: a synthetic pipeline (deterministic featurize of a chosen per-sample CPU cost,
+    calibrated here; cheap random jitter) at each cost of ``regime_cost_us``, run once each by the
+    DataLoader (num_workers calibrated), cedar and cedar optimized. Returns {"points": {us: {variant:
+    samples/s, "num_workers", "applied"}}, "round_us", "rounds": {us: rounds}}."""
+    log = get_run_logger()
+    round_us = featurize_round_us()
+    rounds = {us: max(1, round(us / round_us)) for us in p.regime_cost_us}
+    cache = PrefixedStore(storage, cache_prefix) if p.cache == "storage" else None
+    t0 = time.perf_counter()
+    with _children_allowed():
+        points = sweep_cost(list(p.regime_cost_us),
+                            lambda us, limit: cost_pipeline(limit or p.regime_items, rounds[us], p.batch_size, p.seed),
+                            epochs=p.epochs, workers_grid=list(p.workers_grid), profile_samples=p.profile_samples,
+                            calibrate_items=min(p.calibrate_items, p.regime_items), prefetch_factor=p.prefetch_factor,
+                            cache=cache)
+    for us, pt in points.items():
+        log.info("cedar regime %g us/sample (%d rounds): dataloader (num_workers=%d) %.0f/s, cedar %.0f/s, optimized "
+                 "%.0f/s (%s)", us, rounds[us], pt["num_workers"], pt["dataloader"], pt["cedar"], pt["cedar_optimized"],
+                 ", ".join(pt["applied"]) or "no rewrite")
+    log.info("cedar regime: %.1f s", time.perf_counter() - t0)
+    return {"points": points, "round_us": round_us, "rounds": rounds}

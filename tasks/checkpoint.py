@@ -7,8 +7,9 @@ import time
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage
-from mlsys_flows.systems.checkpoint import MODES, Params
-from mlsys_flows.systems.checkpoint.bench import run_bench
+from mlsys_flows.systems.checkpoint import Params
+from mlsys_flows.systems.checkpoint.bench import run_bench, sweep_widths
+from mlsys_flows.systems.checkpoint.savers import make_saver as saver_of
 from mlsys_flows.systems.checkpoint.train import train
 
 
@@ -44,8 +45,7 @@ def bench(p: Params, storage: ObjectStorage, prefix: str) -> dict:
              "storage %s", p.depth, p.width, p.state_mb, p.steps, p.every, p.repeats, storage.root_url)
 
     def make_saver(variant: str, repeat: int):
-        mode = MODES[variant]
-        return None if mode is None else store.saver(f"{variant}-r{repeat}", asynchronous=mode[0], lazy=mode[1])
+        return saver_of(store, variant, f"{variant}-r{repeat}")
 
     first: dict[str, dict] = {}
 
@@ -72,3 +72,19 @@ def _same(a, b, torch) -> bool:
     if isinstance(a, (list, tuple)):
         return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y, torch) for x, y in zip(a, b))
     return a == b
+
+
+@task(name="checkpoint-regime")
+def regime(p: Params, storage: ObjectStorage, prefix: str) -> dict:
+    """The regime sweep: each checkpointed variant once per state size of ``p.regime_widths`` (the
+    headline width left to the bench); checkpoints go under ``prefix`` and are deleted after each run."""
+    log = get_run_logger()
+    store = CheckpointStore(storage=storage, prefix=prefix, keep_last=p.keep_last)
+
+    def done(variant: str, index: int, saver) -> None:
+        storage.delete(f"{prefix}/{saver.run_key}")
+
+    t0 = time.perf_counter()
+    out = sweep_widths(p, lambda v, w, i: saver_of(store, v, f"{v}-w{w}"), done, log=log.info)
+    log.info("checkpoint regime sweep done in %.1f s", time.perf_counter() - t0)
+    return out

@@ -34,3 +34,11 @@ def train(p: Params, storage: ObjectStorage, graph: dict) -> dict:
     log = get_run_logger()
     g = Graph.from_npz(storage.read_bytes(graph["key"]))
     return compare(g, log=log.info, **p.train_kwargs())
+
+
+@task(name="commrand-regime")
+def regime(p: Params) -> dict:
+    """The regime: every policy on a smaller graph at each label purity of ``p.regime_purity`` (one seed)."""
+    from mlsys_flows.systems.commrand.train import sweep_purity  # torch, on the worker only
+
+    return sweep_purity(log=get_run_logger().info, **p.regime_kwargs())

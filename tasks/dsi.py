@@ -1,5 +1,7 @@
-"""Prefect tasks of the DSI flow: write (or find) the dataset, calibrate the trainer's CPU step, train
-with an on-trainer loader (projected or full rows), train with DPP on Dask."""
+"""Prefect tasks of the DSI flow: write (or find) the dataset, calibrate the trainer's CPU step and the
+preprocessing rounds, train with an on-trainer loader (projected or full rows), train with DPP on Dask
+(its workers on other cores, or co-located on the trainer's: the mechanism's ablation), and the regime
+sweep over the preprocessing cost."""
 from __future__ import annotations
 
 import uuid
@@ -10,7 +12,8 @@ from mlsys_flows.blocks import ObjectStorage, ResourcePool
 from mlsys_flows.systems.dsi import Params
 from mlsys_flows.systems.dsi import data as d
 from mlsys_flows.systems.dsi.cpu import available_cores, pinned, split_cores
-from mlsys_flows.systems.dsi.dpp import Trainer, calibrate_passes, run_dpp, run_inline, torch_threads
+from mlsys_flows.systems.dsi.dpp import (Trainer, calibrate_passes, run_dpp, run_inline, sweep_preprocessing,
+                                         torch_threads)
 
 _WARM: set[str] = set()  # runs whose data and model this process has touched once already
 
@@ -27,32 +30,37 @@ def warm_up(p: Params, storage: ObjectStorage, data: dict, device: str) -> None:
     _WARM.add(data["prefix"])
 
 
-def dpp_work(item: d.WorkItem, storage: ObjectStorage, used: list[str], p: Params, cores: list[int] | None = None):
+def dpp_work(item: d.WorkItem, storage: ObjectStorage, used: list[str], p: Params, cores: list[int] | None = None,
+             rounds: int = 0):
     """What a stateless DPP worker runs for one work item: projected, coalesced read + transform, on
     the DPP cores (this thread pinned for the item, then restored)."""
     with pinned(cores, whole_process=False):
-        return d.process_item(item, storage.open_input, used, p, projected=True)
+        return d.process_item(item, storage.open_input, used, p, projected=True, rounds=rounds)
 
 
 class DaskExecutor:
     """DPP's executor on a Dask client: one future per work item, pinned to the chosen worker.
 
     ``exclude``: a worker that must not preprocess (the trainer's own process), unless it is the
-    only one; ``cores``: the cores a work item runs on."""
+    only one; ``only``: the one worker that preprocesses (the ablation: the trainer's own process);
+    ``cores``: the cores a work item runs on; ``rounds``: derived-feature rounds per item."""
 
     def __init__(self, client, storage: ObjectStorage, used: list[str], p: Params, exclude: str | None = None,
-                 cores: list[int] | None = None):
+                 cores: list[int] | None = None, rounds: int = 0, only: str | None = None):
         self.client, self.storage, self.used, self.p = client, storage, used, p
-        self.exclude, self.cores = exclude, cores
+        self.exclude, self.cores, self.rounds, self.only = exclude, cores, rounds, only
         self.run = uuid.uuid4().hex[:8]
 
     def workers(self) -> list[str]:
         ws = list(self.client.scheduler_info(n_workers=-1)["workers"])
+        if self.only is not None:
+            return [w for w in ws if w == self.only]
         others = [w for w in ws if w != self.exclude]
         return others or ws
 
     def submit(self, item: d.WorkItem, worker: str):
-        return self.client.submit(dpp_work, item, self.storage, self.used, self.p, self.cores, workers=[worker],
+        return self.client.submit(dpp_work, item, self.storage, self.used, self.p, self.cores, self.rounds,
+                                  workers=[worker],
                                   allow_other_workers=False, pure=False, retries=0,
                                   key=f"dpp-{self.run}-{item.id}-{uuid.uuid4().hex[:6]}")
 
@@ -80,17 +88,25 @@ def make_dataset(p: Params, storage: ObjectStorage, prefix: str) -> dict:
 
 @task(name="dsi-cpu-budget")
 def cpu_budget(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool) -> dict:
-    """Split the cores (trainer host: one; DPP workers: the rest) and calibrate the CPU trainer step:
-    how many real DLRM passes per batch take ``step_ms`` on the trainer's core. Every variant then
-    does the same step work."""
+    """Split the cores (trainer host: one; DPP workers: the rest) and calibrate on the trainer's core the
+    CPU trainer step (how many real DLRM passes per batch take ``step_ms``) and the cost of one round of
+    derived features per batch (the rounds that make ``extra_preprocess`` steps). Every variant then
+    does the same step and preprocessing work."""
     trainer, dpp, note = split_cores(available_cores())
-    passes, pass_ms = None, float("nan")
-    if not pool.device().startswith("cuda"):
-        batch = d.process_item(data["items"][0], storage.open_input, p.used_columns(), p, projected=True)[0][0]
-        with pinned(trainer), torch_threads(len(trainer)):
-            passes, pass_ms = calibrate_passes(p, p.used_columns(), batch)
-    get_run_logger().info("dsi cpu budget: %s; step passes %s (%.2f ms each)", note, passes, pass_ms)
-    return {"trainer_cores": trainer, "dpp_cores": dpp, "note": note, "passes": passes, "pass_ms": pass_ms}
+    passes, pass_ms, step_cpu_ms = None, float("nan"), p.step_ms
+    item, used = data["items"][0], p.used_columns()
+    with pinned(trainer), torch_threads(len(trainer)):
+        if not pool.device().startswith("cuda"):
+            batch = d.process_item(item, storage.open_input, used, p, projected=True)[0][0]
+            passes, pass_ms = calibrate_passes(p, used, batch)
+            step_cpu_ms = passes * pass_ms
+        round_ms = d.derive_ms_per_batch(item, storage.open_input, used, p)
+    rounds = d.rounds_for(p.extra_preprocess, step_cpu_ms, round_ms)
+    get_run_logger().info("dsi cpu budget: %s; step passes %s (%.2f ms each); a derived-feature round %.3f ms per "
+                          "batch, %d round(s) for extra_preprocess %g", note, passes, pass_ms, round_ms, rounds,
+                          p.extra_preprocess)
+    return {"trainer_cores": trainer, "dpp_cores": dpp, "note": note, "passes": passes, "pass_ms": pass_ms,
+            "step_cpu_ms": step_cpu_ms, "round_ms": round_ms, "rounds": rounds}
 
 
 @task(name="dsi-inline")
@@ -104,27 +120,69 @@ def train_inline(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePo
         warm_up(p, storage, data, device)
         with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
             m = run_inline(data["items"], storage.open_input, p.used_columns(), p, device=device,
-                           projected=projected, passes=cpu["passes"])
+                           projected=projected, passes=cpu["passes"], rounds=cpu["rounds"])
     log.info("inline (%s): %.0f samples/s, stall %.0f%%, %.1f MB read", "projected" if projected else "full rows",
              m["trainer_samples_per_s"], 100 * m["stall_fraction"], m["bytes_read"] / 1e6)
     return m
 
 
+def _dpp(p: Params, storage: ObjectStorage, items: list[d.WorkItem], device: str, cpu: dict, client, me: str,
+         colocated: bool, rounds: int):
+    """One DPP run with the trainer here (pinned to the trainer's core): work items on the other Dask
+    workers pinned to the DPP cores, or (``colocated``) on this worker process and the trainer's core."""
+    if colocated:
+        executor = DaskExecutor(client, storage, p.used_columns(), p, only=me, cores=cpu["trainer_cores"],
+                                rounds=rounds)
+    else:
+        executor = DaskExecutor(client, storage, p.used_columns(), p, exclude=me, cores=cpu["dpp_cores"],
+                                rounds=rounds)
+    with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
+        return run_dpp(items, executor, p.used_columns(), p, device=device, passes=cpu["passes"])
+
+
 @task(name="dsi-dpp")
-def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict, repeat: int = 0) -> dict:
+def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict, repeat: int = 0,
+              colocated: bool = False) -> dict:
     """The trainer runs here, pinned to the trainer host's core; DPP work items run on the other Dask
-    worker processes, pinned to the DPP cores. ``repeat``: as for :func:`train_inline`."""
+    worker processes, pinned to the DPP cores (``colocated``: on this worker process, pinned to the
+    trainer's core, the mechanism's ablation). ``repeat``: as for :func:`train_inline`."""
     from distributed import get_worker, worker_client
 
     log = get_run_logger()
     me = get_worker().address
-    with pool.claim() as device, worker_client() as client:  # secedes; this worker is excluded from preprocessing
+    with pool.claim() as device, worker_client() as client:  # secedes: this worker may run co-located items
         warm_up(p, storage, data, device)
-        executor = DaskExecutor(client, storage, p.used_columns(), p, exclude=me, cores=cpu["dpp_cores"])
-        with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
-            m, details = run_dpp(data["items"], executor, p.used_columns(), p, device=device,
-                                 passes=cpu["passes"])
-    log.info("dpp: %.0f samples/s, stall %.0f%%, %.1f MB read, workers mean %.2f max %d, re-issued %d",
-             m["trainer_samples_per_s"], 100 * m["stall_fraction"], m["bytes_read"] / 1e6, m["workers_mean"],
-             m["workers_max"], m["reissued_items"])
+        m, details = _dpp(p, storage, data["items"], device, cpu, client, me, colocated, cpu["rounds"])
+    log.info("dpp%s: %.0f samples/s, stall %.0f%%, %.1f MB read, workers mean %.2f max %d, re-issued %d",
+             " (co-located on the trainer's core)" if colocated else "", m["trainer_samples_per_s"],
+             100 * m["stall_fraction"], m["bytes_read"] / 1e6, m["workers_mean"], m["workers_max"],
+             m["reissued_items"])
     return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": device}
+
+
+@task(name="dsi-regime")
+def regime(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cpu: dict) -> dict:
+    """The regime sweep: inline, DPP and DPP co-located on the trainer's core at each extra preprocessing
+    cost of ``regime_extra_preprocess``, one run each on the first ``regime_items`` work items.
+    Returns {"points": {extra: {variant: samples/s}}, "rounds": {extra: rounds}}."""
+    from distributed import get_worker, worker_client
+
+    log = get_run_logger()
+    me, items, used = get_worker().address, data["items"][:p.regime_items], p.used_columns()
+    rounds = {x: d.rounds_for(x, cpu["step_cpu_ms"], cpu["round_ms"]) for x in p.regime_extra_preprocess}
+    with pool.claim() as device, worker_client() as client:
+        warm_up(p, storage, data, device)
+
+        def run(variant: str, extra: float) -> float:
+            if variant == "inline":
+                with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
+                    m = run_inline(items, storage.open_input, used, p, device=device, passes=cpu["passes"],
+                                   rounds=rounds[extra])
+            else:
+                m, _ = _dpp(p, storage, items, device, cpu, client, me, variant == "dpp_colocated", rounds[extra])
+            log.info("regime extra_preprocess %g (%d rounds): %s %.0f samples/s, stall %.0f%%", extra,
+                     rounds[extra], variant, m["trainer_samples_per_s"], 100 * m["stall_fraction"])
+            return m["trainer_samples_per_s"]
+
+        points = sweep_preprocessing(p.regime_extra_preprocess, run)
+    return {"points": points, "rounds": rounds}

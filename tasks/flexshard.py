@@ -5,7 +5,7 @@ from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.flexshard import (Params, Workload, chunk_from_npz, chunk_to_npz, heldout_chunk, make_plans,
-                                           plan_metrics, plans_from_npz, plans_to_npz, replay_chunk)
+                                           plan_metrics, plans_from_npz, plans_to_npz, regime_point, replay_chunk)
 
 
 @task(name="flexshard-workload")
@@ -52,4 +52,18 @@ def replay(p: Params, storage: ObjectStorage, data: dict, plans: dict, chunk: st
     log.info("%s: %d iterations, all-to-all bytes row-wise %.4g, flexshard %.4g", chunk, counts.shape[0],
              sum(out["rowwise"]["alltoall_intra_bytes"]) + sum(out["rowwise"]["alltoall_inter_bytes"]),
              sum(out["flexshard"]["alltoall_intra_bytes"]) + sum(out["flexshard"]["alltoall_inter_bytes"]))
+    return out
+
+
+@task(name="flexshard-regime")
+def regime(p: Params) -> dict[float, dict[str, dict[str, float]]]:
+    """The regime sweep over batch x sequence / rows: one table per point, planned and replayed (counted)."""
+    log = get_run_logger()
+    out = {}
+    for x in p.regime_lookups_per_row:
+        out[x] = regime_point(p, x)
+        r = out[x]
+        log.info("batch x seq / rows = %g (%d rows): comm bytes rowwise %.4g, rowwise_cache %.4g, flexshard %.4g",
+                 x, p.regime_rows(x), r["rowwise"]["comm_bytes"], r["rowwise_cache"]["comm_bytes"],
+                 r["flexshard"]["comm_bytes"])
     return out

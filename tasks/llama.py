@@ -51,3 +51,16 @@ def run_variant(p: Params, name: str, plan_: dict, prof: dict, repeat: int) -> d
              "%d invocations, answers match %s", name, repeat, m["cost"], m["mean_latency_s"], 100 * m["slo_attainment"],
              m["cold_starts"], m["cold_start_s"], m["invocations"], bool(m["answers_match"]))
     return out
+
+
+@task(name="llama-regime")
+def regime(p: Params, prof: dict) -> dict[float, dict]:
+    """The operator duration / cold start sweep (modelled from the profile, no processes)."""
+    log = get_run_logger()
+    out = {}
+    for k in p.regime_duration_scale:
+        out[k] = ex.regime_point(p, prof["profile"], k)
+        log.info("llama regime x%g: cost best_static/llama %.3f, attainment llama %.2f vs %.2f", k,
+                 out[k]["best_static"]["cost"] / out[k]["llama"]["cost"], out[k]["llama"]["slo_attainment"],
+                 out[k]["best_static"]["slo_attainment"])
+    return out

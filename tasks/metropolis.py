@@ -13,7 +13,7 @@ import time
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.metropolis import POLICIES, Params, execute, simulate, utilization
+from mlsys_flows.systems.metropolis import POLICIES, Params, execute, simulate, sweep_radius, utilization
 
 
 def _truth_to_json(truth: dict) -> bytes:
@@ -68,6 +68,17 @@ def run_schedule(p: Params, policy: str, storage: ObjectStorage, truth_key: str,
     log.info("metropolis %s repeat %d: makespan %.3f s, %d cluster steps, largest clock spread %d", policy, repeat,
              out.makespan_s, s["cluster_steps"], s["max_clock_spread"])
     return s
+
+
+@task(name="metropolis-regime")
+def regime(p: Params) -> dict[int, dict[str, float]]:
+    """Every policy's simulated makespan at each interaction radius of the regime sweep."""
+    log = get_run_logger()
+    out = sweep_radius(p)
+    for r, m in out.items():
+        log.info("radius %d: simulated makespan global_sync/out_of_order %.2f, oracle/out_of_order %.2f", r,
+                 m["global_sync"] / m["out_of_order"], m["oracle"] / m["out_of_order"])
+    return out
 
 
 @task(name="metropolis-noop")

@@ -7,7 +7,9 @@ import numpy as np
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.moetuner import Params, RoutingTrace, TraceError, check_trace_fits, plan_and_evaluate
+from mlsys_flows.systems.moetuner import (Params, RoutingTrace, TraceError, bandwidth_regime, check_trace_fits,
+                                          plan_and_evaluate)
+from mlsys_flows.systems.moetuner.kernel import measure_expert_us_per_token
 
 LATENCY_QUANTILES = np.linspace(0.0, 1.0, 101)
 
@@ -29,12 +31,32 @@ def make_trace(p: Params, storage: ObjectStorage, key: str) -> str:
     return key
 
 
+@task(name="moetuner-kernel")
+def kernel(p: Params) -> dict:
+    """Time one expert FFN on this machine (the expert cost per token, measured)."""
+    k = measure_expert_us_per_token(p.token_bytes // 2, p.expert_d_ff, seed=p.seed)
+    get_run_logger().info("expert kernel: %.1f us per token (%.1f GFLOP/s, %d threads)", k["us_per_token"],
+                          k["gflop_s"], k["threads"])
+    return k
+
+
 @task(name="moetuner-place-evaluate")
-def place_and_evaluate(p: Params, storage: ObjectStorage, trace_key: str, setup: str, plan_key: str) -> dict:
-    """Profile, run both ILPs and the baselines for one setup, evaluate on held-out tokens."""
+def place_and_evaluate(p: Params, storage: ObjectStorage, trace_key: str, setup: str, plan_key: str,
+                       kernel_us_per_token: float | None = None, regime: bool = False) -> dict:
+    """Profile, run both ILPs and the baselines for one setup, evaluate on held-out tokens; with ``regime``
+    also the two-node setup at every bandwidth ratio of the sweep (under the key "regime")."""
     log = get_run_logger()
     trace = RoutingTrace.from_npz(storage.read_bytes(trace_key))
-    result = plan_and_evaluate(p, trace, setup)
+    result = plan_and_evaluate(p, trace, setup, kernel_us_per_token)
+    clusters = result["moetuner"].pop("clusters")
+    sweep = None
+    if regime:
+        sweep = bandwidth_regime(p, trace, {n: r["plan"] for n, r in result.items()}, clusters,
+                                 {n: result[n]["metrics"]["end_to_end_time_s"] for n in ("contiguous", "greedy",
+                                                                                           "moetuner_ilp1", "moetuner")})
+        for ratio, times in sweep.items():
+            log.info("bandwidth ratio %g: contiguous/moetuner %.3f, moetuner_ilp1/moetuner %.3f", ratio,
+                     times["contiguous"] / times["moetuner"], times["moetuner_ilp1"] / times["moetuner"])
     buf = io.BytesIO()
     np.savez_compressed(buf, **{name: r["plan"] for name, r in result.items()})
     storage.write_bytes(plan_key, buf.getvalue())
@@ -42,7 +64,8 @@ def place_and_evaluate(p: Params, storage: ObjectStorage, trace_key: str, setup:
     log.info("%s: ILP 1 max gap %.3g (%.1f s), ILP 2 gap %.3g (%.1f s); end-to-end contiguous %.4g s, "
              "moetuner %.4g s", setup, m["ilp1_max_gap"], m["ilp1_solve_s"], m["ilp2_gap"], m["ilp2_solve_s"],
              result["contiguous"]["metrics"]["end_to_end_time_s"], m["end_to_end_time_s"])
-    return {name: {"metrics": r["metrics"],
-                   "layer_time_s": r["layer_time_s"].tolist(),
-                   "latency_quantiles_s": np.quantile(r["token_latency_s"], LATENCY_QUANTILES).tolist()}
-            for name, r in result.items()}
+    out = {name: {"metrics": r["metrics"],
+                  "layer_time_s": r["layer_time_s"].tolist(),
+                  "latency_quantiles_s": np.quantile(r["token_latency_s"], LATENCY_QUANTILES).tolist()}
+           for name, r in result.items()}
+    return {"variants": out, "regime": sweep}

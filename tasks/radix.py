@@ -16,3 +16,11 @@ def serve_workload(p: Params, workload: str) -> dict:
     result = measure(p, workload, log=log.info)
     log.info("%s done: %s", workload, {v: round(sorted(r)[len(r) // 2], 2) for v, r in result["rates"].items()})
     return result
+
+
+@task(name="radix-regime")
+def regime(p: Params) -> dict[float, dict[str, list[float]]]:
+    """Requests/s without a cache and with the radix cache at every shared-prefix share of the sweep."""
+    from mlsys_flows.systems.radix.run import measure_regime
+
+    return measure_regime(p, log=get_run_logger().info)

@@ -52,17 +52,20 @@ def preprocess_throughput(p: Params, storage: ObjectStorage, data: dict) -> dict
 @task(name="recd-train")
 def train(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
           checkpoints: CheckpointStore | None = None, run_key: str | None = None) -> dict:
-    """Three trainers on the same samples, taking turns: KJT batches of the arrival-order file (the
-    paper's baseline), KJT batches of the session-clustered file, and IKJT batches of the clustered
-    file (RecD). With a ``run_key`` the training checkpoints (about 8 times per run) and a rerun resumes."""
+    """Four trainers on the same samples, taking turns: KJT batches of the arrival-order file (the
+    paper's baseline), KJT batches of the session-clustered file, IKJT batches of the clustered
+    file (RecD) and IKJT batches of the arrival-order file (the mechanism's ablation). With a ``run_key`` the training checkpoints (about 8 times per run) and a rerun resumes."""
     log = get_run_logger()
     with pool.claim() as device:  # a device of the run's pool (or this worker's own)
         arrival, clustered = storage.read_bytes(data["arrival_key"]), storage.read_bytes(data["clustered_key"])
         batches = {"kjt": list(pl.read_batches(arrival, p, dedup=False, where=data["arrival_key"])),
                    "kjt_clustered": list(pl.read_batches(clustered, p, dedup=False, where=data["clustered_key"])),
-                   "ikjt": list(pl.read_batches(clustered, p, dedup=True, where=data["clustered_key"]))}
+                   "ikjt": list(pl.read_batches(clustered, p, dedup=True, where=data["clustered_key"])),
+                   # the mechanism's ablation: the IKJT (every in-batch repeat, found by hashing) on arrival order
+                   sw.ABLATION: list(pl.read_batches(arrival, p, dedup=True, adjacent=False, where=data["arrival_key"]))}
         digest = pl.check_same_samples(batches)  # the same multiset of samples, or no comparison at all
         values = {n: sum(b.sparse[1].num_values() for b in bs) for n, bs in batches.items()}
+        ids = {n: pl.looked_up_ids(bs) for n, bs in batches.items()}
         log.info("recd training %d batches of %d on %s (samples digest %s); user-feature values per epoch: %s",
                  len(batches["kjt"]), p.batch_size, device, digest[:12], values)
         state, saver = None, None
@@ -77,7 +80,7 @@ def train(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
         if saver is not None:
             saver.wait()  # the last flush is complete before the task reports
         for n, r in result.items():
-            r["user_values"] = values[n]
+            r["user_values"], r["looked_up_ids"] = values[n], ids[n]
             log.info("recd %s: %.0f samples/s, final loss %.4f", n, r["samples_per_s"], pl.final_loss(r["losses"]))
         return {"device": device, "digest": digest, **result}
 

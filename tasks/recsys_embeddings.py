@@ -40,3 +40,13 @@ def train(p: HarnessParams, storage: ObjectStorage, key: str, names: list[str]) 
     variants, profiled = variants_of(p, ds, names)
     runs = ex.run_interleaved(ds, p, variants, p.repeats, lambda s: log.info("%s %s", p.SYSTEM, s))
     return {"runs": runs, "profiled": profiled}
+
+
+@task(name="recsys-regime")
+def regime(p: HarnessParams, storage: ObjectStorage, key: str, names: list[str]) -> dict[float, dict[str, dict]]:
+    """The regime sweep: each variant in ``names`` once at every added slow-tier cost per row
+    (``regime_slow_row_us``) on the first ``regime_samples`` training inputs."""
+    log = get_run_logger()
+    ds = Dataset.from_bytes(storage.read_bytes(key))
+    variants, _ = variants_of(p, ds, names)
+    return ex.regime_sweep(ds, p, variants, lambda s: log.info("%s %s", p.SYSTEM, s))

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES, Params
+from mlsys_flows.systems.recycle import HEADLINE_FAILURES, Params
 from mlsys_flows.systems.recycle.experiment import compare, layer_costs
 from mlsys_flows.systems.recycle.gantt import render_gantt, window_of
 
@@ -28,7 +28,7 @@ def calibrate(p: Params, repeat: int) -> dict:
 @task(name="recycle-simulate")
 def simulate_policies(p: Params, times: dict, keep: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
     """Every policy at every failure count on the cost model of one calibration."""
-    metrics, schedules, info = compare(p, layer_costs(times, p), FAILURES, HEADLINE_FAILURES, keep)
+    metrics, schedules, info = compare(p, layer_costs(times, p), p.failure_counts(), HEADLINE_FAILURES, keep)
     f = HEADLINE_FAILURES
     get_run_logger().info("simulated samples/s at %d failure(s): recycle %.1f, oobleck %.1f, bamboo %.1f (%s)", f,
                           metrics[f"recycle_f{f}"]["throughput"], metrics[f"oobleck_f{f}"]["throughput"],

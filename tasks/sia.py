@@ -27,8 +27,10 @@ def serve(p: Params, storage: ObjectStorage, workloads: dict[str, bool], pool: R
             pid = board.run("mlsys_flows.systems.sia.train:warm_up")
             log.info("board %s ready (device process %d) in %.2f s", device, pid, time.perf_counter() - t0)
             for wl, inline in workloads.items():
-                res = measure_workload(p, wl, board.run_async, inline, log=log.info)
+                res = measure_workload(p, wl, board.run_async, inline, log=log.info,
+                                       regime=tuple(p.regime_insert_shares) if wl == "ycsb" else ())
                 res["device"] = device
-                storage.write_bytes(f"{prefix}/{wl}.json", json.dumps(res).encode())
+                storage.write_bytes(f"{prefix}/{wl}.json", json.dumps(res | {"regime": {
+                    str(k): v for k, v in res["regime"].items()}}).encode())
                 out[wl] = res
     return out

@@ -1,8 +1,8 @@
-"""Prefect tasks of the slipstream flow: the family's dataset and training tasks (tasks/recsys_embeddings.py)
-with slipstream's variants."""
+"""Prefect tasks of the slipstream flow: the family's dataset, training and regime tasks
+(tasks/recsys_embeddings.py) with slipstream's variants."""
 from __future__ import annotations
 
-from mlsys_flows.tasks.recsys_embeddings import make_dataset, train
+from mlsys_flows.systems.slipstream import REGIME_VARIANTS, VARIANTS
+from mlsys_flows.tasks.recsys_embeddings import make_dataset, regime, train
 
-VARIANTS = ["hybrid", "fae", "hotline", "slipstream"]
-__all__ = ["VARIANTS", "make_dataset", "train"]
+__all__ = ["VARIANTS", "REGIME_VARIANTS", "make_dataset", "train", "regime"]

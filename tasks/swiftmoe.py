@@ -72,6 +72,22 @@ def train(name: str, p: Params, storage: ObjectStorage, data: dict, prof: dict, 
     return asdict(run)
 
 
+_KEEP = ("time_to_target_s", "reached_target", "iterations_to_target", "tokens_dropped_frac", "mean_iter_time_s")
+
+
+@task(name="swiftmoe-train-point")
+def train_point(name: str, p: Params, prof: dict, pool: ResourcePool, capacity_factor: float | None = None) -> dict:
+    """One variant on another trace than the evaluated one (the calibration seed, or a regime point's
+    drift): the workload is generated here; returns the time-to-target metrics only."""
+    log = get_run_logger()
+    torch.set_num_threads(1)
+    policy, cf = variant_policy(name, p.capacity_factor if capacity_factor is None else capacity_factor)
+    run = train_policy(name, p, build_workload(p), Profile(**prof), pool.device(), policy=policy, capacity_factor=cf)
+    log.info("swiftmoe %s (seed %d, drift period %g, cf %g): time to target %.3f s (reached: %s)", name, p.seed,
+             p.drift_period, cf, run.metrics["time_to_target_s"], bool(run.metrics["reached_target"]))
+    return {k: float(run.metrics[k]) for k in _KEEP}
+
+
 @task(name="swiftmoe-sweep")
 def sweep(p: Params, prof: dict, flex: dict, swift: dict, links_gbps: list[float],
           state_scales: list[float]) -> dict[float, list[float]]:

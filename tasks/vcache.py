@@ -8,7 +8,8 @@ import numpy as np
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.vcache import Params, Stream, corpus_stream, evaluate_policies, paraphrase_corpus
+from mlsys_flows.systems.vcache import (Params, Stream, calibration, corpus_stream, evaluate_policies, evaluate_seed,
+                                       paraphrase_corpus, regime_point)
 from mlsys_flows.tasks.common import llm_client
 
 
@@ -24,12 +25,34 @@ def _load(storage: ObjectStorage, key: str) -> Stream:
     return Stream(z["vectors"], z["labels"], str(z["name"]))
 
 
-@task(name="vcache-sphere-stream")
-def sphere_stream(p: Params, storage: ObjectStorage, key: str) -> str:
-    s = p.sphere()
-    get_run_logger().info("sphere stream: %d queries, %d classes seen, %d dims", len(s), len(np.unique(s.labels)),
-                          s.vectors.shape[1])
-    return _save(storage, key, s)
+@task(name="vcache-calibrate")
+def calibrate(p: Params) -> dict[str, float]:
+    """The deployable static thresholds, chosen on the held-out calibration stream."""
+    out = calibration(p)
+    get_run_logger().info("static thresholds calibrated on seed %d: %s", p.calibration_seed(), out)
+    return out
+
+
+@task(name="vcache-sphere-seed")
+def sphere_seed(p: Params, i: int, thresholds: dict[str, float]) -> dict:
+    """Every sphere variant on the evaluated stream of seed p.seed + i."""
+    started = time.perf_counter()
+    out = evaluate_seed(p, i, thresholds)
+    log = get_run_logger()
+    for v, m in out.items():
+        if not v.startswith("_"):
+            log.info("sphere seed %d %s: hit rate %.4f, error rate %.4f", p.seed + i, v, m["hit_rate"], m["error_rate"])
+    log.info("sphere seed %d took %.1f s", p.seed + i, time.perf_counter() - started)
+    return out
+
+
+@task(name="vcache-regime")
+def regime(p: Params, within: float) -> dict:
+    """One point of the regime sweep: vCache, its ablation and the calibrated static threshold at class
+    confusion ``within``."""
+    out = regime_point(p, within)
+    get_run_logger().info("within %.2f: %s", within, {v: round(m["hit_rate"], 4) for v, m in out.items()})
+    return out
 
 
 @task(name="vcache-minilm-stream")

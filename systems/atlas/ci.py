@@ -54,10 +54,13 @@ def validate(A: np.ndarray, candidates: list[tuple[int, int]], data: np.ndarray,
     return out, pvals
 
 
-def pc(data: np.ndarray, alpha: float, max_depth: int = 3, roots=(0,)) -> np.ndarray:
+def pc(data: np.ndarray, alpha: float, max_depth: int = 3, roots=(0,), required: np.ndarray | None = None) -> np.ndarray:
     """The PC algorithm (order-independent "stable" skeleton, Fisher z tests, v-structures, Meek rules
     1-3). ``roots`` are background knowledge: variables with no causes (exogenous traffic), their edges
-    oriented outwards. Returns G with G[i, j] and not G[j, i] for i -> j, both for an unoriented edge."""
+    oriented outwards. ``required`` (optional, [V, V] bool) is background knowledge too: edges i -> j known
+    to exist (e.g. the per-component metric template), kept in the skeleton and oriented i -> j before the
+    v-structures and Meek's rules. Returns G with G[i, j] and not G[j, i] for i -> j, both for an unoriented
+    edge."""
     n, V = data.shape
     C = corr(data)
     adj = ~np.eye(V, dtype=bool)
@@ -104,15 +107,21 @@ def pc(data: np.ndarray, alpha: float, max_depth: int = 3, roots=(0,)) -> np.nda
                         break
         if not any(len(np.flatnonzero(adj[i])) > depth for i in range(V)):
             break
+    if required is not None:   # known edges: in the skeleton whatever the tests said, and oriented
+        req = required & ~np.eye(V, dtype=bool)
+        adj |= req | req.T
     G = adj.copy()
     for r in roots:   # background knowledge: nothing causes the roots
         G[:, r] = False
+    if required is not None:
+        G[req.T & ~req] = False
     # v-structures i -> k <- j for non-adjacent i, j with k not in their separating set
     for k in range(V):
         nb = np.flatnonzero(adj[k])
         for a, b in combinations(nb, 2):
             if not adj[a, b] and k not in sep.get((a, b), ()):
-                if G[a, k] and G[b, k] and k not in roots:
+                if G[a, k] and G[b, k] and k not in roots and \
+                        (required is None or not (required[k, a] or required[k, b])):
                     G[k, a] = G[k, b] = False
     _meek(G, adj)
     return G

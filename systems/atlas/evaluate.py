@@ -12,7 +12,7 @@ from .model import ERR, FAULTS, LAT, Microservices, expand, make_incident, make_
 from .rca import Localizer, component_edges, edge_scores, rank_of, set_scores
 from .synth import synthesize
 
-GRAPH_VARIANTS = ("true_graph", "atlas", "atlas_no_validation", "pc_algorithm")
+GRAPH_VARIANTS = ("true_graph", "atlas", "atlas_no_validation", "atlas_no_docs", "pc_algorithm")
 VARIANTS = GRAPH_VARIANTS + ("zscore",)
 SUMMED = ("pc_s", "pruned_true_edges", "pruned_false_edges", "validated_edges")
 
@@ -38,10 +38,19 @@ def component_candidates(s: Microservices, comp_edges) -> dict[tuple[int, int], 
             for u, v in sorted(comp_edges)}
 
 
+def directed_only(G: np.ndarray) -> np.ndarray:
+    """The oriented edges of a partially directed graph: an edge PC left unoriented makes neither end a
+    parent (neutral: it neither explains an anomaly away nor strips a root candidate)."""
+    return G & ~G.T
+
+
 def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, past: np.ndarray, agent) -> dict:
     """Every variant's graph and localizer at every history size, with graph quality and counts.
     Atlas's data validation tests each synthesized dependency u -> v through the metric edges it stands
-    for and prunes it when the data contradicts all of them (none rejects independence)."""
+    for and prunes it when the data contradicts all of them (none rejects independence). Every learned
+    graph starts from the same background knowledge, the per-component metric template (``expand`` of no
+    dependency): Atlas adds the documented dependencies to it, PC gets it as required edges, and
+    ``atlas_no_docs`` (the mechanism's ablation) is the template alone."""
     t0 = time.perf_counter()
     syn = synthesize(agent, pages, s.names)
     synth_s = time.perf_counter() - t0
@@ -50,6 +59,7 @@ def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, pas
     proposed = expand(s.n, syn.edges)
     groups = component_candidates(s, syn.edges)
     candidates = [e for es in groups.values() for e in es]
+    template = expand(s.n, ())
     out = {"synthesis": {**syn.stats(), "synth_s": synth_s}, "problems": syn.problems, "settings": {}}
     for h, k in p.settings():
         data = np.concatenate([history[:h], past[: k * p.fault_window]])
@@ -57,10 +67,10 @@ def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, pas
         pruned = [ce for ce, es in groups.items() if min(pvals[e] for e in es) > p.validation_alpha]
         atlas = expand(s.n, set(syn.edges) - set(pruned))
         t1 = time.perf_counter()
-        pcg = ci.pc(data, p.pc_alpha, p.pc_max_depth)
+        pcg = ci.pc(data, p.pc_alpha, p.pc_max_depth, required=template)
         pc_s = time.perf_counter() - t1
-        graphs = {"true_graph": truth, "atlas": atlas, "atlas_no_validation": proposed, "pc_algorithm": pcg,
-                  "zscore": np.zeros_like(truth)}
+        graphs = {"true_graph": truth, "atlas": atlas, "atlas_no_validation": proposed, "atlas_no_docs": template,
+                  "pc_algorithm": pcg, "zscore": np.zeros_like(truth)}
         stats = {}
         for name, G in graphs.items():
             st = {}
@@ -73,6 +83,7 @@ def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, pas
                               pruned_false_edges=sum(e not in truth_c for e in pruned),
                               validated_edges=len(groups))
         stats["pc_algorithm"]["pc_s"] = pc_s
+        graphs["pc_algorithm"] = directed_only(pcg)   # the localizer uses PC's oriented edges only
         out["settings"][(h, k)] = {"stats": stats, "localizers": {k: Localizer.fit(G, data) for k, G in graphs.items()}}
     return out
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.llm_params import LLMEndpointParams
 from mlsys_flows.systems.common.params import FieldValueError, SystemParams
-from mlsys_flows.systems.common.spec import Claim, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .evaluate import METHODS, evaluate_queries, summarize
+from .evaluate import METHODS, evaluate_queries, outside_top_b, summarize
 from .gp import (BagelConfig, BagelTrace, GPHyper, bagel, dense_rank, final_ranking, fit_hyper, gp_posterior,
                  lengthscale_grid, log_marginal_likelihood, rbf, recall_at_k, rerank_top_b, ucb_beta, ucb_pick)
 from .scorers import LLMJudge, parse_relevance
@@ -24,12 +24,20 @@ from .workload import Query, digits_embeddings, make_queries, noisy_oracle
 class Params(LLMEndpointParams, SystemParams):
     SYSTEM: ClassVar[str] = "bagel"
     PRESETS: ClassVar[dict] = {
-        "smoke": dict(queries=12, budget=10, budget_points=2),
-        "quick": dict(queries=50, budget=30, budget_points=6),
-        "full": dict(queries=500, budget=40, budget_points=8),
+        "smoke": dict(queries=4, budget=10, budget_points=2, trials=3, regime_per_cluster=[5, 20], regime_queries=4),
+        "quick": dict(queries=16, budget=30, budget_points=6, trials=3, regime_queries=8),
+        "full": dict(queries=200, budget=40, budget_points=8, trials=3, regime_queries=50),
     }
 
-    queries: int = Field(50, ge=2, le=10_000, description="Queries evaluated (each with its own two relevant clusters).")
+    queries: int = Field(16, ge=2, le=10_000, description="Queries evaluated per trial (each with its own two relevant clusters).")
+    trials: int = Field(3, ge=1, le=20, description="Workload seeds (seed, seed+1, ...), each drawing its own queries (and, "
+                        "for minilm, its own corpus); the headline variants carry one sample per trial (the mean over "
+                        "its queries).")
+    regime_per_cluster: list[int] = Field([5, 10, 20, 40], min_length=2, max_length=12,
+                                          description="Relevant passages per cluster at each point of the regime sweep "
+                                                      "(k = 2 x per_cluster): the more relevant passages, the larger their "
+                                                      "share outside the retriever's top-B, which no reranking can reach.")
+    regime_queries: int = Field(8, ge=1, le=10_000, description="Queries per regime point (first trial's seed).")
     budget: int = Field(30, ge=2, le=500, description="Scorer calls per query of the headline (B): BAGEL's and the reranker's.")
     budget_points: int = Field(6, ge=1, le=20, description="Budgets of the recall-vs-budget curve, evenly spaced up to max(budget, 2 * budget) (the headline budget is always one).")
     top_k: int | None = Field(None, ge=1, le=1000, description="k of recall@k; None: the number of relevant passages (2 x per_cluster).")
@@ -52,6 +60,13 @@ class Params(LLMEndpointParams, SystemParams):
     same_aspect: float = Field(0.1, ge=0.0, le=1.0, description="minilm oracle: graded relevance of another city under one of the query's two aspects.")
     llm_max_failed: float = Field(0.2, ge=0.0, le=1.0, description="Abort when more than this share of LLM scoring requests failed (after 10); fewer failed scores count as relevance 0 and are reported.")
 
+    @field_validator("regime_per_cluster")
+    @classmethod
+    def _per_cluster(cls, v: list[int]) -> list[int]:
+        if any(not 1 <= x <= 100 for x in v) or len(set(v)) != len(v):
+            raise ValueError("relevant passages per cluster must be distinct, each from 1 to 100")
+        return sorted(v)
+
     @model_validator(mode="after")
     def _consistent(self):
         if self.llm_base_url and self.embedding != "minilm":
@@ -67,6 +82,17 @@ class Params(LLMEndpointParams, SystemParams):
         pts = {int(round(b)) for b in np.linspace(top / self.budget_points, top, self.budget_points)} | {self.budget}
         return sorted(b for b in pts if b >= 1)
 
+    def workload(self, trial: int = 0, per_cluster: int | None = None, queries: int | None = None, embed=None) -> dict:
+        """{'X', 'queries'} (and the texts for minilm) of one trial: seed + trial, ``per_cluster`` relevant
+        passages per cluster (default: the parameter). ``embed``: the text embedder (minilm only)."""
+        per, n, seed = per_cluster or self.per_cluster, queries or self.queries, self.seed + trial
+        if self.embedding == "minilm":
+            from .text import text_workload
+            return text_workload(self.cities, per, n, self.far_quantile, self.same_city, self.same_aspect, seed, embed)
+        X, labels = digits_embeddings(self.dim, self.normalize)
+        return {"X": X, "queries": make_queries(X, labels, n, per, self.query_noise, self.far_quantile,
+                                                self.relevance_width, seed)}
+
     def config(self) -> BagelConfig:
         return BagelConfig(seeds=self.seeds, beta_scale=self.beta_scale, beta_delta=self.beta_delta,
                            signal_var=self.signal_var, refit_every=self.refit_every)
@@ -75,10 +101,23 @@ class Params(LLMEndpointParams, SystemParams):
 SPEC = SystemSpec(
     name="bagel", title="BAGEL: budgeted retrieval by Gaussian-process search", paper="arXiv:2604.17906", family="llm-serving",
     params=Params, baselines=("rerank", "dense"),
+    roles={"rerank": ("paper", "deployable"), "dense": ("deployable",)},
+    mechanism=Mechanism(
+        "budgeted exploration beyond the retriever's top-B", "bagel_exploit",
+        "bagel_exploit is BAGEL with the same seeds, GP, hyperparameter fits, budget and final ranking, but a UCB "
+        "weight of 0: each call scores the passage with the highest posterior mean (exploitation only), so the "
+        "GP's uncertainty never directs a call."),
+    regime=Regime(
+        "per_cluster", "relevant passages per cluster", None, "",
+        "The share of relevant passages outside the retriever's top-B: reranking the top-B can only reorder what the "
+        "retriever returned, while BAGEL may score any passage. With few relevant passages (k below B) they mostly "
+        "sit inside the top-B and reranking is hard to beat; with many (k above B) most lie beyond it. The sweep "
+        "varies the relevant passages per cluster at a fixed budget; the notes give the measured share outside the "
+        "top-B at each point. The paper states no single value."),
     claims=(
         Claim("recall_at_k", "rerank", "bagel", "higher", None,
               "beats LLM reranking of the retriever's top-B at equal budget on four datasets (here: recall@k at "
-              "budget B, mean over queries, noisy label oracle as the scorer)", headline=True),
+              "budget B, mean over queries, one sample per trial, noisy label oracle as the scorer)", headline=True),
         Claim("recall_at_k", "dense", "bagel", "higher", statement="against the dense retriever alone (no scorer calls)"),
         Claim("recall_at_k", "rerank", "bagel_explore", "higher",
               statement="BAGEL with a larger UCB exploration weight (explore_beta_scale) vs rerank at equal budget"),
@@ -86,11 +125,12 @@ SPEC = SystemSpec(
               statement="far-cluster recall of the more exploring BAGEL (does exploration reach the second cluster?)"),
         Claim("far_recall_at_k", "rerank", "bagel", "higher",
               statement="share of the far cluster's relevant passages in the top k (the dense neighbourhood misses them)"),
+        Claim("far_recall_at_k", "bagel_exploit", "bagel", "higher",
+              statement="far-cluster recall with and without exploration (the mechanism on the far cluster)"),
     ),
 )
-
 __all__ = ["Params", "SPEC", "BagelConfig", "BagelTrace", "GPHyper", "bagel", "dense_rank", "final_ranking", "fit_hyper",
            "gp_posterior", "lengthscale_grid", "log_marginal_likelihood", "rbf", "recall_at_k", "rerank_top_b",
            "ucb_beta", "ucb_pick", "Query", "digits_embeddings", "make_queries", "noisy_oracle", "METHODS",
-           "evaluate_queries", "summarize", "LLMJudge", "parse_relevance", "ASPECTS", "CITIES", "TextCorpus",
+           "evaluate_queries", "outside_top_b", "summarize", "LLMJudge", "parse_relevance", "ASPECTS", "CITIES", "TextCorpus",
            "make_corpus", "query_text", "text_queries"]

@@ -8,16 +8,18 @@ import numpy as np
 from .gp import BagelConfig, bagel, dense_rank, lengthscale_grid, recall_at_k, rerank_top_b
 from .workload import Query, noisy_oracle
 
-METHODS = ("dense", "rerank", "bagel", "bagel_explore")
+METHODS = ("dense", "rerank", "bagel", "bagel_explore", "bagel_exploit")
 
 
 def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[int], cfg: BagelConfig,
                      score_noise: float, top_k: int | None = None, explore_beta_scale: float | None = None,
-                     make_scorer: Callable[[int, Query], Callable[[int], float]] | None = None) -> dict:
+                     make_scorer: Callable[[int, Query], Callable[[int], float]] | None = None,
+                     exploit: bool = False) -> dict:
     """{'recall': {method: {budget: [per-query]}}, 'far_recall': same, 'calls': {method: {budget: [..]}},
     'lengthscale': [final fitted length scale per query]}. Each method gets a fresh scorer per run
     and may call it at most ``budget`` times (checked). ``explore_beta_scale``: also run BAGEL with this
-    UCB weight as ``bagel_explore`` (None: skip it). ``make_scorer(j, query)``: a fresh scorer (with a
+    UCB weight as ``bagel_explore`` (None: skip it). ``exploit``: also run BAGEL with no exploration term
+    (UCB weight 0: the GP posterior mean alone picks) as ``bagel_exploit``. ``make_scorer(j, query)``: a fresh scorer (with a
     ``calls`` counter) for the j-th query; None: the noisy label oracle. Scorers that keep ``flags``
     (per call: did the score fail?) add 'failed': {method: {budget: [failed scores among its calls]}}."""
     if make_scorer is None:
@@ -29,6 +31,8 @@ def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[
     bagels = {"bagel": cfg}
     if explore_beta_scale is not None:
         bagels["bagel_explore"] = BagelConfig(**{**cfg.__dict__, "beta_scale": explore_beta_scale})
+    if exploit:
+        bagels["bagel_exploit"] = BagelConfig(**{**cfg.__dict__, "beta_scale": 0.0})
     methods = [m for m in METHODS if m in ("dense", "rerank") or m in bagels]
     rec = {m: {b: [] for b in budgets} for m in methods}
     far = {m: {b: [] for b in budgets} for m in methods}
@@ -62,16 +66,26 @@ def evaluate_queries(X: np.ndarray, queries: Sequence[Query], budgets: Sequence[
             for b in budgets:
                 rec[m][b].append(recall_at_k(rankings[m][b], q.relevant, k))
                 far[m][b].append(recall_at_k(rankings[m][b], far_ids, k) if len(far_ids) else 0.0)
-    out = {"recall": rec, "far_recall": far, "calls": calls, "lengthscale": ls}
+    out = {"recall": rec, "far_recall": far, "calls": calls, "lengthscale": ls,
+           "outside_top_b": {b: [outside_top_b(X, q, b) for q in queries] for b in budgets}}
     if flagged:
         out["failed"] = failed
     return out
 
 
+def outside_top_b(X: np.ndarray, q: Query, budget: int) -> float:
+    """Share of the query's relevant passages outside the dense retriever's top-``budget``: what no
+    reranking of that top-B can reach."""
+    top = set(dense_rank(X, q.q)[:budget].tolist())
+    return float(np.mean([i not in top for i in q.relevant.tolist()]))
+
+
 def merge(parts: Sequence[dict]) -> dict:
     """Concatenate the per-query lists of several evaluate_queries results (query chunks)."""
-    out = {"recall": {}, "far_recall": {}, "calls": {}, "lengthscale": []}
+    out = {"recall": {}, "far_recall": {}, "calls": {}, "lengthscale": [], "outside_top_b": {}}
     for p in parts:
+        for b, xs in p.get("outside_top_b", {}).items():
+            out["outside_top_b"].setdefault(int(b), []).extend(xs)
         for key in ("recall", "far_recall", "calls", "failed"):
             for m, per_b in p.get(key, {}).items():
                 for b, xs in per_b.items():

@@ -357,6 +357,51 @@ def audio_pipeline(store: Any, keys: list[str], labels: list[int], rate: int, n_
             .batch(batch))
 
 
+# ----- the regime's pipeline: a chosen CPU cost per sample -------------------------------------
+
+FEATURE_DIM = 256
+
+
+@dataclass(frozen=True)
+class Featurize:
+    """A deterministic feature transform of a chosen cost: ``rounds`` rounds of elementwise math on a
+    256-float vector seeded by the sample's id (no BLAS, so one core per process)."""
+
+    rounds: int
+
+    def __call__(self, s: dict) -> dict:
+        x = np.random.default_rng(int(s["id"])).standard_normal(FEATURE_DIM).astype(np.float32)
+        for _ in range(self.rounds):
+            x = np.tanh(x * np.float32(1.01) + np.float32(0.05))
+        return {"id": s["id"], "x": x, "label": int(s["id"]) % 10}
+
+
+def jitter(s: dict, rng: np.random.Generator) -> dict:
+    """A cheap random augmentation (redrawn every epoch)."""
+    return {**s, "x": s["x"] + rng.normal(0.0, 0.01, s["x"].shape).astype(np.float32)}
+
+
+def featurize_round_us(repeats: int = 5) -> float:
+    """Microseconds one round of :class:`Featurize` costs here (median of ``repeats``)."""
+    import time
+
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        Featurize(200)({"id": 1})
+        times.append((time.perf_counter() - t0) / 200)
+    return 1e6 * sorted(times)[len(times) // 2]
+
+
+def cost_pipeline(n: int, rounds: int, batch: int, seed: int) -> Pipeline:
+    """``n`` samples: a deterministic featurize of ``rounds`` rounds (the cacheable, offloadable
+    per-sample CPU cost), a cheap random jitter, batches."""
+    return (Pipeline.from_list([{"id": i} for i in range(n)], seed=seed)
+            .map(Featurize(rounds), name="featurize", reads=("id",), writes=("id", "x", "label"))
+            .map(jitter, name="jitter", random=True, reads=("x",), writes=("x",))
+            .batch(batch))
+
+
 # ----- the DataLoader baseline ------------------------------------------------------------------
 
 def _torch_dataset_class():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import MODES, Params
+from . import MODES, SWEPT, Params
 from .train import TrainResult, train
 
 
@@ -20,6 +20,9 @@ def summarize(result: TrainResult, flushes: list[dict[str, Any]]) -> dict[str, A
     """One run's numbers: seconds per iteration (wall and stall), flush bandwidth, copy bandwidth."""
     n = result.iterations
     out: dict[str, Any] = {"iter_time_s": result.wall_s / n, "stall_s_per_iter": result.stall_s / n,
+                           # the in-loop stall per checkpoint taken, the final drain apart
+                           "stall_s_per_checkpoint": result.loop_stall_s / max(1, len(flushes)),
+                           "drain_s": result.drain_s,
                            "digest": result.digest, "last_loss": result.last_loss, "step_s": result.step_s,
                            "checkpoints": len(flushes)}
     if flushes:
@@ -51,6 +54,30 @@ def run_bench(p: Params, make_saver: Callable[[str, int], Any], done: Callable[[
             if done is not None:
                 done(variant, r, saver)
     return runs
+
+
+def sweep_widths(p: Params, make_saver: Callable[[str, int, int], Any],
+                 done: Callable[[str, int, Any], None] | None = None, variants: tuple[str, ...] = SWEPT,
+                 log: Callable[[str], None] = lambda _: None) -> dict[int, dict[str, dict[str, Any]]]:
+    """The regime sweep: at each width of ``p.regime_widths`` other than ``p.width`` (the bench
+    measures that one), one run of each of ``variants`` of ``2 x p.every`` steps (two checkpoints)
+    from the same seed, in the order of ``order``. ``make_saver(variant, width, index)`` returns the
+    saver. Returns {width: {variant: run}}."""
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    steps = 2 * p.every
+    for i, width in enumerate(w for w in p.regime_widths if w != p.width):
+        train(width, p.depth, p.batch_size, 1, p.seed, threads=p.train_threads)  # warm-up at this size
+        out[width] = {}
+        for variant in order(i, variants):
+            saver = make_saver(variant, width, i)
+            res = train(width, p.depth, p.batch_size, steps, p.seed, saver=saver, every=p.every,
+                        threads=p.train_threads)
+            out[width][variant] = run = summarize(res, list(getattr(saver, "flushes", [])))
+            log(f"width {width}: {variant} stall {run['stall_s_per_checkpoint']:.4f} s/checkpoint, "
+                f"drain {run['drain_s']:.3f} s")
+            if done is not None:
+                done(variant, i, saver)
+    return out
 
 
 def overheads(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:

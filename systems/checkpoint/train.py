@@ -35,6 +35,12 @@ class TrainResult:
     stall_s: float  # inside save / before_update / wait
     step_s: list[float] = field(default_factory=list)  # wall time of each step, its stall included
     digest: str = ""  # sha256 of the final parameters and optimizer state
+    drain_s: float = 0.0  # of stall_s: the final wait() after the last step (the last flush draining)
+
+    @property
+    def loop_stall_s(self) -> float:
+        """The stall inside the training loop (save and before_update), the final drain left out."""
+        return self.stall_s - self.drain_s
 
     @property
     def iterations(self) -> int:
@@ -138,11 +144,13 @@ def train(width: int, depth: int, batch_size: int, steps: int, seed: int, *, sav
         step_s.append(time.perf_counter() - t0)
         if on_step is not None:
             on_step(step)
+    drain = 0.0
     if saver is not None:
         s0 = time.perf_counter()
         saver.wait()
-        stall += time.perf_counter() - s0
+        drain = time.perf_counter() - s0
+        stall += drain
     wall = time.perf_counter() - t_begin
     last = losses[-1] if losses else (state or {}).get("loss")
     return TrainResult(start_step=start, steps=steps, losses=losses, last_loss=last, wall_s=wall, stall_s=stall, step_s=step_s,
-                       digest=digest(model, opt))
+                       digest=digest(model, opt), drain_s=drain)

@@ -150,52 +150,61 @@ def epochs_to(curve: list[float], target: float) -> int | None:
 def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int, lr: float, k: int, bias: float,
             epochs: int, seed: int, repeats: int, target_fraction: float, threads: int = 1,
             log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """The policies trained from the same initialisation, same epochs, lr and seeds, timed with the
-    policies interleaved (each repeat rotates the order). Repeat 0 trains every policy for ``epochs``
-    epochs (the accuracy curves, the final test accuracy, the counted batch statistics); the target is
-    ``target_fraction`` of random batching's best validation accuracy there; later repeats train each
-    policy only until it reaches the target (a policy that never reached it: as many epochs as random
-    needed, for its epoch time). Training is deterministic (one torch thread): a repeat's validation
-    curve must equal repeat 0's, which is checked."""
+    """The policies trained on ``g`` with the same initialisation, epochs, lr and seeds, timed one after
+    another (never side by side). Each repeat is a training seed (``seed + r``: initialisation, batch
+    order, neighbour sampling): random batching trains first, for ``epochs`` epochs, and sets that seed's
+    target, ``target_fraction`` of its best validation accuracy; the other policies (their order rotates
+    over the seeds) train until they reach it, or for ``epochs`` epochs. The first seed trains every policy
+    for all ``epochs`` (the accuracy curves, the final test accuracy, the counted batch statistics).
+    Per policy and seed: the mean epoch time, the epoch that reached the target (None: never) and the
+    time to it, and the time of the whole epoch cap at the policy's speed (``cap_s``)."""
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        kw = dict(fanouts=fanouts, batch_size=batch_size, hidden=hidden, lr=lr, k=k, bias=bias, seed=seed)
-        warm_up(g, fanouts, batch_size, hidden, seed)
-        res: dict[str, Any] = {v: {"epoch_s": [], "tta_s": [], "curve_s": []} for v in POLICIES}
-        target = None
+        res: dict[str, Any] = {v: {"epoch_s": [], "tta_s": [], "cap_s": [], "epochs_to_target": []} for v in POLICIES}
+        res["targets"] = []
+        others = [v for v in POLICIES if v != "random"]
         for r in range(repeats):
-            order = POLICIES[r % len(POLICIES):] + POLICIES[:r % len(POLICIES)]
-            if r % 2:
-                order = order[::-1]
-            if r == 0 and order[0] != "random":
-                raise AssertionError("repeat 0 must train random first (it sets the target)")
-            for v in order:
-                if r == 0:
-                    run = train_policy(g, v, epochs=epochs, stats=True, test=True, **kw)
+            s = seed + r
+            kw = dict(fanouts=fanouts, batch_size=batch_size, hidden=hidden, lr=lr, k=k, bias=bias, seed=s)
+            warm_up(g, fanouts, batch_size, hidden, s)
+            rot = others[r % len(others):] + others[:r % len(others)]
+            target = None
+            for v in ["random", *rot]:
+                first = r == 0
+                run = train_policy(g, v, epochs=epochs, stats=first, test=first,
+                                   target=None if first or v == "random" else target, **kw)
+                if v == "random":
+                    target = target_fraction * max(run["val_acc"])
+                    res["targets"].append(target)
+                if first:
                     res[v].update(val_acc=run["val_acc"], loss=run["loss"], test_acc=run["test_acc"],
                                   stats=run["stats"], curve_s=np.cumsum(run["epoch_s"]).tolist())
-                    if v == "random":
-                        target = target_fraction * max(run["val_acc"])
-                        res["target"] = target
-                    res[v]["epochs_to_target"] = epochs_to(run["val_acc"], target)
-                    reached = res[v]["epochs_to_target"]
-                    times = run["epoch_s"][:reached] if reached else run["epoch_s"]
-                else:
-                    reached = res[v]["epochs_to_target"]
-                    n = reached or res["random"]["epochs_to_target"]
-                    run = train_policy(g, v, epochs=n, **kw)
-                    if run["val_acc"] != res[v]["val_acc"][:n]:
-                        raise AssertionError(f"{v}: repeat {r} validation curve differs from repeat 0's "
-                                             "(training is not deterministic)")
-                    times = run["epoch_s"]
+                reached = epochs_to(run["val_acc"], target)
+                times = run["epoch_s"][:reached] if reached else run["epoch_s"]
                 res[v]["epoch_s"].append(float(np.mean(times)))
-                if reached:
-                    res[v]["tta_s"].append(float(np.sum(times[:reached])))
-                log(f"repeat {r} {v}: {len(run['epoch_s'])} epochs trained, {np.mean(run['epoch_s']):.3f} s/epoch, "
+                res[v]["cap_s"].append(float(np.mean(times)) * epochs)
+                res[v]["epochs_to_target"].append(reached)
+                res[v]["tta_s"].append(float(np.sum(times)) if reached else None)
+                log(f"seed {s} {v}: {len(run['epoch_s'])} epochs trained, {np.mean(run['epoch_s']):.3f} s/epoch, "
                     f"last val acc {run['val_acc'][-1]:.4f}" + (f"; target {target:.4f} at epoch {reached} "
-                                                                f"({np.sum(times[:reached]):.2f} s)" if reached else
+                                                                f"({np.sum(times):.2f} s)" if reached else
                                                                 f"; target {target:.4f} not reached"))
+        res["target"] = res["targets"][0]
         return res
     finally:
         torch.set_num_threads(old_threads)
+
+
+def sweep_purity(g_kwargs: dict, purities: list[float], nodes: int, train_kwargs: dict,
+                 log: Callable[[str], None] = lambda s: None) -> dict[float, dict[str, Any]]:
+    """The regime: the comparison on a graph of ``nodes`` nodes at each label purity (one seed, the first),
+    policies timed one after another; {purity: compare's result}."""
+    from .graph import generate
+
+    out = {}
+    for x in sorted(purities):
+        g = generate(**(g_kwargs | {"label_purity": x, "nodes": nodes}))
+        log(f"regime: label purity {x:g} on {nodes} nodes")
+        out[x] = compare(g, **(train_kwargs | {"repeats": 1}), log=log)
+    return out

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlsys_flows.systems.common.dlrm import feature_salt, sigrid_hash
+from mlsys_flows.systems.common.dlrm import feature_salt, mix64, sigrid_hash
 
 from . import Params
 
@@ -159,13 +159,38 @@ def _sparse(col: pa.ChunkedArray, name: str, max_len: int, rows: int) -> tuple[n
     return sigrid_hash(values[idx], feature_salt(name), rows), keep.astype(np.int64)
 
 
-def transform(table: pa.Table, used: list[str], p: Params, item: int) -> list[Batch]:
-    """Filter to the used features, transform them and cut batches of ``batch_size`` rows."""
+BUCKETS = np.linspace(-3.0, 3.0, 63)  # 64 buckets over the standardized dense values
+
+
+def derive_features(dense: np.ndarray, sparse: dict[str, tuple[np.ndarray, np.ndarray]], rows: int,
+                    rounds: int) -> int:
+    """``rounds`` rounds of derived-feature generation, the costly part of production DLRM preprocessing
+    (the DSI paper's feature generation: crosses, n-grams, bucketized dense features). Per round, with a
+    salt of its own: each sparse column's bigrams of adjacent ids hashed into ``rows`` rows, and every
+    dense column bucketized. The derived features are computed and dropped (the model reads the basic
+    ones only): real CPU work that sets the preprocessing cost per sample. Returns a checksum, so no
+    round can be skipped."""
+    check = 0
+    for r in range(rounds):
+        for name, (ids, _) in sparse.items():
+            if ids.size > 1:
+                with np.errstate(over="ignore"):
+                    pair = ids[:-1].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ ids[1:].astype(np.uint64)
+                    check ^= int(sigrid_hash(mix64(pair), feature_salt(name) ^ r, rows).sum())
+        if dense.size:
+            check ^= int(np.searchsorted(BUCKETS + 1e-3 * r, dense.ravel()).sum())
+    return check
+
+
+def transform(table: pa.Table, used: list[str], p: Params, item: int, rounds: int = 0) -> list[Batch]:
+    """Filter to the used features, transform them (plus ``rounds`` rounds of derived features, see
+    :func:`derive_features`) and cut batches of ``batch_size`` rows."""
     dense_cols = [c for c in used if not c.startswith("sparse")]
     sparse_cols = [c for c in used if c.startswith("sparse")]
     dense = np.stack([_dense(table.column(c)) for c in dense_cols], axis=1) if dense_cols else \
         np.zeros((table.num_rows, 0), np.float32)
     sparse = {c: _sparse(table.column(c), c, 2 * p.sparse_list_len, p.table_rows) for c in sparse_cols}
+    derive_features(dense, sparse, p.table_rows, rounds)
     labels = table.column(LABEL).to_numpy().astype(np.float32)
     out = []
     for i, start in enumerate(range(0, table.num_rows, p.batch_size)):
@@ -179,12 +204,42 @@ def transform(table: pa.Table, used: list[str], p: Params, item: int) -> list[Ba
 
 
 def process_item(item: WorkItem, open_file: Callable[[str], object], used: list[str], p: Params,
-                 projected: bool) -> tuple[list[Batch], dict[str, float]]:
-    """Read and preprocess one work item; returns its batches and I/O counters."""
+                 projected: bool, rounds: int = 0) -> tuple[list[Batch], dict[str, float]]:
+    """Read and preprocess one work item (``rounds`` rounds of derived features included); returns its
+    batches and I/O counters."""
     with open_file(item.key) as raw:
         fh = CountingFile(raw)
         table = read_row_group(fh, item.row_group, [LABEL, *used] if projected else None, coalesce=projected)
         stats = {"bytes_read": fh.bytes_read, "read_calls": fh.calls}
     if not projected:
         table = table.select([LABEL, *used])  # the inline trainer filters after reading full rows
-    return transform(table, used, p, item.id), stats
+    return transform(table, used, p, item.id, rounds), stats
+
+
+def derive_ms_per_batch(item: WorkItem, open_file: Callable[[str], object], used: list[str], p: Params,
+                        repeats: int = 3) -> float:
+    """CPU ms that one round of derived features costs per batch of ``item`` (median of ``repeats``);
+    the flow calibrates on the trainer's core how many rounds make a chosen preprocessing cost."""
+    import time
+
+    with open_file(item.key) as fh:
+        table = read_row_group(fh, item.row_group, [LABEL, *used], coalesce=True)
+    dense_cols = [c for c in used if not c.startswith("sparse")]
+    dense = np.stack([_dense(table.column(c)) for c in dense_cols], axis=1)
+    sparse = {c: _sparse(table.column(c), c, 2 * p.sparse_list_len, p.table_rows) for c in used if c.startswith("sparse")}
+    rounds = 8
+    derive_features(dense, sparse, p.table_rows, rounds)  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        derive_features(dense, sparse, p.table_rows, rounds)
+        times.append((time.perf_counter() - t0) / rounds)
+    batches = -(-table.num_rows // p.batch_size)
+    return 1e3 * sorted(times)[len(times) // 2] / batches
+
+
+def rounds_for(extra: float, step_cpu_ms: float, round_ms_per_batch: float) -> int:
+    """Rounds of derived features that cost ``extra`` trainer steps of CPU per batch (0: none)."""
+    if extra < 0 or round_ms_per_batch <= 0:
+        raise ValueError("extra preprocessing must be >= 0 and a round must cost some time")
+    return max(1, round(extra * step_cpu_ms / round_ms_per_batch)) if extra > 0 else 0

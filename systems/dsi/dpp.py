@@ -5,6 +5,9 @@ DPP runs on any :class:`Executor` (the flow adapts a Dask client; tests use thre
   item as acknowledged once all its batches sit in the trainer's bounded queue, re-issues an
   unacknowledged item when its worker disappears, its attempt fails or its lease expires, and
   drops late duplicates, so every item reaches the trainer exactly once;
+- the master is event-driven: it sleeps until an attempt finishes (the handle's done callback), the next
+  controller decision or a liveness/lease check is due, instead of polling the handles every few ms on
+  the trainer's core (handles without callbacks fall back to a 5 ms poll);
 - the controller adds a worker when the trainer's stall fraction over the last interval is
   above ``stall_high`` and removes one when it is below ``stall_low`` with a nearly full queue,
   within ``min_workers`` and ``min(max_workers, live workers)``.
@@ -155,13 +158,14 @@ class PrefetchLoader:
 
 def run_inline(items: list[WorkItem], open_file: Callable[[str], Any], used: list[str], p: Params,
                device: str = "cpu", projected: bool = True, passes: int | None = None,
-               load: Load | None = None) -> dict[str, float]:
+               load: Load | None = None, rounds: int = 0) -> dict[str, float]:
     """The trainer loads data on its own host: ``loader_threads`` prefetch threads read (projected
-    and coalesced, or full rows) and preprocess work items in order while the trainer steps.
+    and coalesced, or full rows) and preprocess work items in order while the trainer steps
+    (``rounds``: rounds of derived features per item, see :func:`data.derive_features`).
 
     Stall = time the trainer waits for the next item's batches."""
     trainer = Trainer(p, used, device, passes=passes)
-    load = load or (lambda it: process_item(it, open_file, used, p, projected=projected))
+    load = load or (lambda it: process_item(it, open_file, used, p, projected=projected, rounds=rounds))
     stall_s = bytes_read = calls = 0.0
     t_start = time.perf_counter()
     for fut in PrefetchLoader(items, load, p.loader_threads, p.prefetch):
@@ -232,8 +236,12 @@ class Master:
     def __post_init__(self):
         self.pending = deque(self.items)
         self.queued = {it.id for it in self.items}
+        self.by_id = {it.id: it for it in self.items}
         self._live: list[str] = []
         self._live_at = -1.0
+        self.wake = threading.Event()  # set by an attempt's done callback
+        self.polling = False           # a handle without callbacks: poll every 5 ms instead
+        self.wakeups = 0
 
     def live_workers(self, now: float) -> list[str]:
         if now - self._live_at > 0.2:  # asking the scheduler on every loop would flood it
@@ -251,7 +259,13 @@ class Master:
         if self.tries[item.id] > self.p.max_attempts:
             raise DPPError(f"work item {item.id} ({item.key} row group {item.row_group}) failed "
                            f"{self.p.max_attempts} times")
-        self.attempts.setdefault(item.id, []).append(_Attempt(worker, self.executor.submit(item, worker), now))
+        handle = self.executor.submit(item, worker)
+        on_done = getattr(handle, "add_done_callback", None)
+        if on_done is None:
+            self.polling = True
+        else:
+            on_done(lambda _: self.wake.set())
+        self.attempts.setdefault(item.id, []).append(_Attempt(worker, handle, now))
 
     def _deliver(self, batches: list[Batch]) -> bool:
         for b in batches:
@@ -268,7 +282,7 @@ class Master:
     def step(self, now: float) -> None:
         """One pass: retire dead workers' items, collect results, renew leases, assign work."""
         live = self.live_workers(now)
-        by_id = {it.id: it for it in self.items}
+        by_id = self.by_id
         for item_id, atts in list(self.attempts.items()):
             for a in list(atts):
                 if a.worker not in live:  # the worker died or left: its unacknowledged item goes back
@@ -324,6 +338,7 @@ class Master:
         no_worker_since = None
         try:
             while len(self.acked) < len(self.items) and not self.stop.is_set():
+                self.wake.clear()  # a callback from here on wakes the wait below at once
                 now = time.perf_counter()
                 self.step(now)
                 if not self.live_workers(now):
@@ -337,7 +352,11 @@ class Master:
                     self.controller.decide(now - start, (stall - last_stall) / (now - last),
                                            self.out.qsize() / self.p.queue_depth, len(self.live_workers(now)))
                     last, last_stall = now, stall
-                time.sleep(0.005)
+                due = last + self.p.control_interval_s - time.perf_counter()
+                if self.polling:
+                    time.sleep(0.005)
+                elif self.wake.wait(timeout=max(0.001, min(0.2, due))):  # 0.2 s: liveness and leases
+                    self.wakeups += 1
         except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer thread
             self.error = exc
 
@@ -399,3 +418,19 @@ def torch_threads(n: int):
         yield
     finally:
         torch.set_num_threads(old)
+
+
+# ----- the regime: preprocessing cost per sample ------------------------------------------------
+REGIME_VARIANTS = ("inline", "dpp", "dpp_colocated")
+
+
+def sweep_preprocessing(values: list[float], run: Callable[[str, float], float],
+                        variants: tuple[str, ...] = REGIME_VARIANTS) -> dict[float, dict[str, float]]:
+    """The regime sweep: ``run(variant, extra)`` (trainer samples/s of one run) for every variant at each
+    extra preprocessing cost in ``values``, one run each, rotating which variant goes first so none
+    always runs on a warmer machine. Returns {extra: {variant: samples/s}}."""
+    out: dict[float, dict[str, float]] = {}
+    for i, x in enumerate(values):
+        k = i % len(variants)
+        out[x] = {v: run(v, x) for v in variants[k:] + variants[:k]}
+    return out

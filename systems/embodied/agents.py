@@ -10,7 +10,9 @@ invalid plan: it is counted with its reason and never raises.
 Protocols: ``feedback=False`` is open loop -- the agent plans once from the initial observation and
 the plan runs until it ends, an action is invalid, or the episode ends. ``feedback=True`` is closed
 loop -- after each plan the agent gets the new observation plus the feedback on every executed action
-and replans, up to ``max_rounds`` plans (an invalid plan costs a round).
+and replans, up to ``max_rounds`` plans (an invalid plan costs a round). ``feedback=False,
+replan=True`` gives the same round budget without the feedback: the agent replans from the new
+observation alone (the ablation that separates feedback from retries).
 
 Agents: ``ScriptedPlanner`` (a keyword planner that reads the text the way a weak model would: it takes
 the first object/destination pair unless the instruction is a plain list, reads one attribute word
@@ -18,6 +20,9 @@ only, knows only part of the common-sense vocabulary, ignores spatial relations,
 hidden object is; it uses no feedback), ``FeedbackReplanner`` (the same reading, but it replans from
 the feedback: after a plan that ran without error yet did not finish the task it moves to its next
 interpretation, after an invalid action it replans from what the new observation reveals),
+``ObservationReplanner`` (the same reading, replanning from the new observation only: without
+feedback it cannot tell a plan cut short by an invalid action from a plan that ran and did not finish
+the task, so after every plan it moves to its next interpretation, re-reading the world it now sees),
 ``LLMAgent`` (any OpenAI-compatible chat endpoint through systems.common.llm) and ``ExpertAgent``
 (reads the environment's full state: an upper bound, not a language agent).
 """
@@ -286,6 +291,19 @@ class FeedbackReplanner(ScriptedPlanner):
             self.hyp += 1
 
 
+class ObservationReplanner(ScriptedPlanner):
+    """The scripted planner given the closed loop's round budget but no feedback: each new plan is made
+    from the new observation only. Being asked again tells it the task is not done, but not why, so it
+    moves to its next interpretation after every plan (keeping the same one replans a wrong reading
+    forever and does worse: tests/unit/test_embodiedbench.py)."""
+    name = "scripted_replan"
+    uses_feedback = False
+
+    def _update(self, inp: AgentInput) -> None:
+        if inp.round > 0:
+            self.hyp += 1
+
+
 def _plan_high(st, goal, closes) -> list[int]:
     A = high.action_id
     recs, objs = st["recs"], st["objs"]
@@ -441,16 +459,20 @@ class EpisodeResult:
     reasons: list[str] = field(default_factory=list)
 
 
-def run_episode(env: Env, agent, feedback: bool, max_rounds: int = 10) -> EpisodeResult:
-    """One episode under the open-loop (feedback=False: one plan) or closed-loop protocol. Invalid
-    plans and actions are recorded in the result; agent exceptions are too (never raised)."""
+def run_episode(env: Env, agent, feedback: bool, max_rounds: int = 10, replan: bool | None = None) -> EpisodeResult:
+    """One episode under the open-loop (feedback=False: one plan) or closed-loop protocol (feedback=True:
+    up to ``max_rounds`` plans, each told the feedback on the last one). ``replan=True`` without feedback
+    allows the same ``max_rounds`` plans, each made from the new observation alone (default: replan
+    exactly when there is feedback). Invalid plans and actions are recorded in the result; agent
+    exceptions are too (never raised)."""
+    replan = feedback if replan is None else replan
     obs = env.reset()
     agent.reset(env)
     task = env.task
     res = EpisodeResult(task.id, task.level, task.subset, feedback)
     names = tuple(env.action_names)
     fb_text: str | None = None
-    for rnd in range(max_rounds if feedback else 1):
+    for rnd in range(max_rounds if replan else 1):
         res.rounds += 1
         inp = AgentInput(task.level, task.instruction, obs.text, fb_text if feedback else None, rnd, names)
         try:
@@ -497,9 +519,12 @@ def run_episode(env: Env, agent, feedback: bool, max_rounds: int = 10) -> Episod
 
 
 def make_agent(kind: str, client=None, max_tokens: int = 256):
-    """``scripted`` (open loop), ``scripted_feedback``, ``expert`` or ``llm`` (needs ``client``)."""
+    """``scripted`` (open loop), ``scripted_feedback``, ``scripted_replan`` (rounds from observations
+    only), ``expert`` or ``llm`` (needs ``client``)."""
     if kind == "scripted":
         return ScriptedPlanner()
+    if kind == "scripted_replan":
+        return ObservationReplanner()
     if kind == "scripted_feedback":
         return FeedbackReplanner()
     if kind == "expert":

@@ -10,8 +10,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, SystemSpec
+from mlsys_flows.systems.common.params import FieldValueError, SystemParams
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 VARIANTS = ("rl_scratch", "prior_only", "prior_rl")
 LEVEL_NAMES = ("high", "low")
@@ -21,7 +21,8 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "era"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(seeds=1, train_per_subset=2, test_per_subset=1, prior_epochs=4, rl_env_steps=128,
-                      rollout_steps=64, minibatch=64, n_envs=8, hidden=32, critic_warmup_updates=1),
+                      rollout_steps=64, minibatch=64, n_envs=8, hidden=32, critic_warmup_updates=1,
+                      regime_rl_share=[0.0, 1.0]),
         "quick": dict(seeds=3, train_per_subset=50, test_per_subset=5, prior_epochs=15, rl_env_steps=4096,
                       rollout_steps=512, n_envs=16, hidden=64),
         "full": dict(seeds=5, train_per_subset=400, test_per_subset=25, prior_epochs=30, rl_env_steps=100_000,
@@ -74,6 +75,12 @@ class Params(SystemParams):
     distance_coef: float = Field(0.05, ge=0.0, le=10.0, description="Reward per step the scripted expert's remaining "
                                  "plan shrinks (dense progress toward the goal); 0 turns it off.")
     invalid_penalty: float = Field(0.05, ge=0.0, le=10.0, description="Penalty for an action the environment rejects.")
+    # the regime
+    regime_rl_share: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=2, max_length=16,
+                                         description="RL budgets of the regime sweep as shares of rl_env_steps (each "
+                                                     "rounded down to whole rollouts; 1 is rl_env_steps): the RL runs' "
+                                                     "policies evaluated on the test tasks after the update that reaches "
+                                                     "each budget (no extra training).")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -81,7 +88,19 @@ class Params(SystemParams):
             raise ValueError(f"minibatch ({self.minibatch}) must not exceed rollout_steps ({self.rollout_steps})")
         if self.n_envs > self.rollout_steps:
             raise ValueError(f"n_envs ({self.n_envs}) must not exceed rollout_steps ({self.rollout_steps})")
+        if any(not 0.0 <= x <= 1.0 for x in self.regime_rl_share):
+            raise FieldValueError("regime_rl_share", "shares of the RL budget must lie in [0, 1]")
+        if len(self.regime_rl_steps) < 2:
+            raise FieldValueError("regime_rl_share", f"needs at least 2 distinct budgets once rounded down to whole "
+                                  f"rollouts of {self.rollout_steps} steps (got {self.regime_rl_steps})")
         return self
+
+    @property
+    def regime_rl_steps(self) -> list[int]:
+        """The regime's RL budgets in environment steps: each share of rl_env_steps rounded down to whole
+        rollouts (the budget itself for a share of 1), distinct, ascending."""
+        return sorted({self.rl_env_steps if x >= 1.0 else int(x * self.rl_env_steps) // self.rollout_steps * self.rollout_steps
+                       for x in self.regime_rl_share})
 
 
 def run_cell(p: Params, level: str, seed_index: int, variants: tuple[str, ...] = VARIANTS) -> dict:
@@ -93,14 +112,25 @@ def run_cell(p: Params, level: str, seed_index: int, variants: tuple[str, ...] =
 
 SPEC = SystemSpec(
     name="era", title="ERA: embodied prior learning + online RL", paper="ERA (Chen, Zhao, Yang et al., Oct 2025)", family="embodied",
-    params=Params, baselines=("rl_scratch", "prior_only"),
+    params=Params, baselines=("prior_only", "rl_scratch"),
+    roles={"prior_only": ("deployable",), "rl_scratch": ("deployable",)},
+    mechanism=Mechanism(
+        "the embodied prior (stage 1)", "rl_scratch",
+        "the same turn-level PPO with the same RL environment steps, the same shaped reward and the same starting "
+        "weights, without prior learning (its learning rate and entropy bonus tuned for it on validation tasks)"),
+    regime=Regime(
+        "rl_env_steps", unit="RL environment steps per level and seed", paper_value=None,
+        paper_source="the paper trains a 3B model with its own RL budget, not comparable to this policy's steps",
+        statement="what online RL adds to the prior grows with the RL budget: at 0 steps prior + RL is the prior; "
+                  "the policies of the same RL runs evaluated after each budget"),
     claims=(
-        Claim("failure_rate", "rl_scratch", "prior_rl", "lower", None,
-              "a 3B model beats GPT-4o by 8.4 (high level) and 19.4 (low level) points of success; here: prior + RL vs "
-              "RL from scratch at equal RL environment steps, share of held-out test tasks failed (1 - success), mean "
-              "of both levels (finite where RL from scratch solves nothing)", headline=True),
         Claim("failure_rate", "prior_only", "prior_rl", "lower", None,
-              "what online RL adds to the embodied prior: test tasks failed, mean of both levels"),
+              "a 3B model beats GPT-4o by 8.4 (high level) and 19.4 (low level) points of success; here: what online "
+              "RL adds to the embodied prior, prior + RL vs the prior alone, share of held-out test tasks failed "
+              "(1 - success), mean of both levels", headline=True),
+        Claim("failure_rate", "rl_scratch", "prior_rl", "lower", None,
+              "prior + RL vs RL from scratch at equal RL environment steps: test tasks failed, mean of both levels "
+              "(finite where RL from scratch solves nothing)"),
         Claim("success_rate", "rl_scratch", "prior_rl", "higher", None,
               "test success, mean of both levels (infinite where RL from scratch solves no test task)"),
         Claim("success_rate", "prior_only", "prior_rl", "higher", None, "test success over the prior alone"),

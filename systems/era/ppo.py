@@ -9,6 +9,7 @@ several epochs of minibatch updates per rollout.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,14 +57,16 @@ def gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, last_value: 
 class _Slot:
     """One environment running episodes of randomly drawn training tasks."""
 
-    def __init__(self, tasks: list, rng: np.random.Generator, encoder: Encoder, n_actions: int, shaping: Shaping):
+    def __init__(self, tasks: list, rng: np.random.Generator, encoder: Encoder, n_actions: int, shaping: Shaping,
+                 make: Callable = make_env):
         self.tasks, self.rng, self.encoder, self.n_actions, self.shaping = tasks, rng, encoder, n_actions, shaping
+        self.make = make
         self.buf: dict[str, list] = {k: [] for k in ("x", "mask", "a", "logp", "v", "r", "done")}
         self.new_episode()
 
     def new_episode(self) -> None:
         self.task = self.tasks[int(self.rng.integers(len(self.tasks)))]
-        self.env = make_env(self.task)
+        self.env = self.make(self.task)
         self.obs = self.env.reset()
         self.t = 0
         self.progress = goal_progress(self.env)
@@ -101,11 +104,15 @@ class _Slot:
 
 
 def ppo_train(net: PolicyNet, tasks: list, encoder: Encoder, n_actions: int, cfg: PPOConfig, shaping: Shaping,
-              rng: np.random.Generator, generator: torch.Generator) -> dict:
+              rng: np.random.Generator, generator: torch.Generator, on_update: Callable[[int], None] | None = None,
+              make: Callable = make_env) -> dict:
     """Train ``net`` in place for exactly ``cfg.env_steps`` environment steps. Returns counts and the
-    training curve (env steps at each update, success rate of the episodes finished in that rollout)."""
+    training curve (env steps at each update, success rate of the episodes finished in that rollout).
+    ``on_update(env_steps)`` runs after every update (e.g. to evaluate the policy at a smaller budget: the
+    training is the same prefix whatever the budget, as long as it is a multiple of the rollout); ``make``
+    builds a task's environment (the embodied ones by default; a unit test passes a tiny one)."""
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, eps=1e-5)
-    slots = [_Slot(tasks, rng, encoder, n_actions, shaping) for _ in range(cfg.n_envs)]
+    slots = [_Slot(tasks, rng, encoder, n_actions, shaping, make) for _ in range(cfg.n_envs)]
     steps = episodes = successes = updates = 0
     curve_steps: list[int] = []
     curve_success: list[float] = []
@@ -145,6 +152,8 @@ def ppo_train(net: PolicyNet, tasks: list, encoder: Encoder, n_actions: int, cfg
         curve_steps.append(steps)
         curve_success.append(float(np.mean([ok for ok, _ in finished])) if finished else float("nan"))
         curve_return.append(float(np.mean([r for _, r in finished])) if finished else float("nan"))
+        if on_update is not None:
+            on_update(steps)
     return {"env_steps": steps, "episodes": episodes, "train_successes": successes, "updates": updates,
             "curve_steps": curve_steps, "curve_success": curve_success, "curve_return": curve_return}
 

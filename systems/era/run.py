@@ -6,6 +6,10 @@
 
 rl_scratch starts from the very weights prior learning starts from, and both RL runs draw their
 training episodes from the same generator state, so the variants differ only in the stage-1 prior.
+
+The regime (``p.regime_rl_steps``): each RL run's policy is also evaluated on the test tasks after the
+update that reaches each smaller budget (training does not depend on the budget, so that policy is the
+one a run with that budget ends with); budget 0 is the starting policy (the prior, or the initial weights).
 """
 from __future__ import annotations
 
@@ -69,14 +73,28 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...]) -> dict
                  "overlaps_dropped": sets.overlaps_dropped, "variants": {}, "curves": {}}
 
     def rl(net: PolicyNet, variant: str) -> tuple[dict, float]:
+        budgets = {b for b in p.regime_rl_steps if b < p.rl_env_steps}
+        at: dict[int, float] = {}
+        if 0 in budgets:
+            at[0] = evaluate(net, sets.test, encoder, n_actions)["success_rate"]
+
+        def checkpoint(steps: int) -> None:
+            if steps in budgets:
+                at[steps] = evaluate(net, sets.test, encoder, n_actions)["success_rate"]
         started = time.perf_counter()
         log = ppo_train(net, sets.train, encoder, n_actions, ppo_config(p, variant), shaping(p),
-                        np.random.default_rng(seed + 1), torch.Generator().manual_seed(seed + 2))
+                        np.random.default_rng(seed + 1), torch.Generator().manual_seed(seed + 2), on_update=checkpoint)
+        log["at_budget"] = at
         return log, time.perf_counter() - started
 
     def result(net: PolicyNet, train_s: float, rl_log: dict | None) -> dict:
         ev = evaluate(net, sets.test, encoder, n_actions)
+        at = dict(rl_log["at_budget"]) if rl_log else {}
+        # success on the test tasks at each RL budget of the regime (the prior alone takes no RL steps)
+        regime = {str(b): (ev["success_rate"] if rl_log is None or b >= p.rl_env_steps else at[b])
+                  for b in p.regime_rl_steps}
         return {"success_rate": ev["success_rate"], "per_subset": ev["per_subset"], "test_episodes": ev["episodes"],
+                "success_at_rl_steps": regime,
                 "test_invalid_actions": ev["invalid"], "test_steps": ev["steps"], "train_s": train_s,
                 "rl_env_steps": rl_log["env_steps"] if rl_log else 0,
                 "rl_episodes": rl_log["episodes"] if rl_log else 0,

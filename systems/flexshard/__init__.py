@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, SystemSpec, reduction
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec, reduction
 
 from .plan import (FULL, NODE, SHARD, Plan, Topology, access_estimates, baseline_capacity, flexshard, rowwise,
                    rowwise_cache, tier_costs)
@@ -33,13 +33,18 @@ VARIANTS: dict[str, tuple[str, bool]] = {
     "rowwise_dedup": ("rowwise", True),
     "rowwise_dedup_cache": ("rowwise_dedup_cache", True),
     "flexshard_dedup": ("flexshard_dedup", True),
+    "flexshard_flat": ("flexshard_flat", False),
 }
+ABLATION = "flexshard_flat"  # FlexShard without its per-node tier: rows sharded or replicated on every device
+# the regime's variants at each point: the technique, its ablation and the per-lookup and dedup baselines
+REGIME_VARIANTS = ("rowwise", "rowwise_cache", "rowwise_dedup", "flexshard", ABLATION)
 
 
 class Params(SystemParams):
     SYSTEM: ClassVar[str] = "flexshard"
     PRESETS: ClassVar[dict] = {
-        "smoke": dict(tables=2, rows=100_000, batch_per_device=16, train_iterations=80, eval_iterations=8, replay_tasks=2),
+        "smoke": dict(tables=2, rows=100_000, batch_per_device=16, train_iterations=80, eval_iterations=8, replay_tasks=2,
+                      regime_lookups_per_row=[0.03, 3.0], regime_train_iterations=20, regime_eval_iterations=2),
         "quick": dict(tables=4, rows=500_000, batch_per_device=64, train_iterations=40, eval_iterations=16, replay_tasks=2),
         "full": dict(tables=8, rows=4_000_000, batch_per_device=512, train_iterations=100, eval_iterations=64, replay_tasks=16),
     }
@@ -61,6 +66,14 @@ class Params(SystemParams):
     intra_node_gb_s: float = Field(300.0, gt=0.0, le=100_000.0, description="Intra-node bandwidth per device and direction, GB/s (A100 NVLink: 600 GB/s bidirectional).")
     inter_node_gb_s: float = Field(25.0, gt=0.0, le=100_000.0, description="Inter-node bandwidth per device and direction, GB/s (one 200 Gb/s RDMA NIC per GPU).")
     # technique
+    # the regime: batch x sequence / rows
+    regime_lookups_per_row: list[float] = Field(
+        [0.03, 0.3, 1.0, 3.0], min_length=2, max_length=12,
+        description="Values of batch_per_device x seq_len / rows (a device's lookups per iteration per table row) "
+                    "of the regime sweep: at each, rows = batch_per_device x seq_len / value, one table, FlexShard and "
+                    "the baselines planned and replayed (counted) on a shorter trace (regime_*_iterations).")
+    regime_train_iterations: int = Field(20, ge=1, le=100_000, description="Training iterations at each regime point.")
+    regime_eval_iterations: int = Field(4, ge=1, le=100_000, description="Held-out iterations at each regime point.")
     memory_headroom: float = Field(0.05, ge=0.0, le=8.0, description="Per-device embedding memory FlexShard may use for replicas, as a share above row-wise sharding's footprint; the row-wise baselines get the memory FlexShard's plan uses as a cache of hot rows.")
 
     @model_validator(mode="after")
@@ -74,9 +87,23 @@ class Params(SystemParams):
         if lookups * max(self.train_iterations, -(-self.eval_iterations // self.replay_tasks)) > 2_000_000_000:
             raise ValueError("devices x batch_per_device x seq_len x tables x (train_iterations, or eval_iterations / "
                              f"replay_tasks) exceeds 2e9 lookups per task ({lookups} lookups per iteration)")
+        for x in self.regime_lookups_per_row:
+            if not 0 < x <= 1000 or not 1000 <= self.regime_rows(x) <= 100_000_000:
+                raise ValueError(f"regime_lookups_per_row value {x} gives {self.regime_rows(x) if x > 0 else 0} rows "
+                                 "(batch_per_device x seq_len / value must be 1000..1e8)")
+        if len(set(self.regime_lookups_per_row)) != len(self.regime_lookups_per_row):
+            raise ValueError("regime_lookups_per_row repeats a value")
         if self.tables * self.rows > 1_000_000_000:
             raise ValueError(f"tables x rows must be at most 1e9 (got {self.tables * self.rows})")
         return self
+
+    def regime_rows(self, lookups_per_row: float) -> int:
+        """Rows of the one table of a regime point: batch_per_device x seq_len / lookups_per_row."""
+        return int(round(self.batch_per_device * self.seq_len / lookups_per_row))
+
+    def lookups_per_row(self) -> float:
+        """The headline workload's batch_per_device x seq_len / rows."""
+        return self.batch_per_device * self.seq_len / self.rows
 
     @property
     def devices(self) -> int:
@@ -123,6 +150,8 @@ def make_plans(p: Params, w: Workload) -> dict[str, Plan]:
                                ("flexshard", "rowwise_cache"))
     plans |= equal_memory_pair(q, u, w.train_counts, w.offsets, topo, p.memory_headroom,
                                ("flexshard_dedup", "rowwise_dedup_cache"))
+    plans[ABLATION] = flexshard(lam, u, w.offsets, topo, p.memory_headroom, tiered=False)
+    plans[ABLATION].name = ABLATION
     for h, fs, cache in sweep_points(p):
         if fs not in plans:
             plans |= equal_memory_pair(lam, u, w.train_counts, w.offsets, topo, h, (fs, cache))
@@ -182,6 +211,29 @@ def replay_chunk(p: Params, w: Workload, plans: dict[str, Plan], ids: np.ndarray
     return out
 
 
+def regime_point(p: Params, lookups_per_row: float) -> dict[str, dict[str, float]]:
+    """One point of the regime sweep: one table of ``p.regime_rows(lookups_per_row)`` rows (batch, sequence,
+    devices and headroom as ``p``), planned from ``regime_train_iterations`` and replayed on
+    ``regime_eval_iterations`` held-out ones: {variant: summarized metrics} for ``REGIME_VARIANTS``."""
+    q = type(p).model_validate({**p.model_dump(), "tables": 1, "rows": p.regime_rows(lookups_per_row),
+                                "train_iterations": p.regime_train_iterations,
+                                "eval_iterations": p.regime_eval_iterations, "replay_tasks": 1})
+    w, topo = q.make_workload(), q.topology()
+    lam, _, u = access_estimates(w.train_counts, w.offsets, w.train_iterations, w.devices)
+    plans = {"rowwise": rowwise(w.offsets, topo)}
+    plans |= equal_memory_pair(lam, u, w.train_counts, w.offsets, topo, q.memory_headroom, ("flexshard", "rowwise_cache"))
+    plans[ABLATION] = flexshard(lam, u, w.offsets, topo, q.memory_headroom, tiered=False)
+    ids, counts = heldout_chunk(w, q.eval_iterations, 0, q.seed)
+    streams = {dedup: fetch_stream(ids, counts, w.total_rows, dedup) for dedup in (False, True)}
+    out = {}
+    for name in REGIME_VARIANTS:
+        plan, dedup = VARIANTS[name]
+        out[name] = summarize({k: v.tolist() for k, v in replay(plans[plan], ids, counts, topo, w.total_rows, dedup,
+                                                                 streams[dedup]).items()})
+        out[name]["memory_vs_rowwise"] = float(plans[plan].rows_per_device(topo).max() / plans["rowwise"].capacity_rows)
+    return out
+
+
 def summarize(per_iteration: dict[str, list[float]]) -> dict[str, float]:
     """Mean per iteration of the replayed fields, with the totals the ratios compare."""
     m = {k: float(np.mean(v)) for k, v in per_iteration.items()}
@@ -193,7 +245,7 @@ def summarize(per_iteration: dict[str, list[float]]) -> dict[str, float]:
     return m
 
 
-__all__ = ["Params", "Plan", "Topology", "Workload", "FIELDS", "HEADROOM_SWEEP", "VARIANTS", "SHARD", "NODE", "FULL",
+__all__ = ["Params", "ABLATION", "REGIME_VARIANTS", "regime_point", "Plan", "Topology", "Workload", "FIELDS", "HEADROOM_SWEEP", "VARIANTS", "SHARD", "NODE", "FULL",
            "access_estimates", "baseline_capacity", "flexshard", "rowwise", "rowwise_cache", "tier_costs", "replay",
            "fetch_stream", "link_time", "sync_matrices", "make_workload", "heldout_chunk", "chunk_to_npz",
            "chunk_from_npz", "equal_memory_pair", "make_plans", "sweep_points", "replays", "plans_to_npz",
@@ -208,11 +260,29 @@ SPEC = SystemSpec(
     name="flexshard", title="FlexShard: row-level tiering of sequence embeddings", paper="FlexShard",
     family="recsys-embeddings", params=Params,
     baselines=("rowwise_cache", "rowwise", "rowwise_dedup", "rowwise_dedup_cache"),
+    # every baseline is planned from the training trace only (the caches hold the rows most looked up in
+    # training) and replayed on the held-out trace
+    roles={"rowwise": ("paper", "deployable"), "rowwise_cache": ("deployable",), "rowwise_dedup": ("deployable",),
+           "rowwise_dedup_cache": ("deployable",)},
+    mechanism=Mechanism(
+        "row-level tiering with a per-node replica tier, chosen by the traffic each copy saves", ABLATION,
+        f"{ABLATION} is FlexShard's planner (the same touch probabilities, the same saving-per-byte ranking, the same "
+        "memory) with the per-node tier removed: a row is sharded or replicated on every device, never once per node, "
+        "so inter- vs intra-node bandwidth can no longer shape the plan"),
+    regime=Regime(
+        "batch x sequence / rows", unit="lookups per row per device per iteration",
+        paper_source="not stated by the paper; its production tables are touched many times per device per "
+                     "iteration (issue 30: the sweep spans 0.03-3)",
+        statement="a row a device touches less than about once per iteration costs more to keep in sync as a replica "
+                  "than its fetches cost; the more lookups per row, the more rows replication pays for"),
     claims=(
         Claim("comm_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
               f"{_ALL_TRAFFIC}, vs {_EQUAL_MEMORY}. Paper: >85% less global all-to-all traffic (ratio 1/(1-0.85)) "
               "at no extra memory; the paper counts the all-to-all only (see alltoall_bytes), not the replicas' "
               "gradient sync", headline=True),
+        Claim("alltoall_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
+              "the paper's comparison: all-to-all bytes only, vs row-wise sharding (FlexShard's extra memory left "
+              "idle there, the replicas' gradient sync not counted). Paper: >85% less all-to-all traffic"),
         Claim("alltoall_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
               f"all-to-all bytes only (the paper's metric: >85% less), vs {_EQUAL_MEMORY}"),
         Claim("modeled_comm_latency_s", "rowwise_cache", "flexshard", "lower", 6.0,

@@ -132,21 +132,23 @@ def tier_costs(demand: np.ndarray, u: np.ndarray, topo: Topology) -> np.ndarray:
     return b * np.stack([shard, node, full], axis=1)
 
 
-def flexshard(demand: np.ndarray, u: np.ndarray, offsets: np.ndarray, topo: Topology, headroom: float) -> Plan:
+def flexshard(demand: np.ndarray, u: np.ndarray, offsets: np.ndarray, topo: Topology, headroom: float,
+              tiered: bool = True) -> Plan:
     """FlexShard tiering under the per-device memory of ``(1 + headroom)`` x the baseline's.
 
     Greedy by saving per byte: each row starts sharded; its upgrades (SHARD->NODE, NODE->FULL, or
     SHARD->FULL where the NODE step is not on the row's convex hull) are ranked by the expected
     communication time they save per extra row copy, and the best are taken while the extra copies
     fit. The rest stays sharded, spread round-robin in order of demand so hot rows land on
-    different devices (balanced links)."""
+    different devices (balanced links). ``tiered=False`` (the mechanism's ablation) drops the per-node
+    tier: a row is either sharded or replicated on every device."""
     rows, d, g = int(offsets[-1]), topo.devices, topo.per_node
     capacity = int(baseline_capacity(offsets, d) * (1 + headroom))
     # per-device rounding of round-robin tiers costs at most 2 rows per device (NODE and SHARD)
     budget = max(0, d * (capacity - 2) - rows)
     cost, mem = tier_costs(demand, u, topo), topo.copies()
     # one node: NODE is SHARD; one device per node: NODE is FULL
-    levels = [SHARD, FULL] if topo.nodes == 1 or g == 1 else [SHARD, NODE, FULL]
+    levels = [SHARD, FULL] if topo.nodes == 1 or g == 1 or not tiered else [SHARD, NODE, FULL]
     # convex hull per row: NODE is skipped where going straight to FULL saves more per copy
     step1 = (cost[:, SHARD] - cost[:, levels[1]]) / (mem[levels[1]] - mem[SHARD])
     if len(levels) == 3:

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 from .dropout import UpdateError
 from .federation import (POLICIES, Config, History, Plan, Workload, final_accuracy, make_workload,
-                         plan_stragglers, run_federation, time_to_target)
+                         plan_stragglers, rescale_stragglers, round_times, run_federation, slow_stragglers,
+                         time_to_target)
 
 
 class Params(SystemParams):
     SYSTEM: ClassVar[str] = "fluid"
     PRESETS: ClassVar[dict] = {
-        "smoke": dict(clients=8, hidden=64, rounds=6, local_epochs=1, faulty_clients=3),
-        "quick": dict(clients=16, hidden=256, rounds=20, local_epochs=2, repeats=3),
+        "smoke": dict(clients=8, hidden=64, rounds=6, local_epochs=1, faulty_clients=3,
+                      regime_straggler_slowdown=[1.0, 3.0]),
+        "quick": dict(clients=16, hidden=256, rounds=20, local_epochs=2, repeats=5),
         "full": dict(clients=20, hidden=512, rounds=100, local_epochs=2, repeats=5),
     }
 
@@ -28,6 +30,9 @@ class Params(SystemParams):
     test_fraction: float = Field(0.25, ge=0.05, le=0.5, description="Share of load_digits held out as the global test set (stratified).")
     speed_min: float = Field(1.0, ge=1.0, le=20.0, description="Slowest-to-fastest speed factor range: each client's factor is uniform in [speed_min, speed_max] (1 = reference device).")
     speed_max: float = Field(2.5, ge=1.0, le=20.0, description="Upper end of the client speed factors (a factor of 2.5 trains 2.5x slower).")
+    straggler_slowdown: float = Field(1.5, ge=1.0, le=20.0, description="The slowest straggler_fraction of the clients (by profiled compute) are made this many times slower on top of their speed factor: the gap that sub-models must close (it sizes their r: about 0.55-0.75 at 1.5).")
+    regime_straggler_slowdown: list[float] = Field([1.0, 1.25, 1.5, 2.0, 3.0, 4.0], min_length=2, max_length=16,
+                                                   description="Regime: straggler slowdowns at which the headline runs are re-timed (the stragglers' speed factors rescaled; every client's measured compute, accuracy curve and sub-model sizes as run at straggler_slowdown).")
     # model and local training
     hidden: int = Field(256, ge=8, le=2048, description="Neurons of each of the MLP's two hidden layers.")
     rounds: int = Field(20, ge=2, le=1000, description="Federated rounds per policy.")
@@ -48,6 +53,13 @@ class Params(SystemParams):
     faulty_clients: int = Field(0, ge=0, le=99, description="Clients 0..k-1 misbehave in round 1 (in turn: NaN update, raised error, wrong shapes) and must be excluded from it.")
     compare_workers: bool = Field(True, description="Also time FedAvg rounds with the clients fanned out on 1 worker vs every worker (measured).")
 
+    @field_validator("regime_straggler_slowdown")
+    @classmethod
+    def _slowdowns(cls, v):
+        if any(not 1.0 <= x <= 20.0 for x in v) or len(set(v)) != len(v):
+            raise ValueError("slowdowns must be distinct, each from 1 to 20")
+        return sorted(v)
+
     @model_validator(mode="after")
     def _consistent(self):
         if self.speed_min > self.speed_max:
@@ -63,8 +75,9 @@ class Params(SystemParams):
                       faulty_clients=self.faulty_clients, seed=seed)
 
     def workload(self, seed: int) -> Workload:
-        return make_workload(self.clients, self.dirichlet_alpha, self.test_fraction, self.speed_min, self.speed_max,
-                             seed)
+        w = make_workload(self.clients, self.dirichlet_alpha, self.test_fraction, self.speed_min, self.speed_max, seed)
+        return slow_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.straggler_slowdown,
+                               self.ref_gflops)
 
     def plan(self, w: Workload) -> Plan:
         return plan_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.min_submodel,
@@ -75,6 +88,17 @@ SPEC = SystemSpec(
     name="fluid", title="FLuID: invariant-dropout straggler mitigation in FL", paper="FLuID (NeurIPS 2023)",
     family="serverless-edge-fl", params=Params,
     baselines=("fedavg_wait", "random_dropout", "ordered_dropout"),
+    roles={"fedavg_wait": ("paper", "deployable"), "random_dropout": ("paper", "deployable"),
+           "ordered_dropout": ("paper", "deployable")},
+    mechanism=Mechanism(
+        "invariant neuron selection (stragglers drop the neurons whose updates stay below theta on the non-stragglers)",
+        "random_dropout",
+        "random dropout is FLuID with only the choice of neurons replaced by chance: the same stragglers, the same "
+        "sub-model sizes r, the same re-expansion and aggregation; ordered dropout (FjORD) is a second such ablation"),
+    regime=Regime(
+        "straggler_slowdown", "x (stragglers' extra slowdown)", None, "",
+        "how much slower the stragglers are than the rest: the round time that a sub-model can save, against "
+        "the accuracy a sub-model costs; near 1 there is nothing to save and dropping neurons only costs accuracy"),
     claims=(
         Claim("time_to_accuracy_s", "fedavg_wait", "fluid", "lower", None,
               "lower round time at baseline accuracy vs FedAvg-wait, random and ordered dropout", headline=True),
@@ -94,4 +118,5 @@ SPEC = SystemSpec(
 )
 
 __all__ = ["Params", "SPEC", "POLICIES", "Config", "History", "Plan", "Workload", "UpdateError", "final_accuracy",
-           "make_workload", "plan_stragglers", "run_federation", "time_to_target"]
+           "make_workload", "plan_stragglers", "rescale_stragglers", "round_times", "run_federation", "slow_stragglers",
+           "time_to_target"]

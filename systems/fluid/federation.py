@@ -68,6 +68,31 @@ def make_workload(clients: int, alpha: float, test_fraction: float, speed_min: f
     return Workload(x[test], y[test], shards, rng.uniform(speed_min, speed_max, clients), counts)
 
 
+def slow_stragglers(w: Workload, hidden: int, epochs: int, straggler_fraction: float, slowdown: float,
+                    ref_gflops: float = 10.0) -> Workload:
+    """The workload with its slowest ``straggler_fraction`` clients (by profiled full-model compute, as
+    ``plan_stragglers`` ranks them) made ``slowdown`` times slower; the same clients stay the slowest."""
+    if slowdown < 1.0:
+        raise ValueError(f"slowdown must be >= 1 (got {slowdown})")
+    flops = np.array([train_flops(N_IN, hidden, hidden, N_OUT, len(s[1]), epochs) for s in w.shards])
+    n = _straggler_count(w.clients, straggler_fraction)
+    speed = w.speed.copy()
+    speed[np.argsort(-(flops * w.speed), kind="stable")[:n]] *= slowdown
+    return Workload(w.x_test, w.y_test, w.shards, speed, w.label_counts)
+
+
+def _straggler_count(clients: int, straggler_fraction: float) -> int:
+    n = int(round(straggler_fraction * clients))
+    return min(max(n, 1 if straggler_fraction > 0 else 0), clients - 1)
+
+
+def rescale_stragglers(speed, stragglers: list[int], factor: float) -> np.ndarray:
+    """Speed factors with the stragglers' multiplied by ``factor`` (the regime's re-timing)."""
+    out = np.asarray(speed, dtype=float).copy()
+    out[list(stragglers)] *= factor
+    return out
+
+
 @dataclass
 class Plan:
     """Who the stragglers are and the sub-model size each trains (from the clients' profile)."""
@@ -83,8 +108,7 @@ def plan_stragglers(w: Workload, hidden: int, epochs: int, straggler_fraction: f
     with the largest sub-model that brings it to the slowest non-straggler's time."""
     flops = np.array([train_flops(N_IN, hidden, hidden, N_OUT, len(s[1]), epochs) for s in w.shards])
     expected = flops * w.speed / (ref_gflops * 1e9)
-    n = int(round(straggler_fraction * w.clients))
-    n = min(max(n, 1 if straggler_fraction > 0 else 0), w.clients - 1)
+    n = _straggler_count(w.clients, straggler_fraction)
     order = np.argsort(-expected, kind="stable")
     stragglers = sorted(int(c) for c in order[:n])
     target = float(max(expected[c] for c in range(w.clients) if c not in stragglers))
@@ -117,10 +141,12 @@ class History:
     excluded: list[list[tuple[int, str]]] = field(default_factory=list)
     theta: list[tuple[float, float]] = field(default_factory=list)
     kept_fraction: list[float] = field(default_factory=list)  # mean kept share of hidden neurons over stragglers
+    # per round: (client, kept neurons, CPU s, comm s) of every valid client: re-timed by round_times
+    trained: list[list[tuple[int, int, float, float]]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("policy", "accuracy", "round_s", "round_raw_s", "client_cpu_s", "excluded", "theta",
-                                              "kept_fraction")}
+                                              "kept_fraction", "trained")}
 
 
 FAULT_ROUND = 1  # the round in which the injected faulty clients misbehave
@@ -206,6 +232,7 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
         h.kept_fraction.append(float(np.mean(strag_keep)) if strag_keep else 1.0)
         progress(t, h)
     h.round_s, h.round_raw_s = round_times(trained, w.speed)
+    h.trained = trained
     return h
 
 

@@ -190,6 +190,31 @@ class LlamaPolicy:
         return pick(self.candidates(view))
 
 
+class LlamaOncePolicy(LlamaPolicy):
+    """The mechanism ablation: Llama's planner, profile, latency targets and cost-based choice, but each
+    operation's configuration (tier, batch size) is chosen once (at its first invocation, with that
+    moment's view) and then kept for every later invocation, scaling out like a static plan: no dynamic
+    per-invocation configuration, no re-planning."""
+
+    name = "llama_once"
+
+    def __init__(self, profile: Profile, max_instances: int, tiers: tuple[str, ...] = TIERS):
+        super().__init__(profile, max_instances, tiers)
+        self.fixed: dict[str, Config] = {}
+
+    def choose(self, view: View) -> Decision:
+        if view.op not in self.fixed:
+            self.fixed[view.op] = super().choose(view).config
+        return Decision(self.fixed[view.op], math.nan, math.nan)
+
+
+def scaled_profile(profile: Profile, factor: float) -> Profile:
+    """``profile`` with every operation's invocation latency multiplied by ``factor`` and the cold starts
+    and prices unchanged: the operator duration / cold start regime."""
+    return Profile(profile.batches, {k: [x * factor for x in v] for k, v in profile.latency.items()},
+                   dict(profile.cold_start_s), dict(profile.price_per_s), dict(profile.items_per_video))
+
+
 def pick(cands: list[Decision]) -> Decision:
     """The cheapest candidate predicted to meet its target; none: the fastest (then cheapest)."""
     feasible = [c for c in cands if c.predicted_s <= c.target_s]

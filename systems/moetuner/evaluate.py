@@ -96,3 +96,36 @@ def evaluate(trace: RoutingTrace, gpu_of: np.ndarray, topo: Topology, cost: Cost
         "layer_time_s": layer_time.mean(0),   # per layer, averaged over batches
         "token_latency_s": token_lat,
     }
+
+
+def traffic(trace: RoutingTrace, gpu_of: np.ndarray, gpus: int, batch_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """What a placement makes the GPUs do, independent of link speeds and expert cost: token-expert pairs per
+    (batch, layer, GPU) and transfers per (batch, transition, source GPU, destination GPU)."""
+    e = trace.experts
+    n_tok, layers, _ = e.shape
+    batch = np.arange(n_tok) // batch_tokens
+    nb = int(batch[-1]) + 1
+    loads = np.zeros((nb, layers, gpus))
+    pairs = np.zeros((nb, max(layers - 1, 0), gpus, gpus))
+    gpu_next = gpu_of[0][e[:, 0]]
+    for l in range(layers):
+        gpu_l = gpu_next
+        loads[:, l] = np.bincount((batch[:, None] * gpus + gpu_l).ravel(), minlength=nb * gpus).reshape(nb, gpus)
+        if l + 1 < layers:
+            gpu_next = gpu_of[l + 1][e[:, l + 1]]
+            idx = (batch[:, None, None] * gpus + gpu_l[:, :, None]) * gpus + gpu_next[:, None, :]
+            pairs[:, l] = np.bincount(idx.ravel(), minlength=nb * gpus * gpus).reshape(nb, gpus, gpus)
+    return loads, pairs
+
+
+def end_to_end_s(counts: tuple[np.ndarray, np.ndarray], batch_sizes: np.ndarray, topo: Topology,
+                 cost: CostModel) -> float:
+    """``evaluate``'s end-to-end time from ``traffic``'s counts, priced for ``topo`` and ``cost`` (the same
+    sum: slowest GPU + worst pair + non-MoE time per layer and batch), without the per-token latencies."""
+    loads, pairs = counts
+    layers = loads.shape[1]
+    compute = loads.max(2).sum() * cost.expert_us_per_token * 1e-6
+    spb = topo.seconds_per_byte() * cost.token_bytes
+    comm = (pairs * spb).reshape(pairs.shape[0], pairs.shape[1], -1).max(2).sum() if pairs.size else 0.0
+    non_moe = batch_sizes.sum() * cost.non_moe_us_per_token * 1e-6 / topo.gpus * layers
+    return float(compute + comm + non_moe)

@@ -594,6 +594,21 @@ class TunerPlan:
     gpu_of: np.ndarray
     stats: dict[str, float]
     ilp1_only: np.ndarray | None = None  # ILP 1's clusters on ``best_simple_mapping`` (no ILP 2 stage)
+    clusters: np.ndarray | None = None   # ILP 1's cluster of every (layer, expert)
+
+
+def map_clusters(prof: Profile, cluster_of: np.ndarray, weight: np.ndarray, *, ilp2_time_limit_s: float,
+                 ilp2_window: int, symmetric: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The ILP 2 stage alone for fixed ILP 1 clusters and pair weights ``weight``: (MoETuner's expert ->
+    GPU placement, the ablation's placement on the best simple mapping). ILP 1 balances load and does not
+    see the links, so a sweep over link speeds re-runs only this stage."""
+    g = weight.shape[0]
+    cc = cluster_transitions(prof, cluster_of, g)
+    simple = np.take_along_axis(best_simple_mapping(cc, weight), cluster_of, axis=1)
+    m = ilp2_mapping(cc, weight, window=ilp2_window, time_limit_s=ilp2_time_limit_s, seed=seed, symmetric=symmetric)
+    gpu_of = np.take_along_axis(m.perms, cluster_of, axis=1)
+    check_placement(gpu_of, g)
+    return gpu_of, simple
 
 
 def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp2_time_limit_s: float,
@@ -634,4 +649,4 @@ def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp
              "ilp2_windows": float(len(m.windows)), "ilp2_windows_improved": float(len(improved)),
              "ilp2_window_gain": float(sum(w.warm - w.incumbent for w in improved)),
              "ilp2_time_limited_windows": float(sum(s != "Optimal" for s in m.statuses))}
-    return TunerPlan(gpu_of, stats, simple)
+    return TunerPlan(gpu_of, stats, simple, cluster_of)

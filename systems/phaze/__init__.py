@@ -2,12 +2,13 @@
 and vs choosing the best single chip first and placing afterwards."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from pydantic import Field, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 from .arch import Arch, Tech, area_mm2, candidates, tpuv4_like
 from .ops import Model
@@ -26,10 +27,10 @@ class Params(SystemParams):
     PRESETS: ClassVar[dict] = {
         "smoke": dict(candidates=3, chips=8, global_batch=16, seq_len=512, vocab=8192, layers=4, hidden=512,
                       heads=8, large_layers=8, large_hidden=1024, large_heads=16, max_tp=2, max_micro_batch=2,
-                      ilp_time_limit_s=0.2),
+                      ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 8.0]),
         "quick": dict(candidates=16, chips=64, global_batch=256, seq_len=2048, vocab=51200, layers=24, hidden=2048,
                       heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=4,
-                      ilp_time_limit_s=0.2),
+                      ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 2.0, 4.0, 8.0]),
         "full": dict(candidates=81, chips=256, global_batch=1024, seq_len=2048, vocab=51200, layers=24, hidden=2048,
                      heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=8,
                      ilp_time_limit_s=5.0),
@@ -42,6 +43,11 @@ class Params(SystemParams):
     max_tp: int = Field(8, ge=1, le=64, description="Largest tensor-parallel degree tried (powers of two).")
     max_micro_batch: int = Field(4, ge=1, le=64, description="Largest micro-batch size tried (powers of two), the outer loop of the placement search.")
     ilp_time_limit_s: float = Field(0.2, gt=0.0, le=600.0, description="HiGHS time limit of each per-layer scheduling ILP (the gap is reported).")
+    regime_gib_per_stack: list[float] = Field([1.0, 2.0, 4.0, 8.0], min_length=2, max_length=12,
+                                              description="HBM capacity per stack (GiB) of the regime sweep (memory "
+                                                          "per chip = stacks x this): every design re-placed on the "
+                                                          "smaller model at each capacity, same layer costs (the "
+                                                          "scheduling ILPs do not depend on capacity).")
     state_bytes_per_param: float = Field(16.0, gt=0.0, le=64.0, description="Bytes of weights, gradients and optimizer state per parameter (mixed-precision Adam: 2 + 2 + 12).")
     # workload: GPT-style block stacks at two sizes
     seq_len: int = Field(2048, ge=16, le=65536, description="Tokens per sequence.")
@@ -60,7 +66,7 @@ class Params(SystemParams):
     hbm_phy_mm2: float = Field(15.0, ge=0.0, le=1000.0, description="Die area of one HBM stack's PHY and controller, mm^2.")
     fixed_mm2: float = Field(150.0, ge=0.0, le=10_000.0, description="Area every design spends alike (interconnect, ICI, control), mm^2.")
     hbm_gib_per_stack: float = Field(8.0, gt=0.0, le=1024.0, description="Capacity of one HBM stack, GiB (TPUv4: 4 x 8 GiB).")
-    hbm_gb_s_per_stack: float = Field(300.0, gt=0.0, le=10_000.0, description="Bandwidth of one HBM stack, GB/s (TPUv4: 1200 GB/s over 4 stacks).")
+    hbm_gb_s_per_stack: float = Field(819.2, gt=0.0, le=10_000.0, description="Bandwidth of one HBM stack, GB/s (HBM3: 6.4 Gb/s x 1024 pins = 819.2; TPUv4's HBM2: 1200 GB/s over 4 stacks = 300). At HBM2's 300 the best single chip is also the design with the most stacks, so co-search and single-chip-first coincide at every capacity.")
     sram_gb_s: float = Field(8000.0, gt=0.0, le=1e6, description="On-chip buffer bandwidth to the cores, GB/s (used when a layer's activations fit in SRAM).")
     link_gb_s: float = Field(50.0, gt=0.0, le=10_000.0, description="Chip-to-chip link bandwidth per direction for collectives and pipeline sends, GB/s.")
     link_latency_us: float = Field(2.0, ge=0.0, le=1000.0, description="Latency per hop of a ring collective, microseconds.")
@@ -73,6 +79,9 @@ class Params(SystemParams):
                 raise ValueError(f"{name}: hidden size must be a multiple of the number of heads")
         if self.chips & (self.chips - 1):
             raise ValueError("chips must be a power of two")
+        if any(g <= 0 or g > 1024 for g in self.regime_gib_per_stack) or \
+                len(set(self.regime_gib_per_stack)) != len(self.regime_gib_per_stack):
+            raise ValueError("regime_gib_per_stack: distinct capacities, each in (0, 1024] GiB")
         if self.vocab % self.max_tp or (4 * self.hidden) % self.max_tp:
             raise ValueError("vocab and 4 x hidden must be multiples of max_tp")
         return self
@@ -90,13 +99,18 @@ class Params(SystemParams):
                      global_batch=self.global_batch, state_bytes_per_param=self.state_bytes_per_param,
                      ilp_time_limit_s=self.ilp_time_limit_s, seed=self.seed)
 
+    def regime_space(self) -> Space:
+        """The search space of the headline (smaller) model: the regime's capacities re-placed too."""
+        return replace(self.space(), regime_gib_per_stack=tuple(sorted(self.regime_gib_per_stack)))
+
     def designs(self) -> list[Arch]:
         return candidates(self.tech(), self.candidates, self.seed)
 
 
 def evaluate_all_sizes(p: Params, arch: Arch) -> dict[str, dict]:
     """One design on both model sizes (the unit of work of one Dask task)."""
-    return {size: evaluate_design(arch, p.tech(), mdl, p.space()) for size, mdl in p.models().items()}
+    return {size: evaluate_design(arch, p.tech(), mdl, p.regime_space() if size == "" else p.space())
+            for size, mdl in p.models().items()}
 
 
 def pick(results: dict[str, dict[str, dict]], size: str) -> dict[str, str]:
@@ -108,9 +122,32 @@ def pick(results: dict[str, dict[str, dict]], size: str) -> dict[str, str]:
     return {"phaze": phaze, "tpuv4_like": "tpuv4_like", "single_chip_first": single}
 
 
+def regime_pick(results: dict[str, dict[str, dict]]) -> dict[float, dict[str, float]]:
+    """The regime (headline model): at each HBM capacity per stack, every variant's throughput: phaze the
+    best design placed at that capacity, single_chip_first the best single-chip design (its choice does
+    not see the capacity) placed there, tpuv4_like the fixed design."""
+    small = {n: r[""] for n, r in results.items()}
+    single = max(small, key=lambda n: (small[n]["single_chip_samples_per_s"], n))
+    caps = next(iter(small.values()))["regime_throughput"]
+    return {float(g): {"phaze": max(r["regime_throughput"][g] for r in small.values()),
+                       "single_chip_first": small[single]["regime_throughput"][g],
+                       "tpuv4_like": small["tpuv4_like"]["regime_throughput"][g]} for g in caps}
+
+
 SPEC = SystemSpec(
     name="phaze", title="PHAZE: accelerator architecture and placement co-search", paper="PHAZE (ICML 2024)",
     family="parallelism", params=Params, baselines=("tpuv4_like", "single_chip_first"),
+    # nothing is tuned on the evaluated setting: a fixed design, and the best single chip by its own score
+    roles={"tpuv4_like": ("paper", "deployable"), "single_chip_first": ("deployable",)},
+    mechanism=Mechanism("co-search of the architecture and the placement", "single_chip_first",
+                        "single_chip_first searches the same equal-area designs with the same scheduling ILPs and "
+                        "placement DP, but in two steps: it picks the design with the best single-chip score (no "
+                        "memory limit) first and places it afterwards; only the joint search is removed"),
+    regime=Regime("HBM capacity per stack", unit="GiB", paper_value=8.0,
+                  paper_source="PHAZE (ICML 2024): the TPUv4-like baseline's 32 GiB of HBM, 4 stacks of 8 GiB",
+                  statement="with memory to spare the design with the best single chip also trains best; when the "
+                            "state and stashed activations press on HBM capacity, the best placed design is one that "
+                            "trades compute for memory, which only the co-search sees"),
     claims=(
         Claim("train_throughput", "tpuv4_like", "phaze", "higher", None,
               "higher training throughput than a TPUv4-like design and the Spotlight search", headline=True),
@@ -126,4 +163,4 @@ SPEC = SystemSpec(
 __all__ = ["Params", "SPEC", "Arch", "Tech", "Model", "LayerCost", "Plan", "PlacementError", "ScheduleError",
            "System", "Space", "area_mm2", "candidates", "tpuv4_like", "dp_split", "exhaustive", "place",
            "score_plan", "brute_force", "ilp_schedule", "list_schedule", "validate", "evaluate_design",
-           "evaluate_all_sizes", "pick", "SIZES", "TECH_FIELDS"]
+           "evaluate_all_sizes", "pick", "regime_pick", "SIZES", "TECH_FIELDS"]

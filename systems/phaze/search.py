@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .arch import Arch, Tech, area_mm2
 from .ops import Model, activation_bytes, layer_graphs
@@ -20,6 +20,8 @@ class Space:
     state_bytes_per_param: float
     ilp_time_limit_s: float
     seed: int = 0
+    # the regime: HBM GiB per stack at which the placement is redone on the same layer costs
+    regime_gib_per_stack: tuple[float, ...] = ()
 
 
 def layer_costs(arch: Arch, tech: Tech, mdl: Model, tp: int, mb: int, time_limit_s: float, seed: int,
@@ -62,6 +64,11 @@ def evaluate_design(arch: Arch, tech: Tech, mdl: Model, space: Space) -> dict:
     out = dict(arch=asdict(arch), area_mm2=area_mm2(arch, tech), single_chip_samples_per_s=single,
                configs_tried=tried, ilp_phase_s=ilp_s, dp_phase_s=time.perf_counter() - started - ilp_s,
                wall_s=time.perf_counter() - started, **stats)
+    regime = {}
+    for gib in space.regime_gib_per_stack:  # the ILPs' costs do not depend on the capacity: only the DP reruns
+        at, _ = place(costs, replace(sysm, hbm_bytes=arch.hbm_stacks * gib * 2 ** 30), tps, space.mbs)
+        regime[gib] = 0.0 if at is None else space.global_batch * mdl.seq / at.iteration_s
+    out["regime_throughput"] = regime
     if plan is None:
         out.update(feasible=False, train_throughput=0.0)
         return out

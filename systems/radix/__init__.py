@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 from .tree import NaivePrefixStore, RadixCache, common_prefix_len
 
@@ -22,7 +22,7 @@ class Params(SystemParams):
         "smoke": dict(fewshot_requests=12, fewshot_prefix=256, chat_sessions=3, chat_turns=3, tot_trees=1,
                       tot_depth=2, tot_question=96, noshare_requests=12, noshare_prompt=128,
                       pressure_templates=3, pressure_per_template=4, pressure_prefix=160, pressure_kv_slots=448,
-                      max_running=8),
+                      max_running=8, regime_shared_share=[0.0, 0.75], regime_requests=8, regime_repeats=1),
         "quick": dict(),
         "full": dict(d_model=512, layers=8, heads=8, fewshot_requests=256, fewshot_prefix=1536,
                      chat_sessions=64, chat_turns=6, tot_trees=16, tot_depth=3, noshare_requests=256,
@@ -60,8 +60,19 @@ class Params(SystemParams):
     pressure_templates: int = Field(6, ge=2, le=1000, description="Few-shot templates interleaved in the cache-pressure workload.")
     pressure_per_template: int = Field(8, ge=1, le=10_000, description="Requests per template in the cache-pressure workload.")
     pressure_prefix: int = Field(384, ge=1, le=32_768, description="Tokens of each template's prefix in the cache-pressure workload.")
+    regime_shared_share: list[float] = Field([0.0, 0.5, 0.75, 0.95], min_length=2, max_length=16,
+                                             description="Regime: shares of every prompt that are one common prefix (prompts of the few-shot length, fewshot_prefix + question_len tokens); served without a cache and with the radix cache.")
+    regime_requests: int = Field(8, ge=2, le=100_000, description="Requests at every point of the shared-prefix regime sweep.")
+    regime_repeats: int = Field(2, ge=1, le=100, description="Timed passes per variant at every regime point (fewer than repeats: the sweep is measured).")
     pressure_kv_slots: int = Field(1536, ge=64, le=4_194_304, description="Token slots of the KV pool in the cache-pressure workload: "
                                    "fewer than all templates need, so the cache must evict.")
+
+    @field_validator("regime_shared_share")
+    @classmethod
+    def _shares(cls, v):
+        if any(not 0.0 <= x <= 1.0 for x in v) or len(set(v)) != len(v):
+            raise ValueError("shares must be distinct, each in [0, 1]")
+        return sorted(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Params":
@@ -85,6 +96,17 @@ class Params(SystemParams):
 SPEC = SystemSpec(
     name="radix", title="RadixAttention: KV-cache reuse with a radix tree", paper="SGLang (NeurIPS 2024)",
     family="llm-serving", params=Params, baselines=("no_cache",),
+    roles={"no_cache": ("paper", "deployable")},
+    mechanism=Mechanism(
+        "radix-tree prefix matching (reuse the K/V of the longest cached prefix of any request, LRU eviction)",
+        "exact_cache",
+        "the same engine, pool, LRU tree and longest-prefix-first admission, but a cached prompt is reused only "
+        "when it is cached whole (an identical earlier prompt): prompts that share a prefix and differ after it "
+        "recompute everything"),
+    regime=Regime(
+        "shared_prefix_share", "share of prompt tokens", None, "",
+        "the share of each prompt that is a prefix common to many requests: the prefill the cache can skip; at 0 "
+        "there is nothing to reuse and the cache can only cost its bookkeeping"),
     claims=(
         Claim("requests_per_s", "no_cache", "radix", "higher", 5.0,
               "SGLang speeds up common LLM tasks by up to 5x (paper, abstract); RadixAttention's KV reuse is the "

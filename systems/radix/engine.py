@@ -57,13 +57,19 @@ class Engine:
     def __init__(self, cfg: ModelConfig, seed: int = 0):
         self.cfg = cfg
         self.model = TinyDecoder(cfg, seed)
+        self._exact = False   # set per serve(): exact-prompt matching only
 
     def serve(self, requests: list[Request], *, kv_slots: int, max_running: int, cache: bool,
-              policy: str = "lpm") -> ServeStats:
+              policy: str = "lpm", match: str = "prefix") -> ServeStats:
         """Serve ``requests`` (a request becomes ready when its parent finishes; ready requests
-        queue in the order they became ready) and return the counts and the wall time."""
+        queue in the order they became ready) and return the counts and the wall time. ``match``:
+        ``prefix`` reuses the longest cached prefix (RadixAttention); ``exact`` reuses the cache only
+        for a prompt cached whole (an identical earlier prompt), the ablation of prefix matching."""
         if policy not in ("lpm", "fcfs"):
             raise ValueError(f"policy must be 'lpm' or 'fcfs' (got {policy!r})")
+        if match not in ("prefix", "exact"):
+            raise ValueError(f"match must be 'prefix' or 'exact' (got {match!r})")
+        self._exact = match == "exact"
         model, pool = self.model, KVPool(self.cfg, kv_slots)
         tree = RadixCache() if cache else None
         children: dict[int | None, list[Request]] = {}
@@ -126,6 +132,8 @@ class Engine:
         need_total = len(prompt) + req.max_new - 1       # positions that get K/V
         if tree is not None:  # keep at least the last prompt token to compute: its logits start decoding
             prefix, node = tree.match_prefix(prompt[:-1])
+            if self._exact and len(prefix) < len(prompt) - 1:
+                prefix, node = [], tree.root             # exact matching: a partial prefix is not reused
             tree.inc_lock(node)                          # before evicting: the match must survive
         else:
             prefix, node = [], None

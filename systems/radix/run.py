@@ -13,16 +13,22 @@ from .model import ModelConfig
 
 WORKLOADS = ("fewshot", "chat", "tot", "noshare", "pressure")
 SUFFIX = {"fewshot": "", "chat": "_chat", "tot": "_tot", "noshare": "_noshare", "pressure": "_pressure"}
-# variant -> (cache, policy); the FCFS ablation runs where the cache is under pressure
-VARIANTS = {"no_cache": (False, "fcfs"), "radix": (True, "lpm"), "radix_fcfs": (True, "fcfs")}
+# variant -> (cache, policy, match); the FCFS ablation runs where the cache is under pressure, the
+# exact-prompt cache (the mechanism's ablation: no prefix matching) on the headline's few-shot workload
+VARIANTS = {"no_cache": (False, "fcfs", "prefix"), "radix": (True, "lpm", "prefix"),
+            "radix_fcfs": (True, "fcfs", "prefix"), "exact_cache": (True, "lpm", "exact")}
+REGIME_VARIANTS = ("no_cache", "radix")
 
 
 def variants_of(workload: str) -> tuple[str, ...]:
-    return tuple(VARIANTS) if workload == "pressure" else ("no_cache", "radix")
+    if workload == "pressure":
+        return ("no_cache", "radix", "radix_fcfs")
+    return ("no_cache", "radix", "exact_cache") if workload == "fewshot" else ("no_cache", "radix")
 
 
 def make_requests(p, workload: str) -> list[Request]:
-    rng = np.random.default_rng([p.seed, WORKLOADS.index(workload)])
+    index = WORKLOADS.index(workload) if workload in WORKLOADS else len(WORKLOADS)  # a regime point
+    rng = np.random.default_rng([p.seed, index])
     if workload == "fewshot":
         return w.fewshot(rng, p.vocab, p.fewshot_requests, p.fewshot_prefix, p.question_len, p.new_tokens)
     if workload == "chat":
@@ -32,6 +38,9 @@ def make_requests(p, workload: str) -> list[Request]:
                                  p.tot_step, p.tot_new_tokens)
     if workload == "noshare":
         return w.no_sharing(rng, p.vocab, p.noshare_requests, p.noshare_prompt, p.new_tokens)
+    if workload.startswith("share"):   # the regime: a share of every prompt is one common prefix
+        return w.shared_share(rng, p.vocab, p.regime_requests, p.fewshot_prefix + p.question_len,
+                              float(workload[len("share"):]), p.new_tokens)
     if workload == "pressure":
         return w.interleaved_templates(rng, p.vocab, p.pressure_templates, p.pressure_per_template,
                                        p.pressure_prefix, p.question_len, p.new_tokens)
@@ -49,9 +58,38 @@ def outputs_digest(st: ServeStats) -> str:
 
 
 def serve(engine: Engine, p, workload: str, variant: str, requests: list[Request]) -> ServeStats:
-    cache, policy = VARIANTS[variant]
+    cache, policy, match = VARIANTS[variant]
     slots = p.pressure_kv_slots if workload == "pressure" else p.kv_slots
-    return engine.serve(requests, kv_slots=slots, max_running=p.max_running, cache=cache, policy=policy)
+    return engine.serve(requests, kv_slots=slots, max_running=p.max_running, cache=cache, policy=policy, match=match)
+
+
+def regime_workload(share: float) -> str:
+    return f"share{share:g}"
+
+
+def measure_regime(p, log=None) -> dict[float, dict[str, list[float]]]:
+    """Requests/s of no cache and the radix cache at every shared-prefix share of ``p.regime_shared_share``:
+    ``p.regime_requests`` prompts of the few-shot length whose first share of tokens is common,
+    ``p.regime_repeats`` timed passes per variant (interleaved, after one warm-up pass each)."""
+    import torch
+
+    torch.set_num_threads(p.torch_threads)
+    engine = Engine(model_config(p), seed=p.seed)
+    out = {}
+    for share in p.regime_shared_share:
+        name = regime_workload(share)
+        requests = make_requests(p, name)
+        rates: dict[str, list[float]] = {v: [] for v in REGIME_VARIANTS}
+        for v in REGIME_VARIANTS:
+            serve(engine, p, name, v, requests[: max(2, len(requests) // 8)])
+        for rep in range(p.regime_repeats):
+            for v in REGIME_VARIANTS[rep % 2:] + REGIME_VARIANTS[:rep % 2]:
+                st = serve(engine, p, name, v, requests)
+                rates[v].append(st.requests / st.wall_s)
+        if log:
+            log(f"shared share {share:g}: " + ", ".join(f"{v} {sorted(r)[len(r) // 2]:.3g} req/s" for v, r in rates.items()))
+        out[float(share)] = rates
+    return out
 
 
 def measure(p, workload: str, log=None) -> dict:

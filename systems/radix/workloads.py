@@ -58,6 +58,16 @@ def no_sharing(rng, vocab: int, requests: int, prompt_len: int, new: int) -> lis
     return [Request(i, None, _tokens(rng, vocab, prompt_len), new) for i in range(requests)]
 
 
+def shared_share(rng, vocab: int, requests: int, prompt_len: int, share: float, new: int) -> list[Request]:
+    """Prompts of ``prompt_len`` tokens whose first round(share x prompt_len) tokens are one common
+    prefix and the rest their own (share 0: nothing shared but chance)."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be in [0, 1] (got {share})")
+    common = int(round(share * prompt_len))
+    prefix = _tokens(rng, vocab, common)
+    return [Request(i, None, prefix + _tokens(rng, vocab, prompt_len - common), new) for i in range(requests)]
+
+
 def interleaved_templates(rng, vocab: int, templates: int, per_template: int, prefix_len: int,
                           question_len: int, new: int) -> list[Request]:
     """Several few-shot templates, their requests arriving shuffled (the queue order FCFS follows)."""

@@ -32,7 +32,7 @@ from mlsys_flows.systems.common.dlrm import DLRM, Jagged, KeyedJaggedTensor, fea
 from mlsys_flows.systems.common.timing import Stopwatch, interleaved
 
 from . import Params
-from .ikjt import InverseKeyedJaggedTensor, dedup_consecutive
+from .ikjt import InverseKeyedJaggedTensor, dedup_consecutive, dedup_jagged
 from .workload import Schema, check_dataset
 
 Sparse = KeyedJaggedTensor | InverseKeyedJaggedTensor
@@ -56,8 +56,12 @@ def _lists(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return col.flatten().to_numpy(), np.diff(col.offsets.to_numpy())
 
 
-def preprocess(rb: pa.RecordBatch, schema: Schema, table_rows: int, dedup: bool) -> Batch:
-    """Decode one record batch into tensors (the reader's transform step)."""
+def preprocess(rb: pa.RecordBatch, schema: Schema, table_rows: int, dedup: bool, adjacent: bool = True) -> Batch:
+    """Decode one record batch into tensors (the reader's transform step). With ``dedup`` the user
+    lists become an IKJT: ``adjacent`` finds the repeats of session-clustered data in one comparison
+    pass (:func:`dedup_consecutive`); otherwise every repeat in the batch, in any order, is found by
+    hashing (:func:`dedup_jagged`: the IKJT of data that was not clustered)."""
+    find = dedup_consecutive if adjacent else dedup_jagged
     dense = np.stack([rb.column(c).to_numpy() for c in schema.dense], axis=1)
     dense = np.log1p(np.maximum(dense, 0.0, dtype=np.float32))
     items = {}
@@ -68,7 +72,7 @@ def preprocess(rb: pa.RecordBatch, schema: Schema, table_rows: int, dedup: bool)
     if dedup:
         unique, inverse = {}, {}
         for c in schema.user:
-            values, lengths, inv = dedup_consecutive(*_lists(rb.column(c)))
+            values, lengths, inv = find(*_lists(rb.column(c)))
             unique[c] = Jagged.from_numpy(sigrid_hash(values, feature_salt(c), table_rows), lengths)
             inverse[c] = torch.from_numpy(inv)
         users = InverseKeyedJaggedTensor(unique, inverse)
@@ -79,11 +83,11 @@ def preprocess(rb: pa.RecordBatch, schema: Schema, table_rows: int, dedup: bool)
                  torch.from_numpy(rb.column(schema.label).to_numpy().astype(np.float32)))
 
 
-def table_batches(table: pa.Table, p: Params, dedup: bool) -> list[Batch]:
+def table_batches(table: pa.Table, p: Params, dedup: bool, adjacent: bool = True) -> list[Batch]:
     """An in-memory table -> preprocessed batches of ``p.batch_size``, in row order (no parquet)."""
     schema = Schema.of(p)
     check_dataset(table.column_names, table.num_rows, schema, "table")
-    return [preprocess(rb, schema, p.table_rows, dedup)
+    return [preprocess(rb, schema, p.table_rows, dedup, adjacent)
             for rb in table.combine_chunks().to_batches(max_chunksize=p.batch_size)]
 
 
@@ -93,15 +97,16 @@ def open_dataset(data: bytes, schema: Schema, where: str) -> pq.ParquetFile:
     return pf
 
 
-def read_batches(data: bytes, p: Params, dedup: bool, where: str = "dataset", limit: int | None = None) -> Iterator[Batch]:
-    """Parquet bytes -> preprocessed batches, in file order."""
+def read_batches(data: bytes, p: Params, dedup: bool, where: str = "dataset", limit: int | None = None,
+                 adjacent: bool = True) -> Iterator[Batch]:
+    """Parquet bytes -> preprocessed batches, in file order (``adjacent``: see :func:`preprocess`)."""
     schema = Schema.of(p)
     pf = open_dataset(data, schema, where)
     cols = [schema.label, *schema.dense, *schema.sparse]
     for i, rb in enumerate(pf.iter_batches(batch_size=p.batch_size, columns=cols, use_threads=False)):
         if limit is not None and i >= limit:
             return
-        yield preprocess(rb, schema, p.table_rows, dedup)
+        yield preprocess(rb, schema, p.table_rows, dedup, adjacent)
 
 
 def preprocess_throughput(sources: dict[str, tuple[bytes, bool]], p: Params,
@@ -210,6 +215,19 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
     return {n: {"samples_per_s": timed_samples[n] / max(watches[n].seconds, 1e-9),
                 "losses": torch.stack(losses[n]).float().cpu().tolist(), "chunk_rates": chunk_rates[n],
                 "samples": sum(b.size for b in batches[n])} for n in names}
+
+
+def looked_up_ids(batches: list[Batch]) -> int:
+    """Sparse ids a trainer looks up over ``batches``: every id of a KJT, the unique lists' ids of an IKJT."""
+    return sum(s.num_values() for b in batches for s in b.sparse)
+
+
+def duplicated_share(kjt_batches: list[Batch], ikjt_batches: list[Batch]) -> float:
+    """Counted: the share of a KJT trainer's looked-up ids that the IKJT of the same samples does not
+    look up (in-batch duplicates): 0 when nothing repeats, near the user-id share when every batch
+    holds few sessions."""
+    total = looked_up_ids(kjt_batches)
+    return 1.0 - looked_up_ids(ikjt_batches) / max(1, total)
 
 
 def samples_digest(batches: list[Batch]) -> str:

@@ -7,7 +7,8 @@ share of all looked-up ids are user-feature ids, with the ids per sample held at
 workload's, and a short training run (``sweep_steps`` steps per trainer, a warm-up turn and one
 turn per repeat) times the headline's three trainers on the same samples: the paper's baseline
 (KJT batches in arrival order), KJT batches clustered by session, and RecD (IKJT batches of the
-clustered samples). Pure: no prefect/dask imports.
+clustered samples). Each point also counts its duplicated share (the share of a KJT trainer's
+looked-up ids that the IKJT leaves out): the regime parameter of the report. Pure: no prefect/dask imports.
 """
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ import pyarrow as pa
 from mlsys_flows.systems.common.report import oriented_ratio
 
 from . import Params
-from .pipeline import check_same_samples, table_batches, throughput_samples, train_interleaved
+from .pipeline import check_same_samples, duplicated_share, table_batches, throughput_samples, train_interleaved
 from .workload import Schema, arrival_order, at_mix, expected_user_share, generate, user_id_share
 
 
 TRAINERS = ("kjt", "kjt_clustered", "ikjt")
+# the headline run trains one more: the mechanism's ablation, the IKJT on arrival-order batches
+# (every in-batch repeat found by hashing, but the samples not clustered by session)
+ABLATION = "ikjt_arrival"
+HEADLINE_TRAINERS = (*TRAINERS, ABLATION)
 
 
 def variant_name(technique: str, share: float) -> str:
@@ -54,6 +59,7 @@ def mix_point(p: Params, share: float, device: str = "cpu") -> dict[str, Any]:
     digest = check_same_samples(batches)
     trained = train_interleaved(batches, q, device)
     out: dict[str, Any] = {"share": share, "user_id_share": user_id_share(clustered, Schema.of(q)),
+                           "duplicated_share": duplicated_share(batches["kjt_clustered"], batches["ikjt"]),
                            "expected_share": expected_user_share(q), "user_list_len": q.user_list_len,
                            "item_list_len": q.item_list_len, "samples": clustered.num_rows, "digest": digest}
     for n, r in trained.items():

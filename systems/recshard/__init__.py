@@ -7,23 +7,26 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .evaluate import gpu_times, greedy_row, metrics, replay
+from .evaluate import cost_ratio_sweep, gpu_times, greedy_row, metrics, replay
 from .sharding import (GREEDY_KEYS, Costs, MilpStats, Plan, PlanError, best_greedy, cdf_segments, cheapest, check_plan,
-                       fill_spare_hbm, greedy, move_tables, plan_costs, recshard, repair)
+                       fill_spare_hbm, greedy, greedy_hot_rows, move_tables, plan_costs, recshard, repair)
 from .workload import (HELD_OUT, Profile, TableSpec, build_table, profile_table, table_specs, tables_from_npz,
                        tables_to_npz, trace, trace_prefix)
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 GREEDY = tuple(f"greedy_{k}" for k in GREEDY_KEYS)  # the greedy variants: ("greedy_size", "greedy_lookup", ...)
+ABLATION = "greedy_hot_rows"  # the mechanism's ablation: greedy placement + hottest rows in HBM, no MILP
+PAPER_COST_RATIO = 56.0  # the paper's V100 HBM2 (900 GB/s) over PCIe 3 x16 (16 GB/s)
 
 
 class Params(SystemParams):
     SYSTEM: ClassVar[str] = "recshard"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(num_tables=16, gpus=4, rows_max=300_000, batch=2048, train_batches=16, eval_batches=8,
-                      cdf_segments=8, milp_time_limit_s=20.0, measure_repeats=5, slow_tier_mb=256, lookup_batches=2),
+                      cdf_segments=8, milp_time_limit_s=20.0, measure_repeats=5, slow_tier_mb=256, lookup_batches=2,
+                      regime_cost_ratios=[1.0, 56.0]),
         "quick": dict(num_tables=48, gpus=8, rows_max=1_000_000, batch=4096, train_batches=32, eval_batches=16,
                       cdf_segments=16, milp_time_limit_s=30.0, measure_repeats=7, slow_tier_mb=512, lookup_batches=4),
         "full": dict(num_tables=400, gpus=16, rows_max=10_000_000, batch=16_384, train_batches=32, eval_batches=32,
@@ -62,6 +65,11 @@ class Params(SystemParams):
     cdf_segments: int = Field(16, ge=2, le=256, description="Breakpoints of each table's piecewise-linear access CDF in the MILP.")
     milp_time_limit_s: float = Field(30.0, ge=0.1, le=3600.0, description="HiGHS time limit of the RecShard MILP.")
     milp_gap: float = Field(1e-3, ge=0.0, le=0.5, description="Relative MIP gap at which HiGHS stops.")
+    regime_cost_ratios: list[float] = Field([1.0, 4.0, 16.0, 56.0, 200.0], min_length=2, max_length=16,
+                                            description="Slow/fast per-access cost ratios of the regime sweep: every "
+                                                        "plan's throughput on the held-out access counts with the fast "
+                                                        "access costs measured in this run and slow = ratio x fast "
+                                                        "(modelled; the paper's V100/PCIe 3 setting is ~56).")
     replay_shards: int = Field(2, ge=1, le=64, description="Tasks the held-out replay is split over (by table).")
 
     @model_validator(mode="after")
@@ -78,6 +86,9 @@ class Params(SystemParams):
             raise ValueError(f"replay_shards ({self.replay_shards}) must not exceed num_tables ({self.num_tables})")
         if self.lookup_batches > self.eval_batches:
             raise ValueError(f"lookup_batches ({self.lookup_batches}) must not exceed eval_batches ({self.eval_batches})")
+        if any(not 1.0 <= r <= 10_000.0 for r in self.regime_cost_ratios) or \
+                len(set(self.regime_cost_ratios)) != len(self.regime_cost_ratios):
+            raise ValueError("regime_cost_ratios must be distinct, each from 1 to 10000 (the slow tier is not faster)")
         if self.fast_tier_kb * 1024 >= self.slow_tier_mb * (1 << 20):
             raise ValueError("fast_tier_kb must be smaller than slow_tier_mb: the fast table stays in the caches")
         return self
@@ -112,6 +123,7 @@ def make_plans(p: Params, prof: Profile) -> tuple[dict[str, Plan], str, MilpStat
     plan, stats = recshard(prof, p.gpus, cap, model, p.batch, segments=p.cdf_segments,
                            time_limit_s=p.milp_time_limit_s, mip_gap=p.milp_gap, seed=p.seed, start=plans[best])
     plans = {f"greedy_{k}": v for k, v in plans.items()}
+    plans[ABLATION] = greedy_hot_rows(prof, p.gpus, cap, model, p.batch)[1]
     plans["recshard"] = plan
     for v in plans.values():
         check_plan(v, prof, p.gpus, cap)
@@ -139,6 +151,20 @@ def lookup_traces(p: Params, tables: dict, prof: Profile) -> dict[int, "TableTra
 SPEC = SystemSpec(
     name="recshard", title="RecShard: statistical embedding sharding (MILP)", paper="RecShard (ASPLOS 2022)",
     family="recsys-embeddings", params=Params, baselines=("greedy", *GREEDY),
+    # every greedy plan sees only the training profile; "greedy" is the one best on the TRAINING profile
+    # under each metric's cost model (never chosen on the held-out trace)
+    roles={"greedy": ("paper", "deployable"), **{g: ("paper", "deployable") for g in GREEDY}},
+    mechanism=Mechanism(
+        "the MILP's joint choice of each table's GPU and hot-row count from the access profile", ABLATION,
+        f"{ABLATION} keeps row-level tiering (each GPU's HBM filled with the hottest profiled rows of its tables, the "
+        "most cost saved per byte first) but places tables with the greedy sharders (the best of the three on the "
+        "training profile): only the MILP's statistics-driven placement and per-table HBM split are removed"),
+    regime=Regime(
+        "slow/fast cost ratio", unit="x per access", paper_value=PAPER_COST_RATIO,
+        paper_source="RecShard (ASPLOS 2022): V100 HBM2 (900 GB/s) with UVM over PCIe 3 x16 (16 GB/s), ~56x",
+        statement="what a plan saves by keeping hot rows in HBM scales with how much more a slow-tier access costs; "
+                  "at a ratio of 1 only load balance is left to win"),
+    hardware=("HBM", "host memory (UVM) over PCIe"),
     claims=(
         Claim("lookup_samples_per_s", "greedy", "recshard", "higher", 6.0,
               ">6x embedding throughput, 12x better load balance, 87x fewer slow-memory accesses vs greedy sharders "
@@ -159,7 +185,7 @@ SPEC = SystemSpec(
     ),
 )
 
-__all__ = ["Params", "SPEC", "GREEDY", "Profile", "TableSpec", "Plan", "PlanError", "Costs", "MilpStats", "GREEDY_KEYS",
+__all__ = ["Params", "SPEC", "GREEDY", "ABLATION", "PAPER_COST_RATIO", "cost_ratio_sweep", "greedy_hot_rows", "Profile", "TableSpec", "Plan", "PlanError", "Costs", "MilpStats", "GREEDY_KEYS",
            "greedy", "best_greedy", "cheapest", "recshard", "fill_spare_hbm", "move_tables", "repair", "cdf_segments",
            "check_plan", "plan_costs", "replay", "metrics", "gpu_times", "greedy_row", "build_table", "profile_table",
            "tables_to_npz", "tables_from_npz", "trace", "trace_prefix", "make_plans", "choose_greedy",

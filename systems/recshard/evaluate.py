@@ -61,3 +61,16 @@ def greedy_row(variants: dict[str, dict[str, float]], by_run: str, by_model: str
     bandwidths."""
     names = list(dict.fromkeys([*variants[by_model], *variants[by_run]]))
     return {m: variants[by_run if m in run_metrics else by_model][m] for m in names}
+
+
+def cost_ratio_sweep(plans: dict[str, Plan], counts: dict[str, np.ndarray], fast: np.ndarray, ratios: list[float],
+                     gpus: int, batch: int) -> dict[float, dict[str, float]]:
+    """The regime: every plan's throughput on the held-out access counts when a slow-tier access costs
+    ``ratio`` times a fast one. ``fast`` [T]: seconds per fast access of each table (measured in this
+    run). Per ratio: {plan: samples / (sum over batches of the slowest GPU's time)} (GPUs concurrent)."""
+    out = {}
+    for r in ratios:
+        costs = Costs(np.asarray(fast, float), float(r) * np.asarray(fast, float))
+        out[float(r)] = {n: float(batch * counts[n].shape[1] / gpu_times(p, counts[n], costs, gpus).max(1).sum())
+                         for n, p in plans.items()}
+    return out

@@ -326,6 +326,20 @@ def move_tables(plan: Plan, prof: Profile, gpus: int, capacity: float, costs: Co
     return Plan(gpu, hot), moved, filled
 
 
+def greedy_hot_rows(prof: Profile, gpus: int, capacity: float, costs: Costs, batch: int) -> tuple[str, Plan]:
+    """RecShard's mechanism ablation: no MILP, but row-level tiering added to the greedy sharders. Each
+    greedy placement (by size, lookup, size x lookup) keeps its table -> GPU assignment, and each GPU's
+    HBM is filled with the hottest profiled rows of its tables, the rows that save the most cost per
+    byte first (``fill_spare_hbm`` from an empty HBM). Returns the greedy key whose plan costs least on
+    the TRAINING profile under ``costs``, and that plan."""
+    plans = {}
+    for key in GREEDY_KEYS:
+        placed = greedy(prof, gpus, capacity, key)
+        plans[key], _ = fill_spare_hbm(Plan(placed.gpu, np.zeros_like(placed.hot_rows)), prof, gpus, capacity, costs)
+    best = cheapest(plans, prof, costs, batch, gpus)
+    return best, plans[best]
+
+
 def repair(plan: Plan, prof: Profile, gpus: int, capacity: float, costs: Costs) -> tuple[Plan, int, int]:
     """A rounded MILP plan, repaired: spare HBM filled, then tables moved off the most expensive GPU
     while that helps (``move_tables``). Returns the plan, the rows filled and the tables moved."""

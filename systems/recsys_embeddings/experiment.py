@@ -38,22 +38,33 @@ def config(p: HarnessParams):
                        bottom=(32,), top=(64,), evals_per_epoch=p.evals_per_epoch, seed=p.seed, threads=p.train_threads)
 
 
+def regime_config(p: HarnessParams, slow_row_us: float):
+    """The trainer's configuration of one regime point: one epoch, one evaluation, the tier slowed."""
+    from dataclasses import replace
+
+    return replace(config(p), epochs=1, evals_per_epoch=1, slow_row_us=slow_row_us)
+
+
 def variant(name: str, p: HarnessParams, hot: np.ndarray | None):
-    """``hybrid``, ``fae``, ``hotline`` or ``slipstream`` (the hotline pipeline skipping stale inputs;
-    its parameters ``snapshot_every`` and ``max_skip`` come from Slipstream's Params)."""
+    """``hybrid``, ``fae``, ``hotline``, ``slipstream`` (the hotline pipeline skipping stale inputs;
+    its parameters ``snapshot_every`` and ``max_skip`` come from Slipstream's Params), and the
+    mechanism ablations ``cache`` (hybrid with FAE's hot set in the fast tier: FAE without its hot/cold
+    input classification) and ``hotline_sync`` (Hotline with the cold rows gathered inline)."""
     from mlsys_flows.systems.recsys_embeddings.trainer import Variant
 
-    extra = {"snapshot_every": p.snapshot_every, "max_skip": p.max_skip} if name == "slipstream" else {}
-    pipeline = {"slipstream": "hotline"}.get(name, name)
-    return Variant(name, pipeline, None if name == "hybrid" else hot, fae_phases=p.fae_phases,
-                   skip_stale=name == "slipstream", **extra)
+    extra = {"snapshot_every": p.snapshot_every, "max_skip": p.max_skip, "stale_warmup": p.stale_warmup} \
+        if name == "slipstream" else {}
+    pipeline = {"slipstream": "hotline", "hotline_sync": "hotline"}.get(name, name)
+    return Variant(name, pipeline, None if name == "hybrid" else hot, fae_phase_batches=p.fae_phase_batches,
+                   overlap_gather=name != "hotline_sync", skip_stale=name == "slipstream", **extra)
 
 
-def run_once(ds: Dataset, p: HarnessParams, v) -> dict:
-    """One training run of variant ``v`` as a plain dict (pickles across Dask)."""
+def run_once(ds: Dataset, p: HarnessParams, v, cfg=None) -> dict:
+    """One training run of variant ``v`` (``cfg``: the trainer's configuration, default from ``p``) as
+    a plain dict (pickles across Dask)."""
     from mlsys_flows.systems.recsys_embeddings.trainer import train
 
-    r = train(ds, config(p), v)
+    r = train(ds, cfg or config(p), v)
     c = r.counters
     gather = c.get("gather_s", 0.0)
     return {"name": r.name, "train_time_s": r.train_time_s, "samples_per_s": r.samples_per_s,
@@ -66,6 +77,10 @@ def run_once(ds: Dataset, p: HarnessParams, v) -> dict:
             # for all of it; the wait can exceed the gather's own time by thread wake-up delays)
             "gather_overlap": max(0.0, 1.0 - c["gather_wait_s"] / gather) if gather > 0 else 0.0,
             "stale_threshold": c.get("stale_threshold", 0.0),
+            "popular_inputs": c["popular_inputs"], "blocking_gather_s": c["blocking_gather_s"],
+            # share of the popular inputs (the only skippable ones) that were skipped
+            "popular_skipped": c["skipped"] / max(1, c["skipped"] + c["popular_inputs"]),
+            "stale_picks": c.get("stale_picks", 0), "stale_quantile_max": c.get("stale_quantile_max", 0.0),
             # share of the training time spent blocked on slow-tier gathers (the updates sent before a
             # gather are applied first, so their cost shows here too)
             "slow_tier_share": (c["blocking_gather_s"] + c["gather_wait_s"]) / r.train_time_s}
@@ -83,6 +98,50 @@ def run_interleaved(ds: Dataset, p: HarnessParams, variants: list, repeats: int,
             log(f"repeat {r + 1}/{repeats} {v.name}: {res['train_time_s']:.2f} s training, {res['samples_per_s']:.0f} "
                 f"samples/s, test logloss {res['test_logloss']:.4f}, AUC {res['test_auc']:.4f}")
     return out
+
+
+def regime_sweep(ds: Dataset, p: HarnessParams, variants: list,
+                 log: Callable[[str], None] = lambda s: None) -> dict[float, dict[str, dict]]:
+    """The regime: every variant once at each added slow-tier cost per row of ``p.regime_slow_row_us``,
+    on the first ``p.regime_samples`` training inputs for one epoch (the variants' hot rows as given,
+    the variants rotated at each point). Returns {cost: {variant: run dict}}."""
+    from dataclasses import replace
+
+    sub = ds.head(p.regime_samples, min(p.test_samples, 2_048))
+    # a skipping variant's warm-up and snapshot interval shrink with the run (the same share of it)
+    frac = sub.train / (p.epochs * ds.train)
+    variants = [replace(v, stale_warmup=max(1, round(v.stale_warmup * frac)),
+                        snapshot_every=max(1, round(v.snapshot_every * frac))) if v.skip_stale else v
+                for v in variants]
+    out: dict[float, dict[str, dict]] = {}
+    for k, us in enumerate(p.regime_slow_row_us):
+        cfg = regime_config(p, us)
+        out[us] = {}
+        for v in variants[k % len(variants):] + variants[:k % len(variants)]:
+            r = run_once(sub, p, v, cfg)
+            out[us][v.name] = r
+            log(f"regime {us:g} us/row {v.name}: {r['train_time_s']:.2f} s, slow-tier share {r['slow_tier_share']:.0%}")
+    return out
+
+
+def regime_result(sweep: dict[float, dict[str, dict]], metric: str, p: HarnessParams) -> tuple[list, str]:
+    """(RegimeSamples of ``metric`` per point, kind measured; a note on what the sweep measured).
+    ``metric``: ``train_time_s`` (the same inputs, so a lower time is a faster time to the same loss) or
+    ``samples_per_s``."""
+    from mlsys_flows.systems.common.report import RegimeSample
+
+    samples = [RegimeSample(value=float(us), samples={n: [r[metric]] for n, r in runs.items()}, kind="measured")
+               for us, runs in sorted(sweep.items())]
+    shares = ", ".join(f"{us:g} us: {runs['hybrid']['slow_tier_share']:.0%}" for us, runs in sorted(sweep.items())
+                       if "hybrid" in runs)
+    what = "training time" if metric == "train_time_s" else "training throughput (samples/s)"
+    note = (f"Regime (measured, one run per variant and point): the slow tier slowed by "
+            f"{', '.join(f'{us:g}' for us in sorted(sweep))} us per row moved (the tier process waits that long per "
+            f"row gathered, updated or written), each variant trained once on the first {p.regime_samples} training "
+            f"inputs for one epoch; the curve compares {what} of the same inputs (the headline's accuracy parity "
+            f"holds at every point: the rows' values do not depend on the tier's speed). Hybrid's share of training "
+            f"time blocked on the slow tier: {shares}.")
+    return samples, note
 
 
 def time_to_target(curve: list, target: float) -> float:
@@ -133,6 +192,50 @@ KINDS = {"time_to_logloss_s": "measured", "train_time_s": "measured", "samples_p
          "gather_overlap": "measured", "slow_tier_share": "measured", "test_logloss": "counted", "test_auc": "counted", "logloss_gap": "counted",
          "hot_input_fraction": "counted", "hot_rows": "counted", "rows_gathered": "counted", "rows_sent": "counted",
          "syncs": "counted", "sync_rows": "counted", "skipped_fraction": "counted"}
+
+
+# The projection's hardware: the fast tier in GPU HBM next to the compute, the slow tier in host DRAM
+# behind PCIe (the papers' setting). Constants, each with its source; the compute is this run's.
+PCIE_GB_S = 12.0        # PCIe 3.0 x16: 15.75 GB/s per direction raw, ~12 GB/s achieved by large copies
+HOST_ROW_US = 0.1       # one row's host-side gather or row-wise Adagrad update: a random DRAM access (~100 ns)
+
+
+def projection_assumptions(p: HarnessParams) -> dict:
+    from mlsys_flows.systems.common.report import Assumption
+
+    return {
+        "pcie_gb_s": Assumption(value=PCIE_GB_S, unit="GB/s", source="PCIe 3.0 x16 (15.75 GB/s per direction, the "
+                                "papers' V100-class hosts), ~12 GB/s achieved by bulk host-to-device copies"),
+        "host_row_us": Assumption(value=HOST_ROW_US, unit="us per row", source="one random host-DRAM access per "
+                                  "row gathered or updated (~100 ns DRAM latency of a server CPU)"),
+        "row_bytes": Assumption(value=4 * p.embedding_dim, unit="bytes", source="parameter embedding_dim x float32 "
+                                "(syncs: one more float, the Adagrad accumulator)"),
+        "compute_s": Assumption(value="measured in this run", unit="s", source="each variant's training time minus "
+                                "its time blocked on the slow tier (median of the repeats), on this machine's CPU: a "
+                                "GPU computes faster, which raises the slow tier's share, so the projection is "
+                                "conservative for the techniques"),
+        "rows": Assumption(value="counted in this run", source="rows gathered, rows sent and the syncs' rows of each "
+                           "variant's first repeat"),
+        "overlap": Assumption(value="hotline: the cold-row gather hides behind the popular micro-batch's compute "
+                              "(its share of the trained inputs); others: none", source="the Hotline paper's "
+                              "pipeline, as this trainer runs it"),
+    }
+
+
+def projected_time(runs: list[dict], p: HarnessParams, overlapped: bool) -> float:
+    """A variant's training seconds with the fast tier in HBM and the slow tier in host memory behind
+    PCIe: this run's compute (training time minus the time blocked on the slow tier, median of the
+    repeats) plus the counted rows moved at the stated per-row costs; ``overlapped``: the gathers hide
+    behind the popular micro-batch's compute (Hotline)."""
+    r = runs[0]
+    compute = statistics.median(x["train_time_s"] * (1.0 - min(1.0, x["slow_tier_share"])) for x in runs)
+    row_s = 4 * p.embedding_dim / (PCIE_GB_S * 1e9) + HOST_ROW_US * 1e-6
+    sync_s = r["sync_rows"] * ((4 * p.embedding_dim + 4) / (PCIE_GB_S * 1e9) + HOST_ROW_US * 1e-6)
+    gather_s = r["rows_gathered"] * row_s
+    if overlapped:
+        window = compute * r["popular_inputs"] / max(1, r["trained_samples"])
+        gather_s = max(0.0, gather_s - window)
+    return compute + gather_s + r["rows_sent"] * row_s + sync_s
 
 
 def loss_curves(runs: dict[str, list[dict]]) -> dict[str, tuple[list[float], list[float]]]:

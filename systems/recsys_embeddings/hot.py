@@ -4,8 +4,9 @@
   and keep the most accessed rows that fit a memory budget.
 - :func:`hot_slots` / :func:`hot_inputs`: a row's slot in the fast tier (-1: cold); an input is hot
   when every row it touches is hot.
-- :class:`StalenessRule`: Slipstream's rule: per-row drift between snapshots of the hot rows, a
-  threshold chosen on a sample, and the inputs that touch only stale rows.
+- :class:`StalenessRule`: Slipstream's rule: per-row drift between snapshots of the hot rows (in
+  units of the optimizer's update scale), a threshold re-picked on a sample at every snapshot so that
+  at most ``max_skip`` of the popular inputs are skipped, and the inputs that touch only stale rows.
 """
 from __future__ import annotations
 
@@ -47,51 +48,74 @@ def hot_inputs(ids: np.ndarray, slots: np.ndarray) -> np.ndarray:
     return (slots[ids] >= 0).all(axis=1)
 
 
-def row_drift(now: np.ndarray, snapshot: np.ndarray) -> np.ndarray:
-    """Per-row relative drift ||now - snapshot|| / ||snapshot|| (rows: axis 0)."""
-    num = np.linalg.norm(now - snapshot, axis=1)
-    return num / np.maximum(np.linalg.norm(snapshot, axis=1), 1e-12)
+def row_drift(now: np.ndarray, snapshot: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """Per-row drift since the snapshot in units of the update scale: ||now - snapshot|| / ``scale``
+    (rows: axis 0). With ``scale`` the largest movement the optimizer can give a row between two
+    snapshots, the drift no longer depends on the rows' own norms (their init), as a relative drift
+    does."""
+    return np.linalg.norm(now - snapshot, axis=1) / scale
+
+
+def update_scale(lr: float, dim: int, steps: int) -> float:
+    """The largest movement of a row in ``steps`` steps of row-wise Adagrad at learning rate ``lr``:
+    each step moves a row by lr * g / sqrt(mean of g^2 so far), at most lr * sqrt(dim) in norm."""
+    return lr * np.sqrt(dim) * steps
 
 
 @dataclass
 class StalenessRule:
     """Slipstream's staleness rule over the fast tier's hot rows.
 
-    ``observe(hot_w)`` is called every ``snapshot_every`` steps: it measures each hot row's drift
-    since the previous snapshot, marks the rows whose drift is below the threshold as stale and takes
-    a new snapshot. The threshold is chosen once, at the first drift measured, on samples: among the
-    ``quantiles`` of the drift of ``sample`` random hot rows, the largest whose share of skipped inputs
-    (inputs touching only stale rows) on a sample of training inputs stays within ``max_skip``."""
+    ``observe(hot_w)`` is called every ``snapshot_every`` steps after a warm-up (the caller's): it
+    measures each hot row's drift since the previous snapshot in units of the update scale, re-picks
+    the threshold and marks the rows whose drift is below it as stale, then takes a new snapshot. The
+    threshold is picked at every observation on samples: among the ``quantiles`` of the per-input drift
+    (the largest drift of an input's rows) over ``sample`` popular inputs (inputs whose every row is hot:
+    the only ones that can be skipped), the largest whose share of skipped popular inputs on that
+    sample stays within ``max_skip``."""
 
     slots: np.ndarray                 # global row -> hot slot or -1
     max_skip: float
+    scale: float = 1.0                # update scale (see update_scale)
     sample: int = 2048
     quantiles: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
     threshold: float | None = None
     stale: np.ndarray | None = None   # bool [n_hot]
     snapshot: np.ndarray | None = None
     history: list = field(default_factory=list)  # (stale share of hot rows) per observation
+    picks: list = field(default_factory=list)    # (quantile picked, its sampled popular skip share) per pick
+    _popular: tuple | None = field(default=None, repr=False)
 
     def observe(self, hot_w: np.ndarray, inputs: np.ndarray, rng: np.random.Generator) -> None:
         if self.snapshot is None:
             self.snapshot = hot_w.copy()
             self.stale = np.zeros(len(hot_w), bool)
             return
-        drift = row_drift(hot_w, self.snapshot)
-        if self.threshold is None:
-            self.threshold = self.choose_threshold(drift, inputs, rng)
+        drift = row_drift(hot_w, self.snapshot, self.scale)
+        self.threshold = self.choose_threshold(drift, inputs, rng)
         self.stale = drift < self.threshold
         self.snapshot = hot_w.copy()
         self.history.append(float(self.stale.mean()) if len(self.stale) else 0.0)
 
     def choose_threshold(self, drift: np.ndarray, inputs: np.ndarray, rng: np.random.Generator) -> float:
-        rows = drift[rng.choice(len(drift), size=min(self.sample, len(drift)), replace=False)]
-        probe = inputs[rng.choice(len(inputs), size=min(self.sample, len(inputs)), replace=False)]
-        best = 0.0
+        """An input is skipped when its most drifting row is below the threshold, so the candidates
+        are the quantiles of that per-input drift over a sample of the popular inputs (a quantile of
+        the rows alone is dominated by the many rarely touched hot rows, which never decide a skip)."""
+        if self._popular is None or self._popular[0] is not inputs:  # the popular inputs, found once
+            self._popular = (inputs, inputs[(self.slots[inputs] >= 0).all(axis=1)])
+        popular = self._popular[1]
+        if not len(popular) or not len(drift):
+            self.picks.append((0.0, 0.0))
+            return 0.0
+        probe = popular[rng.choice(len(popular), size=min(self.sample, len(popular)), replace=False)]
+        worst = drift[self.slots[probe]].max(axis=1)
+        best, pick = 0.0, (0.0, 0.0)
         for q in self.quantiles:
-            t = float(np.quantile(rows, q))
-            if skip_mask(probe, self.slots, drift < t).mean() <= self.max_skip:
-                best = max(best, t)
+            t = float(np.quantile(worst, q))
+            share = float(skip_mask(probe, self.slots, drift < t).mean())
+            if share <= self.max_skip and t > best:
+                best, pick = t, (q, share)
+        self.picks.append(pick)
         return best
 
     def skippable(self, ids: np.ndarray) -> np.ndarray:

@@ -1,9 +1,10 @@
 """The parameters every member system shares, and their smoke and full presets (pure)."""
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.spec import Regime
 
 
 class HarnessParams(SystemParams):
@@ -24,12 +25,28 @@ class HarnessParams(SystemParams):
     lr: float = Field(0.05, gt=0, le=10, description="SGD learning rate of the dense (MLP) parameters.")
     emb_lr: float = Field(0.02, gt=0, le=10, description="Row-wise Adagrad learning rate of the embedding rows (in either tier).")
     evals_per_epoch: int = Field(4, ge=1, le=100, description="Test evaluations per epoch (not timed); time to a logloss is interpolated between them.")
-    profile_fraction: float = Field(0.05, gt=0, le=1, description="Share of the training inputs profiled to find the hot rows.")
+    profile_fraction: float = Field(0.25, gt=0, le=1, description="Share of the training inputs profiled to find the hot rows "
+                                    "(large enough that the profile ranks more rows than the budget holds).")
     hot_budget_mb: float = Field(0.5, gt=0, le=1e6, description="Fast-tier memory budget for hot rows, in MB of float32 rows.")
-    fae_phases: int = Field(4, ge=1, le=10_000, description="FAE: hot/cold phase pairs per epoch (two hot-row syncs each).")
+    fae_phase_batches: int = Field(8, ge=1, le=1_000_000, description="FAE: hot batches per hot phase; each hot phase is "
+                                   "followed by its share of the cold batches (two hot-row syncs per phase pair).")
     parity_gap: float = Field(0.003, gt=0, le=1, description="Largest allowed test-logloss gap of any variant to the hybrid baseline; "
                               "the run fails when it is exceeded.")
     train_threads: int = Field(1, ge=1, le=64, description="torch CPU threads of the trainer (1 is steadier on a shared CPU).")
+    regime_slow_row_us: list[float] = Field([0.0, 1.0, 3.0, 10.0], min_length=2, max_length=12,
+                                            description="Regime sweep: added slow-tier cost per row moved (microseconds; "
+                                            "the tier process waits that long per row gathered, updated or written), "
+                                            "which raises the slow tier's share of a step; 0 is the tier as it is.")
+    regime_samples: int = Field(8_192, ge=64, le=50_000_000,
+                                description="Regime sweep: training inputs of each sweep run (the first ones of the "
+                                "training split, one epoch, one run per variant and point, one evaluation).")
+
+    @field_validator("regime_slow_row_us")
+    @classmethod
+    def _costs(cls, v: list[float]) -> list[float]:
+        if any(not 0 <= c <= 1e5 for c in v) or len(set(v)) != len(v):
+            raise ValueError("regime costs must be distinct, each from 0 to 1e5 microseconds per row")
+        return sorted(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> "HarnessParams":
@@ -37,12 +54,29 @@ class HarnessParams(SystemParams):
             raise ValueError(f"samples ({self.samples}) must be at least two batches (batch_size {self.batch_size})")
         if self.profile_fraction * self.samples < 1:
             raise ValueError("profile_fraction x samples profiles no input")
+        if self.regime_samples < 2 * self.batch_size:
+            raise ValueError(f"regime_samples ({self.regime_samples}) must be at least two batches (batch_size "
+                             f"{self.batch_size})")
         return self
 
 
 SMOKE = dict(samples=5_000, test_samples=1_000, rows_max=2_000, batch_size=512, epochs=1, evals_per_epoch=2,
-             hot_budget_mb=0.1, parity_gap=0.02, embedding_dim=16, fae_phases=2)
+             hot_budget_mb=0.1, parity_gap=0.02, embedding_dim=16, fae_phase_batches=1, regime_slow_row_us=[0.0, 10.0],
+             regime_samples=1_536)
 FULL = dict(samples=2_000_000, test_samples=200_000, rows_max=2_000_000, embedding_dim=64, batch_size=4096, epochs=2,
-            hot_budget_mb=64.0, fae_phases=8)
+            hot_budget_mb=64.0, fae_phase_batches=32, regime_samples=262_144)
 
-__all__ = ["HarnessParams", "SMOKE", "FULL"]
+
+def slow_tier_regime() -> Regime:
+    """The family's regime (FAE, Hotline, Slipstream): the slow tier's added cost per row moved."""
+    return Regime(
+        "slow_row_us", unit="us added per slow-tier row", paper_value=None,
+        paper_source="not stated as a per-row cost: the papers' hybrid baselines keep the tables in host memory "
+                     "behind PCIe and spend a large share of a step on the CPU-side embedding path, more than the "
+                     "slow tier's share here with nothing added",
+        statement="every technique of the family saves slow-tier traffic or hides it behind compute: the slower the "
+                  "slow tier relative to the dense compute (its share of a step), the more there is to save; with "
+                  "nothing added the slow tier is a small share of a step on this CPU, which caps any gain")
+
+
+__all__ = ["HarnessParams", "SMOKE", "FULL", "slow_tier_regime"]

@@ -55,8 +55,10 @@ def adagrad_rows(w: np.ndarray, acc: np.ndarray, grads: np.ndarray, lr: float) -
     return w - (np.float32(lr) / (np.sqrt(acc) + np.float32(EPS)))[:, None] * grads, acc
 
 
-def serve(sock: socket.socket, table: np.ndarray) -> None:
-    """The server loop (runs in the tier process); ``table`` [rows, dim + 1]: rows, accumulator."""
+def serve(sock: socket.socket, table: np.ndarray, row_cost_s: float = 0.0) -> None:
+    """The server loop (runs in the tier process); ``table`` [rows, dim + 1]: rows, accumulator.
+    ``row_cost_s``: an added cost per row gathered, updated or written (the process sleeps that long
+    per row before it replies or takes the next request): a slower slow tier, the regime's knob."""
     dim = table.shape[1] - 1
     sock.sendall(b"R")
     while True:
@@ -70,6 +72,8 @@ def serve(sock: socket.socket, table: np.ndarray) -> None:
             sock.sendall(b"P")
             continue
         ids = np.frombuffer(_recv(sock, 8 * n), np.int64)
+        if row_cost_s > 0 and n:
+            time.sleep(n * row_cost_s)
         if op == GATHER:
             sock.sendall(np.ascontiguousarray(table[ids] if value else table[ids, :dim]).data)
         elif op == UPDATE:
@@ -101,7 +105,9 @@ class SlowTier:
     """Client of one tier process holding ``table`` [rows, dim] (a copy: the process owns it) and a
     zero Adagrad accumulator per row."""
 
-    def __init__(self, table: np.ndarray):
+    def __init__(self, table: np.ndarray, row_cost_s: float = 0.0):
+        if row_cost_s < 0:
+            raise ValueError(f"row_cost_s must be >= 0 (got {row_cost_s})")
         table = np.concatenate([np.asarray(table, np.float32), np.zeros((len(table), 1), np.float32)], axis=1)
         self.rows, self.dim = table.shape[0], table.shape[1] - 1
         with tempfile.TemporaryDirectory(prefix="slowtier-") as tmp:
@@ -112,7 +118,8 @@ class SlowTier:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
             # run as a script, not ``-m``: the server needs numpy only, not the package's imports
-            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), path, str(theirs.fileno())],
+            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), path, str(theirs.fileno()),
+                                          repr(float(row_cost_s))],
                                          pass_fds=(theirs.fileno(),))
             theirs.close()
             self.sock = ours
@@ -188,10 +195,11 @@ class SlowTier:
 
 def _main(argv: list[str]) -> None:
     path, fd = argv[0], int(argv[1])
+    row_cost_s = float(argv[2]) if len(argv) > 2 else 0.0
     table = np.array(np.load(path), np.float32)  # its own copy in this process's memory
     sock = socket.socket(fileno=fd)
     try:
-        serve(sock, table)
+        serve(sock, table, row_cost_s)
     finally:
         sock.close()
 

@@ -11,13 +11,19 @@ is authoritative: in the fast tier or by a sparse update sent to the slow tier. 
   gradients back (CPU-GPU hybrid / parameter-server training).
 - ``fae``: hot inputs (every row hot) form hot batches that train entirely in the fast tier; cold
   batches run hybrid; the hot rows are written to the slow tier when a cold phase starts and read
-  back when a hot phase starts. ``fae_phases`` hot/cold phase pairs per epoch.
+  back when a hot phase starts. A hot phase is ``fae_phase_batches`` hot batches; the cold batches
+  are spread evenly over the epoch's phases.
+- ``cache`` (FAE's mechanism ablation: hybrid with FAE's hot set): batches in arrival order, hot rows
+  read and updated in the fast tier, each batch's cold rows gathered from the slow tier before it
+  trains; no hot/cold input classification, no phases, no syncs.
 - ``hotline``: each batch splits into its popular micro-batch (hot inputs) and the rest; the rest's
   cold rows are gathered on a background thread while the popular part trains; both parts' gradients
   are applied in one step (the same update as hybrid up to float rounding); hot rows always live in
-  the fast tier.
-- ``skip_stale`` (Slipstream) on top of hotline: every ``snapshot_every`` steps the hot rows' drift
-  is measured (hot.StalenessRule); popular inputs touching only stale rows are skipped.
+  the fast tier. ``overlap_gather=False`` (Hotline's mechanism ablation) gathers the cold rows
+  inline, before the popular micro-batch trains: the same pipeline without the overlap.
+- ``skip_stale`` (Slipstream) on top of hotline: after ``stale_warmup`` steps, every
+  ``snapshot_every`` steps the hot rows' drift is measured in units of the update scale and the
+  threshold re-picked (hot.StalenessRule); popular inputs touching only stale rows are skipped.
 
 Input preparation (dedup of each batch's rows, the hot/cold split) is data-loader work done for
 every variant before the clock starts; everything after it is timed.
@@ -32,11 +38,11 @@ import torch
 from torch import nn
 
 from mlsys_flows.systems.common.dlrm import DLRM
-from mlsys_flows.systems.recsys_embeddings.hot import StalenessRule, hot_inputs, hot_slots
+from mlsys_flows.systems.recsys_embeddings.hot import StalenessRule, hot_inputs, hot_slots, update_scale
 from mlsys_flows.systems.recsys_embeddings.tier import EPS, SlowTier
 from mlsys_flows.systems.recsys_embeddings.workload import Dataset, auc, logloss
 
-PIPELINES = ("hybrid", "fae", "hotline")
+PIPELINES = ("hybrid", "fae", "hotline", "cache")
 
 
 @dataclass(frozen=True)
@@ -51,16 +57,19 @@ class TrainConfig:
     evals_per_epoch: int
     seed: int
     threads: int = 1
+    slow_row_us: float = 0.0  # added slow-tier cost per row moved (the regime's knob; 0: the tier as it is)
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str
-    pipeline: str                          # hybrid | fae | hotline
-    hot_rows: np.ndarray | None = None     # global ids of the hot rows (fae, hotline)
-    fae_phases: int = 4                    # hot/cold phase pairs per epoch (fae)
+    pipeline: str                          # hybrid | fae | hotline | cache
+    hot_rows: np.ndarray | None = None     # global ids of the hot rows (every pipeline but hybrid)
+    fae_phase_batches: int = 8             # hot batches per hot phase (fae)
+    overlap_gather: bool = True            # hotline: cold rows gathered in the background (False: inline)
     skip_stale: bool = False               # Slipstream (on hotline)
     snapshot_every: int = 50               # steps between snapshots of the hot rows
+    stale_warmup: int = 0                  # steps before the first snapshot (drift is large while rows settle)
     max_skip: float = 0.3                  # skip share the threshold may reach on the sample
 
     def __post_init__(self):
@@ -70,6 +79,8 @@ class Variant:
             raise ValueError(f"{self.pipeline} needs hot rows")
         if self.skip_stale and self.pipeline != "hotline":
             raise ValueError("skip_stale runs on the hotline pipeline")
+        if self.fae_phase_batches < 1:
+            raise ValueError("fae_phase_batches must be >= 1")
 
 
 @dataclass
@@ -155,11 +166,14 @@ def batches_of(order: np.ndarray, batch: int) -> list[np.ndarray]:
     return [order[i:i + batch] for i in range(0, len(order), batch)]
 
 
-def fae_schedule(order: np.ndarray, hot: np.ndarray, batch: int, phases: int) -> list[tuple[bool, np.ndarray]]:
+def fae_schedule(order: np.ndarray, hot: np.ndarray, batch: int, phase_batches: int) -> list[tuple[bool, np.ndarray]]:
     """FAE's epoch: the epoch's order split into hot and cold inputs (order kept), batched within
-    each, and laid out as ``phases`` pairs of a hot phase then a cold phase."""
+    each, and laid out as phases of ``phase_batches`` hot batches, each followed by its even share of
+    the cold batches (the phase length is set in hot batches, so the syncs' cost per hot batch does
+    not depend on the epoch's size)."""
     hb = batches_of(order[hot[order]], batch)
     cb = batches_of(order[~hot[order]], batch)
+    phases = max(1, -(-len(hb) // phase_batches))
     out: list[tuple[bool, np.ndarray]] = []
     for k in range(phases):
         out += [(True, b) for b in hb[k * len(hb) // phases:(k + 1) * len(hb) // phases]]
@@ -180,7 +194,7 @@ class Trainer:
         self.hot_ids = variant.hot_rows
         self.hot_w = torch.from_numpy(table0[variant.hot_rows].copy()) if variant.hot_rows is not None else None
         self.hot_acc = torch.zeros(len(variant.hot_rows)) if variant.hot_rows is not None else None
-        self.fast_authoritative = variant.pipeline == "hotline"  # fae: only during hot phases
+        self.fast_authoritative = variant.pipeline in ("hotline", "cache")  # fae: only during hot phases
         self.table0 = table0
         self.counters: dict[str, float] = {"syncs": 0, "sync_rows": 0, "gather_s": 0.0, "gather_wait_s": 0.0,
                                            "skipped": 0, "popular_inputs": 0, "sync_gathered": 0,
@@ -247,6 +261,13 @@ class Trainer:
             slow = tier.gather(m.uniq[m.cold]) if len(m.cold) else None
             self.counters["blocking_gather_s"] += time.perf_counter() - t0  # includes queued updates ahead of it
             grads.append(self._forward_backward(m, self._rows(m, slow), scale))
+        elif not self.v.overlap_gather:  # hotline without the overlap: the rest's cold rows first, inline
+            pop, rest = micros
+            t0 = time.perf_counter()
+            slow = tier.gather(rest.uniq[rest.cold]) if len(rest.cold) else None
+            self.counters["blocking_gather_s"] += time.perf_counter() - t0
+            grads.append(self._forward_backward(pop, self._rows(pop, None), scale) if len(pop.labels) else None)
+            grads.append(self._forward_backward(rest, self._rows(rest, slow), scale) if len(rest.labels) else None)
         else:
             pop, rest = micros
             fut = tier.gather_async(rest.uniq[rest.cold]) if len(rest.cold) else None
@@ -309,21 +330,24 @@ class Trainer:
         plan: list[tuple[str, list[Micro]]] = []   # (kind, micro-batches) per step; kind: hot, cold, mixed
         for order in epoch_orders(len(labels), cfg.epochs, cfg.seed):
             if v.pipeline == "fae":
-                for is_hot, b in fae_schedule(order, hot_in, cfg.batch_size, v.fae_phases):
+                for is_hot, b in fae_schedule(order, hot_in, cfg.batch_size, v.fae_phase_batches):
                     plan.append(("hot" if is_hot else "cold", [prepare(dense[b], ids[b], labels[b], self.slots, not is_hot)]))
             else:
                 for b in batches_of(order, cfg.batch_size):
                     if v.pipeline == "hybrid":
                         plan.append(("cold", [prepare(dense[b], ids[b], labels[b], None, True)]))
+                    elif v.pipeline == "cache":
+                        plan.append(("cached", [prepare(dense[b], ids[b], labels[b], self.slots, False)]))
                     else:
                         pb, rb = b[hot_in[b]], b[~hot_in[b]]
                         plan.append(("mixed", [prepare(dense[pb], ids[pb], labels[pb], self.slots, False),
                                                prepare(dense[rb], ids[rb], labels[rb], self.slots, False)]))
         steps_per_epoch = len(plan) // cfg.epochs
         eval_every = max(1, steps_per_epoch // cfg.evals_per_epoch)
-        rule = StalenessRule(self.slots, v.max_skip) if v.skip_stale else None
+        rule = StalenessRule(self.slots, v.max_skip, update_scale(cfg.emb_lr, cfg.dim, v.snapshot_every)) \
+            if v.skip_stale else None
         rng = np.random.default_rng([cfg.seed, 99])
-        with SlowTier(self.table0) as tier:
+        with SlowTier(self.table0, row_cost_s=cfg.slow_row_us * 1e-6) as tier:
             if v.pipeline == "fae":
                 self.fast_authoritative = False
             curve = [(0.0, 0, *self.evaluate(tier))]
@@ -335,7 +359,7 @@ class Trainer:
                 if v.pipeline == "fae":
                     (self.to_hot_phase if kind == "hot" else self.to_cold_phase)(tier)
                 if rule is not None:
-                    if i % v.snapshot_every == 0:
+                    if i >= v.stale_warmup and (i - v.stale_warmup) % v.snapshot_every == 0:
                         rule.observe(self.hot_w.numpy(), ids, rng)
                     pop = micros[0]
                     skip = rule.skippable(pop.ids)
@@ -362,6 +386,9 @@ class Trainer:
         self.counters["hot_input_fraction"] = float(hot_in.mean()) if hot_in is not None else 0.0
         self.counters["hot_rows"] = len(self.hot_ids) if self.hot_ids is not None else 0
         self.counters["stale_threshold"] = float(rule.threshold or 0.0) if rule is not None else 0.0
+        if rule is not None:
+            self.counters["stale_picks"] = len(rule.picks)
+            self.counters["stale_quantile_max"] = max((q for q, _ in rule.picks), default=0.0)
         return RunResult(v.name, clock, consumed, trained, final[2], final[3], curve, dict(self.counters))
 
 

@@ -41,6 +41,13 @@ class Dataset:
         s = slice(0, self.train) if part == "train" else slice(self.train, None)
         return self.dense[s], self.ids[s], self.labels[s]
 
+    def head(self, train: int, test: int) -> "Dataset":
+        """The first ``train`` training and first ``test`` test samples (the same tables and rows)."""
+        tr, te = min(train, self.train), min(test, len(self.labels) - self.train)
+        idx = np.r_[0:tr, self.train:self.train + te]
+        return Dataset(self.dense[idx], self.ids[idx], self.labels[idx], self.offsets, tr, self.bayes_logloss,
+                       self.hot_share)
+
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
         np.savez(buf, dense=self.dense, ids=self.ids, labels=self.labels, offsets=self.offsets,

@@ -47,7 +47,8 @@ def compare(p, costs: LayerCosts, failure_counts: tuple[int, ...], headline_fail
     base = run("oobleck_f0", oobleck_plan(cl, costs, []))
     free = run("nofail", recycle_plan(cl, costs, []))
     run("bamboo_f0", bamboo_plan(cl, costs, []))
-    it_plain, it_free = base.steady_iteration_s(), free.steady_iteration_s()
+    dec = run("oobleck_decoupled_f0", oobleck_plan(cl, costs, [], decoupled=True))
+    it_plain, it_free, it_dec = base.steady_iteration_s(), free.steady_iteration_s(), dec.steady_iteration_s()
     for f in failure_counts:
         failed = place_failures(cl.pipelines, cl.stages, f, p.seed)
         info[f"f{f}"] = "failed workers (pipeline, stage): " + ", ".join(f"({a}, {b})" for a, b in failed)
@@ -59,4 +60,21 @@ def compare(p, costs: LayerCosts, failure_counts: tuple[int, ...], headline_fail
         plan, res, choice = best_oobleck(cl, costs, failed, n_it)
         info[f"oobleck_f{f}"] = choice
         run(f"oobleck_f{f}", plan, res, stall=f * (p.lost_iterations + p.restart_iterations) * it_plain)
+        # the mechanism ablation: the same reconfiguration (and restart) with ReCycle's decoupled backward and
+        # staggered optimizer, so that only the rerouting differs from recycle_f{f}
+        plan, res, choice = best_oobleck(cl, costs, failed, n_it, decoupled=True)
+        info[f"oobleck_decoupled_f{f}"] = choice
+        run(f"oobleck_decoupled_f{f}", plan, res, stall=f * (p.lost_iterations + p.restart_iterations) * it_dec)
     return out, schedules, info
+
+
+REGIME_POLICIES = ("recycle", "oobleck", "oobleck_decoupled", "bamboo")
+
+
+def regime_samples(metrics: dict[str, dict[str, float]], failures: list[int],
+                   headline_failures: int) -> dict[int, dict[str, float]]:
+    """{failures in the window: {headline variant of each policy: window throughput at that count}} from
+    ``compare``'s metrics (0 failures: nofail for ReCycle); named as the headline's variants so the report
+    compares the technique with the same baselines at every point."""
+    return {f: {f"{pol}_f{headline_failures}": metrics["nofail" if pol == "recycle" and f == 0 else f"{pol}_f{f}"]["throughput"]
+                for pol in REGIME_POLICIES} for f in failures}

@@ -159,8 +159,43 @@ def oobleck_pipelines(cl: Cluster, failed: list[tuple[int, int]], drop: bool) ->
     return [cl.stages - k for k in lost if cl.stages - k > 0]
 
 
+def _layer_groups(splits: list[list[int]]) -> list[tuple[tuple[int, ...], int]]:
+    """The sync groups of pipelines with different layer splits: workers that hold a common layer must
+    all-reduce together, so the groups are the connected components of "shares a layer" (one per stage
+    position when every pipeline has the same split). Returns (members, layers of the largest shard)."""
+    owners: dict[int, list[int]] = {}   # layer -> workers holding it
+    shard: list[int] = []
+    w = 0
+    for sp in splits:
+        first = 0
+        for n_layers in sp:
+            for layer in range(first, first + n_layers):
+                owners.setdefault(layer, []).append(w)
+            shard.append(n_layers)
+            first += n_layers
+            w += 1
+    parent = list(range(w))
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for ws in owners.values():
+        for x in ws[1:]:
+            parent[find(x)] = find(ws[0])
+    comps: dict[int, list[int]] = {}
+    for x in range(w):
+        comps.setdefault(find(x), []).append(x)
+    return [(tuple(ms), max(shard[x] for x in ms)) for ms in comps.values()]
+
+
 def oobleck_plan(cl: Cluster, c: LayerCosts, failed: list[tuple[int, int]], *, drop: bool = False,
-                 label: str = "oobleck") -> Plan:
+                 decoupled: bool = False, label: str = "oobleck") -> Plan:
+    """Oobleck-style reconfiguration. ``decoupled=True`` gives it ReCycle's decoupled backward and staggered
+    optimizer step too (the mechanism ablation: everything of ReCycle but the rerouting): B_weight deferred
+    into bubbles and each group of workers sharing layers steps as soon as it is done, no global barrier."""
     S, M, L = cl.stages, cl.microbatches, cl.layers_per_stage
     total_layers = S * L
     shapes = oobleck_pipelines(cl, failed, drop)
@@ -183,12 +218,17 @@ def oobleck_plan(cl: Cluster, c: LayerCosts, failed: list[tuple[int, int]], *, d
         if counts[q]:
             mb = MicroBatch(tuple(range(base, base + n)), tuple(_stage_durations(c, k) for k in sp))
             mbs += [MicroBatch(mb.route, mb.durations, k) for k in range(counts[q])]
+    if decoupled:
+        groups = [Group(ms, c.sync_s(layers, len(shapes))) for ms, layers in _layer_groups(splits)]
+        return Plan(workers=workers, microbatches=mbs, groups=groups, limits=limits, decoupled=True, barrier=False,
+                    p2p_s=c.p2p_s, max_deferred=S, samples_per_iteration=cl.samples_per_iteration, label=label)
     return Plan(workers=workers, microbatches=mbs, groups=[Group(tuple(range(len(workers))), max(sync))],
                 limits=limits, decoupled=False, barrier=True, p2p_s=c.p2p_s,
                 samples_per_iteration=cl.samples_per_iteration, label=label)
 
 
-def best_oobleck(cl: Cluster, c: LayerCosts, failed: list[tuple[int, int]], iterations: int):
+def best_oobleck(cl: Cluster, c: LayerCosts, failed: list[tuple[int, int]], iterations: int, *,
+                 decoupled: bool = False):
     """Oobleck's choice between pipeline templates over all survivors and dropping damaged pipelines:
     whichever simulates faster. Returns (plan, result, choice)."""
     options = []
@@ -196,7 +236,7 @@ def best_oobleck(cl: Cluster, c: LayerCosts, failed: list[tuple[int, int]], iter
         if drop and not failed:
             continue
         try:
-            plan = oobleck_plan(cl, c, failed, drop=drop, label="oobleck")
+            plan = oobleck_plan(cl, c, failed, drop=drop, decoupled=decoupled, label="oobleck")
         except ValueError:
             continue
         res = simulate(plan, iterations)

@@ -34,6 +34,29 @@ def runs_for(workload: str, inline: bool) -> list[Run]:
     return out
 
 
+# the variants the regime sweep serves at each insert share (the technique and the deployable baselines)
+REGIME = (("sia", True), ("full_retrain", True), ("full_retrain", False))
+
+
+def regime_plan(p, shares, inline: bool) -> dict[float, dict[str, tuple[str, bool] | str]]:
+    """For each insert share of the regime: {regime variant: the main run's variant whose samples it
+    reuses (the headline and read-heavy mixes are measured anyway), or (scheme, offload) to run once}."""
+    named = {p.insert_share: "", p.read_heavy_insert_share: "_readheavy"}
+    out = {}
+    for share in shares:
+        plan = {}
+        for scheme, offload in REGIME:
+            if not offload and not inline:
+                continue
+            name = scheme + ("" if offload else "_inline")
+            if share in named and (offload or share == p.insert_share):
+                plan[name] = scheme + named[share] + ("" if offload else "_inline")
+            else:
+                plan[name] = (scheme, offload)
+        out[float(share)] = plan
+    return out
+
+
 def clone(index: LearnedIndex) -> LearnedIndex:
     """A fresh copy of the built index (arrays copied, models shared read-only)."""
     new = object.__new__(LearnedIndex)
@@ -65,16 +88,18 @@ def check_weights(index: LearnedIndex) -> tuple[float, float]:
 
 
 def measure_workload(p, workload: str, board_submit: Submit, inline: bool,
-                     log: Callable[[str], None] = lambda s: None) -> dict:
+                     log: Callable[[str], None] = lambda s: None, regime: tuple[float, ...] = ()) -> dict:
     """Generate ``workload``'s keys, build the index, then serve each run's operations ``p.repeats``
-    times, rotating the order of the runs each repeat. Returns per-variant samples and counts."""
+    times, rotating the order of the runs each repeat. Returns per-variant samples and counts, and
+    (``regime``: insert shares) the regime sweep's ops/s per share and variant."""
     with train.one_blas_thread():  # the host serves on one core; its inline retrains use that core too
-        return _measure(p, workload, board_submit, inline, log)
+        return _measure(p, workload, board_submit, inline, log, regime)
 
 
-def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable[[str], None]) -> dict:
+def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable[[str], None],
+             regime: tuple[float, ...] = ()) -> dict:
     rng_seed = p.seed
-    total = p.loaded_keys + int(p.ops * max(p.insert_share, p.read_heavy_insert_share) * 1.2) + 64
+    total = p.loaded_keys + int(p.ops * max(p.insert_share, p.read_heavy_insert_share, *regime) * 1.2) + 64
     keys = make_keys(workload, total, rng_seed)
     t0 = time.perf_counter()
     base = LearnedIndex(keys[: p.loaded_keys], np.arange(p.loaded_keys), p.group_size, p.n_feat, p.ridge)
@@ -116,5 +141,23 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
                     c["weight_rel_diff_max"], c["weight_diff_over_bound"] = check_weights(index)
                 counts[run.variant] = c
                 latency[run.variant] = np.percentile(np.asarray(st.lookup_ns) / 1e3, LATENCY_QUANTILES).tolist()
+    sweep: dict[float, dict[str, list[float]]] = {}
+    for share, plan in regime_plan(p, regime, inline).items():  # one run per new point, after the repeats
+        sweep[share] = {}
+        stream = None
+        for name, how in plan.items():
+            if isinstance(how, str):
+                sweep[share][name] = list(samples[how]["ops_per_s"])
+                continue
+            if stream is None:
+                s = op_stream(keys, p.loaded_keys, p.ops, 1.0 - share, rng_seed)
+                stream = (s.is_insert.tolist(), s.target.tolist())
+            scheme, offload = how
+            st = Server(clone(base), scheme, board_submit if offload else inline_submit, p.threshold,
+                        p.buffer_cap).run(key_list, *stream)
+            summ = st.summary()
+            sweep[share][name] = [summ["ops_per_s"]]
+            log(f"{workload} regime insert share {share:g} {name}: {summ['ops_per_s']:.0f} ops/s, stall share "
+                f"{summ['stall_share']:.3f}")
     return {"samples": samples, "counts": counts, "latency": latency, "groups": len(base.groups),
-            "build_s": build_s, "err_median": float(np.median([g.err for g in base.groups]))}
+            "build_s": build_s, "err_median": float(np.median([g.err for g in base.groups])), "regime": sweep}

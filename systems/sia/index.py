@@ -155,7 +155,11 @@ class RunStats:
     turnaround_s: list = field(default_factory=list)   # submit -> result seen by the host
     qr_rows: int = 0                                   # rows factorised by QR, all retrains
     stalls: int = 0
-    stall_s: float = 0.0
+    stall_s: float = 0.0       # inserts waiting for their group's in-flight retrain (back-pressure)
+    submit_bytes: int = 0      # bytes of array arguments submitted (merged group, new keys, R)
+    merged_rows: int = 0       # rows of the merged groups submitted (each retrain's A^T y and error-bound pass)
+    submit_s: float = 0.0      # the host blocked inside a submission (pickling and writing the arguments to
+                               # the board's pipe; inline: the whole retrain), counted as stall too
 
     def summary(self) -> dict:
         lat = np.asarray(self.lookup_ns, dtype=np.float64) / 1e3
@@ -165,7 +169,9 @@ class RunStats:
                 "retrain_ms": float(np.median(self.kernel_s)) * 1e3 if self.kernel_s else 0.0,
                 "retrain_turnaround_ms": float(np.median(self.turnaround_s)) * 1e3 if self.turnaround_s else 0.0,
                 "retrains": float(self.retrains), "qr_rows": float(self.qr_rows), "stalls": float(self.stalls),
-                "stall_share": self.stall_s / self.elapsed_s if self.elapsed_s else 0.0,
+                "stall_share": (self.stall_s + self.submit_s) / self.elapsed_s if self.elapsed_s else 0.0,
+                "submit_share": self.submit_s / self.elapsed_s if self.elapsed_s else 0.0,
+                "submit_mb": self.submit_bytes / 1e6, "merged_rows": float(self.merged_rows),
                 "misses": float(self.misses)}
 
 
@@ -194,10 +200,14 @@ class Server:
         width = merged.dtype.itemsize
         u = merged.view(np.uint8).reshape(len(merged), width)
         nf = g.nf
+        t0 = time.perf_counter()
         if self.scheme == "sia":
             fut = self.submit(KERNELS["sia"], u, new.view(np.uint8).reshape(len(new), width), g.r, g.offset, nf, g.lam)
         else:
             fut = self.submit(KERNELS["full_retrain"], u, g.offset, nf, g.lam)
+        self.stats.submit_s += time.perf_counter() - t0
+        self.stats.submit_bytes += u.nbytes + (new.nbytes + g.r.nbytes if self.scheme == "sia" else 0)
+        self.stats.merged_rows += len(merged)
         g.pending = (fut, merged, mvals, time.perf_counter())
         self.inflight.append(g)
 
@@ -240,9 +250,9 @@ class Server:
                 t0 = time.perf_counter()
                 g.pending[0].result()
                 self._install(g)
-                self._trigger(g)
                 self.stats.stalls += 1
                 self.stats.stall_s += time.perf_counter() - t0
+                self._trigger(g)  # its submission is counted in submit_s
 
     def run(self, keys: list, is_insert: list, target: list) -> RunStats:
         """Serve the operations (keys as a list of bytes, per-op insert flags and key indexes) and

@@ -24,8 +24,13 @@ Policies:
   probability 1 - radio_loss after a hop delay: lost claims cause duplicate trips, lost
   announcements and TAKEN messages cause late or duplicate service.
 
-Decision latency: per decision request, from its origin to the moment the deciding drone knows what
-to do (centralized: the reply's arrival at the drone; distributed: commit or give-up).
+Decision latency (one definition for both controls): per task, from its arrival to the moment a drone
+first knows it is to serve it (centralized: the order's arrival at the drone; distributed: the drone's
+commit after its claim window). It includes every wait on the way: backhaul, backend queue and solve,
+radio hops and claim rounds, a re-announce the task waits for when no idle drone heard it, and the wait
+for a free drone. A task dropped at its deadline before any drone committed counts the whole deadline.
+The per-request latency (origin of a request to its answer: the reply at the drone, or a distributed
+drone's commit or give-up) is kept as ``*_request_latency_s``.
 """
 from __future__ import annotations
 
@@ -116,6 +121,7 @@ class Task:
     start: float = math.nan
     done: float = math.nan
     beacon_until: float = -1.0       # distributed: the beacon heard a TAKEN and stays quiet until then
+    decided: float = math.nan        # when a drone first committed to it (knows it is to serve it)
 
 
 @dataclass
@@ -135,15 +141,18 @@ class SimResult:
     policy: str
     n_drones: int
     counts: dict
-    decision_latency_s: np.ndarray
+    decision_latency_s: np.ndarray   # per task: arrival to the first drone committed (see the module doc)
     completion_s: np.ndarray
     solve_s: np.ndarray              # measured time of each backend solve (centralized) or local pick (distributed)
+    request_latency_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per decision request
 
     def metrics(self) -> dict[str, float]:
         lat, comp = self.decision_latency_s, self.completion_s
         m = {k: float(v) for k, v in self.counts.items()}
         m["p99_decision_latency_s"] = float(np.quantile(lat, 0.99)) if len(lat) else 0.0
         m["p50_decision_latency_s"] = float(np.quantile(lat, 0.5)) if len(lat) else 0.0
+        req = self.request_latency_s
+        m["p99_request_latency_s"] = float(np.quantile(req, 0.99)) if len(req) else 0.0
         m["mean_completion_s"] = float(comp.mean()) if len(comp) else 0.0
         m["p95_completion_s"] = float(np.quantile(comp, 0.95)) if len(comp) else 0.0
         m["travel_m_per_task"] = self.counts["travel_m"] / max(1.0, self.counts["tasks_completed"])
@@ -233,6 +242,8 @@ class Swarm:
         self.xy[d], self.dest[d], self.t0[d], self.vel[d], self.dur[d] = p, p, self.now, 0.0, 0.0
 
     def _go(self, d: int, k: int) -> None:
+        if math.isnan(self.tasks[k].decided):
+            self.tasks[k].decided = self.now
         self._stop(d)
         self.state[d], self.target[d], self.dest[d] = ENROUTE, k, self.tasks[k].xy
         vec = self.dest[d] - self.xy[d]
@@ -557,9 +568,15 @@ class Swarm:
         c["tasks_pending"] = sum(t.state == "pending" for t in self.tasks)
         c["tasks_in_service"] = sum(t.state == "started" for t in self.tasks)
         c["travel_m"] = float(self.travel.sum())
-        lat = np.array([x for o, x in self.lat if cfg.warmup_s <= o <= cfg.horizon_s])
+        req = np.array([x for o, x in self.lat if cfg.warmup_s <= o <= cfg.horizon_s])
+        lat = np.array([task_decision_latency(t) for t in self.tasks if cfg.warmup_s <= t.arrival <= cfg.horizon_s])
         comp = np.array([t.done - t.arrival for t in self.tasks if t.state == "done" and t.arrival >= cfg.warmup_s])
-        return SimResult(self.policy, cfg.n_drones, c, lat, comp, np.array(self.compute))
+        return SimResult(self.policy, cfg.n_drones, c, lat, comp, np.array(self.compute), req)
+
+
+def task_decision_latency(t: Task) -> float:
+    """Arrival to the first drone's commitment; a task never committed to waited its whole deadline."""
+    return t.decided - t.arrival if not math.isnan(t.decided) else t.deadline - t.arrival
 
 
 def simulate(cfg: SimConfig, policy: str, clock=time.thread_time) -> SimResult:

@@ -322,8 +322,9 @@ class SwiftMoE(_Replicated):
 
     name = "swiftmoe"
 
-    def __init__(self, cfg, weights, workers, slots_per_worker, lr):
+    def __init__(self, cfg, weights, workers, slots_per_worker, lr, frozen: bool = False):
         super().__init__(cfg, weights, workers, slots_per_worker, lr)
+        self.frozen = frozen  # the ablation: the start's placement kept, never re-planned from the load
         numel = self.layout.numel
         self.shard_len = -(-numel // workers)
         pad = self.shard_len * workers - numel
@@ -338,7 +339,8 @@ class SwiftMoE(_Replicated):
         numel, pad = self.layout.numel, self.shard_len * self.workers - self.layout.numel
         shard_bytes = self.shard_len * self.master[0][0].element_size()
         for layer in range(self.cfg.n_layers):
-            nxt = self._place(self.load[layer])  # the next iteration's placement follows this load
+            # the next iteration's placement follows this load (frozen: the same holders as now)
+            nxt = [sorted(reps) for reps in self.replicas[layer]] if self.frozen else self._place(self.load[layer])
             for e, reps in enumerate(self.replicas[layer]):
                 # reduce-scatter: row w of every replica's gradient goes to owner w, summed there
                 g = sum(torch.nn.functional.pad(self._grad(wt), (0, pad)).view(self.workers, -1) for wt in reps.values())
@@ -368,4 +370,6 @@ def make_policy(name: str, cfg: MoEConfig, weights: list[list[Tensor]], workers:
         return FlexMoE(cfg, weights, workers, slots_per_worker, lr, replace_every)
     if name == "swiftmoe":
         return SwiftMoE(cfg, weights, workers, slots_per_worker, lr)
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    if name == "swiftmoe_frozen":
+        return SwiftMoE(cfg, weights, workers, slots_per_worker, lr, frozen=True)
+    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}, swiftmoe_frozen")

@@ -143,6 +143,9 @@ class Policy(Protocol):
     def learns(self) -> bool:
         """Whether the cache records judge feedback on explorations."""
 
+    def observe(self, entry: Entry, s: float, correct: bool) -> None:
+        """Record the judge's verdict (called only when ``learns()``)."""
+
 
 @dataclass
 class StaticThreshold:
@@ -186,6 +189,45 @@ class VerifiedPolicy:
     def learns(self) -> bool:
         return True
 
+    def observe(self, entry: Entry, s: float, correct: bool) -> None:
+        """Record the judge's verdict on an exploration of ``entry`` at similarity ``s``."""
+        entry.obs_s.append(s)
+        entry.obs_y.append(int(correct))
+
+
+@dataclass
+class GlobalVerifiedPolicy(VerifiedPolicy):
+    """The mechanism ablation: vCache's error-bound machinery (the same warm-up, logistic fit, delta
+    method, eps grid and exploration probability tau*) over ONE pool of observations shared by every
+    entry, i.e. one learned global threshold instead of one per embedding. The pooled fit is refreshed
+    when the pool has grown by ``refit_growth`` (5%) since the last fit, so refits stay logarithmic."""
+
+    name: str = "vcache_global"
+    refit_growth: float = 0.05
+    pool: Entry = field(default_factory=lambda: Entry(response=None))
+    _fit: LogisticFit | None = None
+    _fit_n: int = 0
+
+    def current_fit(self, entry: Entry) -> LogisticFit | None:
+        n = len(self.pool.obs_s)
+        if n != self._fit_n and (self._fit_n == 0 or n >= self._fit_n * (1 + self.refit_growth)):
+            self.fits += 1
+            self._fit_n = n
+            self._fit = fit_logistic(np.array(self.pool.obs_s), np.array(self.pool.obs_y), self.separable_var_scale)
+        return self._fit
+
+    def decide(self, s: float, entry: Entry, rng: np.random.Generator) -> bool:
+        if len(self.pool.obs_s) < self.min_obs:
+            return False
+        fit = self.current_fit(entry)
+        if fit is None:
+            return False
+        return bool(rng.random() > tau_star(s, fit, self.delta))
+
+    def observe(self, entry: Entry, s: float, correct: bool) -> None:
+        self.pool.obs_s.append(s)
+        self.pool.obs_y.append(int(correct))
+
 
 class SemanticCache:
     """Embeddings in a :class:`VectorIndex`, one :class:`Entry` per cached prompt, one policy.
@@ -224,8 +266,7 @@ class SemanticCache:
         fresh = self._call(prompt)
         if self.policy.learns():
             correct = bool(self.judge(entry.response, fresh))
-            entry.obs_s.append(s)
-            entry.obs_y.append(int(correct))
+            self.policy.observe(entry, s, correct)
             if not correct:
                 self.insert(vec, fresh, label)
         else:

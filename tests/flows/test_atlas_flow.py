@@ -9,7 +9,7 @@ import pytest
 from openai_fake import FakeModel, serve
 from faultkit import reference_run
 
-VARIANTS = {"atlas", "atlas_no_validation", "pc_algorithm", "zscore", "true_graph"}
+VARIANTS = {"atlas", "atlas_no_validation", "atlas_no_docs", "pc_algorithm", "zscore", "true_graph"}
 
 
 def test_atlas_flow_smoke(prefect_api):
@@ -30,6 +30,11 @@ def test_atlas_flow_smoke(prefect_api):
     assert a["pruned_true_edges"] + a["pruned_false_edges"] <= a["validated_edges"]
     assert v["atlas_no_validation"]["edge_recall"] >= a["edge_recall"]      # validation only prunes
     assert {r["baseline"] for r in report["ratios"]} >= {"zscore", "true_graph", "atlas_no_validation"}
+    # contract v3: the docs prior's ablation (the template alone, no component dependency) and the history regime
+    assert h["mechanism"]["baseline"] == "atlas_no_docs" and v["atlas_no_docs"]["edge_recall"] == 0.0
+    g = report["regime"]
+    assert g["parameter"] == "history_samples" and [pt["value"] for pt in g["points"]] == [100.0, 200.0]
+    assert g["headline_value"] == 200.0 and all(pt["kind"] == "counted" for pt in g["points"])
     assert any(k.endswith(".pkl") for k in storage.list("runs/atlas/"))
     assert "doc_parser" not in json.dumps(report["notes"]) or "documentation parser" in " ".join(report["notes"])
 

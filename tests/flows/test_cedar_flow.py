@@ -1,5 +1,7 @@
-"""The cedar flow at smoke scale: DataLoader, cedar and cedar optimized on the image, text and
-audio pipelines, on Dask workers; the headline is the geometric mean of per-pipeline ratios."""
+"""The cedar flow at smoke scale: DataLoader (num_workers calibrated; the hindsight best as an oracle),
+cedar (the mechanism's ablation) and cedar optimized on the image, text and audio pipelines, on Dask
+workers; the headline is the geometric mean of per-pipeline ratios; the regime sweeps the per-sample
+CPU cost of a synthetic pipeline."""
 import math
 import statistics
 
@@ -16,6 +18,7 @@ def test_cedar_flow_smoke(dask_cluster, local_storage):
     for name in ("image", "text", "audio"):
         assert {f"{name}/dataloader", f"{name}/cedar", f"{name}/cedar_optimized"} <= set(v)
         assert v[f"{name}/dataloader"]["num_workers"] in (0.0, 1.0)
+        assert v[f"{name}/dataloader_oracle"]["samples_per_s"] >= v[f"{name}/dataloader"]["samples_per_s"]
     # the headline is the geometric mean of the three per-pipeline ratios (one repeat at smoke)
     per = [v[f"{n}/cedar_optimized"]["samples_per_s"] / v[f"{n}/dataloader"]["samples_per_s"]
            for n in ("image", "text", "audio")]
@@ -24,6 +27,14 @@ def test_cedar_flow_smoke(dask_cluster, local_storage):
     notes = "\n".join(report["notes"])
     assert notes.count("Outputs checked equal to cedar as written") == 3 and "timed plan" in notes
     assert "image plan chosen by the optimizer" in notes and "cache (" in notes
+    m = h["mechanism"]
+    assert (m["baseline"], m["technique"], m["kind"]) == ("cedar", "cedar_optimized", "measured")
+    assert h["vs_oracle"]["baseline"] == "dataloader_oracle" and h["vs_strongest"]["baseline"] in ("dataloader", "cedar")
+    assert report["roles"]["dataloader_oracle"] == ["oracle"]
+    g = report["regime"]
+    assert g["parameter"] == "per_sample_cpu_us" and [pt["value"] for pt in g["points"]] == [20.0, 1000.0]
+    assert all(pt["kind"] == "measured" and pt["baseline"] in ("dataloader", "cedar") for pt in g["points"])
+    assert g["headline_value"] > 0 and "Regime: a synthetic pipeline" in notes
     assert local_storage.exists(f"reports/cedar/{report['run_id']}.json")
     assert local_storage.exists(f"runs/cedar/{report['run_id']}/data/text/corpus.parquet")
     assert local_storage.exists(f"runs/cedar/{report['run_id']}/data/audio/000000.wav")

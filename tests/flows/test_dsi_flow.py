@@ -1,6 +1,8 @@
 """The DSI flow at smoke scale on Dask: a RunReport with the measured headline against the strongest
-on-trainer loader, all three variants training on the same samples, DPP and the projected loader
-reading fewer bytes than full rows; an empty or incomplete dataset fails before any training."""
+on-trainer loader, all four variants (the mechanism's ablation, DPP co-located on the trainer's core,
+included) training on the same samples, DPP and the projected loader reading fewer bytes than full
+rows, the regime swept over the smoke preset's preprocessing costs; an empty or incomplete dataset
+fails before any training."""
 from __future__ import annotations
 
 import math
@@ -22,8 +24,18 @@ def test_dsi_smoke_flow():
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
     assert h["vs_strongest"]["baseline"] in ("inline", "inline_full_rows")
     v = report["variants"]
-    assert set(v) == {"inline", "inline_full_rows", "dpp"}
-    assert v["dpp"]["samples"] == v["inline"]["samples"] == v["inline_full_rows"]["samples"] > 0
+    assert set(v) == {"inline", "inline_full_rows", "dpp", "dpp_colocated"}
+    assert v["dpp"]["samples"] == v["inline"]["samples"] == v["inline_full_rows"]["samples"] == \
+        v["dpp_colocated"]["samples"] > 0
+    assert v["dpp_colocated"]["bytes_read"] == v["dpp"]["bytes_read"]  # the same reads: only where they run differs
+    m = h["mechanism"]
+    assert (m["baseline"], m["technique"], m["kind"]) == ("dpp_colocated", "dpp", "measured")
+    assert math.isfinite(m["ratio"]) and m["ratio"] > 0
+    g = report["regime"]
+    assert g["parameter"] == "extra_preprocess" and [pt["value"] for pt in g["points"]] == [0.0, 1.0]
+    assert all(pt["kind"] == "measured" and pt["baseline"] == "inline" and pt["ratio"] > 0 for pt in g["points"])
+    assert g["headline_value"] == 0.0 and g["paper_value"] == 1.27
+    assert report["roles"] == {"inline": ["paper", "deployable"], "inline_full_rows": ["deployable"]}
     assert v["dpp"]["bytes_read"] < v["inline_full_rows"]["bytes_read"]
     assert v["inline"]["bytes_read"] < v["inline_full_rows"]["bytes_read"]
     for name in v:
@@ -31,7 +43,7 @@ def test_dsi_smoke_flow():
     assert 1 <= v["dpp"]["workers_mean"] <= v["dpp"]["workers_max"]
     assert {(r["baseline"], r["technique"]) for r in report["ratios"] if r["metric"] == "trainer_samples_per_s"} == \
         {("inline_full_rows", "dpp"), ("inline_full_rows", "inline")}
-    assert any("CPU budget" in n for n in report["notes"])
+    assert any("CPU budget" in n for n in report["notes"]) and any(n.startswith("Regime:") for n in report["notes"])
     assert report["curves"][0]["series"]["dpp"][1], "workers over time"
     assert storage.read_json(f"reports/dsi/{report['run_id']}.json")["headline"] == h
 

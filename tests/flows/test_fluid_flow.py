@@ -38,3 +38,13 @@ def test_fluid_flow_smoke(prefect_api):
     assert all(0 <= a <= 1 for a in hist["accuracy"]) and all(x > 0 for x in hist["round_s"])
     assert [c for c, _ in hist["excluded"][1]] == [0, 1, 2] and all(not e for i, e in enumerate(hist["excluded"]) if i != 1)
     assert hist["stragglers"] and all(r < 1.0 for r in hist["r"])
+    # contract v3: random dropout (same stragglers and sizes, neurons by chance) is the mechanism's ablation;
+    # the regime re-times the runs at each straggler slowdown, the headline's among them
+    mech = h["mechanism"]
+    assert mech["baseline"] == "random_dropout" and mech["technique"] == "fluid" and mech["ratio"] > 0
+    assert report["roles"]["fedavg_wait"] == ["paper", "deployable"]
+    reg = report["regime"]
+    assert reg["parameter"] == "straggler_slowdown" and [pt["value"] for pt in reg["points"]] == [1.0, 3.0]
+    assert reg["headline_value"] == params["straggler_slowdown"] == 1.5
+    assert all(pt["kind"] == "simulated" and pt["repeats"] == 1 for pt in reg["points"])
+    assert reg["wins"] in ("above", "below", "everywhere", "nowhere")

@@ -27,5 +27,17 @@ def test_llama_flow_smoke():
     assert v["all_cpu"]["gpu_busy_share"] == 0.0 and v["all_gpu"]["gpu_busy_share"] == 1.0
     assert len({m["objects_classified"] for m in v.values()}) == 1 and v["llama"]["objects_classified"] > 0
     plan = json.loads(storage.read_bytes(f"runs/llama/{report['run_id']}/plan.json"))
-    assert plan["slo_s"] == v["llama"]["slo_s"] and set(plan["plans"]) == {"all_cpu", "all_gpu", "best_static"}
+    assert plan["slo_s"] == v["llama"]["slo_s"] and set(plan["plans"]) == {"all_cpu", "all_gpu", "best_static",
+                                                                           "static_oracle"}
     assert {r["baseline"] for r in report["ratios"]} >= {"all_gpu", "all_cpu"}
+    # contract v3: the deployable static plans (calibration videos) and the hindsight one labelled an oracle
+    assert report["roles"] == {"best_static": ["deployable"], "all_gpu": ["deployable"], "static_oracle": ["oracle"]}
+    assert h["vs_oracle"]["baseline"] == "static_oracle"
+    # the SLO is above a cold start: a video that meets one can still make it
+    assert v["llama"]["slo_s"] > v["llama"]["profile_cold_start_s"]
+    # the mechanism's ablation ran on the same videos, and the duration / cold start regime at its smoke points
+    assert h["mechanism"]["baseline"] == "llama_once" and v["llama_once"]["answers_match"] == 1.0
+    g = report["regime"]
+    assert g["parameter"] == "duration_scale" and [p["value"] for p in g["points"]] == [1.0, 16.0]
+    assert all(p["kind"] == "modelled" and p["baseline"] in ("best_static", "all_gpu") for p in g["points"])
+    assert g["headline_value"] == 1.0

@@ -36,3 +36,13 @@ def test_metropolis_flow_smoke():
     truth = json.loads(storage.read_bytes(f"runs/metropolis/{report['run_id']}/true_clusters.json"))
     assert len(truth) == v["global_sync"]["cluster_steps"]
     assert {r["baseline"] for r in report["ratios"]} >= {"oracle", "global_sync"}
+    # contract v3: the oracle is labelled so and stands beside the headline; the ablation is the barrier
+    assert report["roles"] == {"global_sync": ["paper", "deployable"], "oracle": ["oracle"]}
+    assert h["vs_oracle"]["baseline"] == "oracle" and h["vs_strongest"]["baseline"] == "global_sync"
+    assert h["mechanism"]["baseline"] == "global_sync" and h["mechanism"]["ratio"] == h["ratio"]
+    reg = report["regime"]
+    assert reg["parameter"] == "radius" and [pt["value"] for pt in reg["points"]] == [1.0, 6.0]
+    assert reg["headline_value"] == p.radius and all(pt["kind"] == "simulated" for pt in reg["points"])
+    # the out-of-order rule never loses to the barrier on the simulated clock; a wider radius blocks more
+    ratios = [pt["ratio"] for pt in reg["points"]]
+    assert all(r >= 1.0 for r in ratios) and ratios[0] > ratios[1]

@@ -13,7 +13,21 @@ def test_moetuner_flow_smoke():
     kinds = report["metric_kinds"]  # times from the serving model, solver objectives exact, solve times wall clock
     assert h["kind"] == kinds["end_to_end_time_s"] == kinds["communication_s"] == "modelled"
     assert kinds["ilp2_objective"] == kinds["ilp2_gap"] == "counted" and kinds["ilp2_solve_s"] == "measured"
-    assert set(report["variants"]) == {f"{v}{s}" for v in ("contiguous", "greedy", "moetuner_ilp1", "moetuner") for s in ("", "_2node")}
+    assert set(report["variants"]) == {f"{v}{s}" for v in ("contiguous", "greedy", "moetuner_ilp1", "moetuner") for s in ("", "_2node")} | {"contiguous_kernel", "moetuner_kernel", "kernel"}
+    # contract v3: the measured expert kernel prices the *_kernel variants; the mechanism is ILP 2 (ratio 1 on one
+    # node by construction); the regime is the two-node setup at each intra/inter bandwidth ratio
+    v = report["variants"]
+    assert kinds["expert_us_per_token"] == "measured" and v["kernel"]["expert_us_per_token"] > 0
+    assert "expert_us_per_token_measured" in report["assumptions"]["end_to_end_time_s"]
+    assert v["contiguous_kernel"]["moe_compute_s"] > v["contiguous"]["moe_compute_s"]
+    mech = h["mechanism"]
+    assert mech["baseline"] == "moetuner_ilp1" and mech["ratio"] == 1.0
+    reg = report["regime"]
+    assert reg["parameter"] == "inter_node_bandwidth_ratio" and [pt["value"] for pt in reg["points"]] == [1.0, 16.0]
+    assert all(pt["kind"] == "modelled" and pt["baseline"] in ("contiguous", "greedy") for pt in reg["points"])
+    # the regime's point at the run's own ratio (100 / 6.25) is the two-node result
+    two = min(v["contiguous_2node"]["end_to_end_time_s"], v["greedy_2node"]["end_to_end_time_s"])
+    assert reg["points"][1]["ratio"] == two / v["moetuner_2node"]["end_to_end_time_s"]
     assert {r["baseline"] for r in report["ratios"]} >= {"contiguous_2node", "greedy", "greedy_2node", "moetuner_ilp1", "moetuner_ilp1_2node"}
     assert 0.0 <= report["variants"]["moetuner_2node"]["ilp2_gap"] <= 1.0
     assert storage.exists(f"reports/moetuner/{report['run_id']}.json")

@@ -36,3 +36,12 @@ def test_phaze_flow_smoke():
     assert v["phaze"]["candidate_task_s_sum"] == sum(tasks) and v["phaze"]["candidate_task_s_max"] == max(tasks)
     assert v["phaze"]["search_s"] + 0.5 >= v["phaze"]["fanout_span_s"] >= max(tasks) * (1 - 1e-6)
     assert math.isclose(v["phaze"]["parallel_speedup"], sum(tasks) / v["phaze"]["fanout_span_s"], rel_tol=1e-9)
+    # contract v3: the ablation is single_chip_first (same search, chip chosen first), never above the co-search
+    assert h["mechanism"]["baseline"] == "single_chip_first" and h["mechanism"]["ratio"] >= 1 - 1e-12
+    reg = report["regime"]
+    assert reg["parameter"] == "HBM capacity per stack" and [pt["value"] for pt in reg["points"]] == p.regime_gib_per_stack
+    assert reg["headline_value"] == p.hbm_gib_per_stack and all(pt["kind"] == "modelled" for pt in reg["points"])
+    # at the headline capacity the regime's point is the headline itself (same designs, same placement)
+    at = next(pt for pt in reg["points"] if pt["value"] == p.hbm_gib_per_stack)
+    assert math.isclose(at["ratio"], h["vs_strongest"]["ratio"], rel_tol=1e-9)
+    assert all(pt["ratio"] >= 1 - 1e-12 for pt in reg["points"])  # the co-search's best is never below a baseline

@@ -4,7 +4,7 @@ import math
 
 from faultkit import reference_run
 
-from mlsys_flows.flows.recshard import BANDWIDTH_MODELLED, COUNTED, LOOKUP_COUNTED, LOOKUP_MEASURED, RUN_SCORED
+from mlsys_flows.flows.recshard import BANDWIDTH_MODELLED, COUNTED, LOOKUP_COUNTED, LOOKUP_TIMED, RUN_SCORED
 
 GREEDY = ("greedy_size", "greedy_lookup", "greedy_size_lookup")
 
@@ -19,13 +19,15 @@ def test_recshard_flow_smoke():
     report, storage = reference_run("recshard")
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == \
-        ("lookup_samples_per_s", "greedy", "recshard", "measured")
+        ("lookup_samples_per_s", "greedy", "recshard", "modelled")  # measured per-device times, modelled concurrency
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
     assert h["vs_strongest"]["baseline"] in ("greedy", *GREEDY)
     v = report["variants"]
-    assert set(v) == {"greedy", *GREEDY, "recshard"}
+    assert set(v) == {"greedy", *GREEDY, "greedy_hot_rows", "recshard"}
     kinds = report["metric_kinds"]
-    assert {kinds[m] for m in LOOKUP_MEASURED} == {"measured"} and {kinds[m] for m in LOOKUP_COUNTED} == {"counted"}
+    assert kinds["lookup_samples_per_s"] == "modelled" and kinds["lookup_serial_samples_per_s"] == "measured"
+    assert set(report["assumptions"]["lookup_samples_per_s"]) == {"per_device_times", "concurrency"}
+    assert {kinds[m] for m in LOOKUP_COUNTED} == {"counted"}
     assert kinds["embedding_throughput"] == "modelled" and report["assumptions"]["embedding_throughput"]
     # "greedy" is one greedy sharder per cost model: the run-scored metrics (lookup, measured tier costs)
     # all come from one of them, the bandwidth-modelled and counted ones all from one (maybe another)
@@ -49,6 +51,22 @@ def test_recshard_flow_smoke():
     assert any("milp_fell_back" in n for n in report["notes"]) and any("memmap" in n for n in report["notes"])
     # smoke solves to the asked gap, so the count-based metrics are declared deterministic
     assert "uvm_accesses_per_batch" in report["deterministic_metrics"]
-    assert not {"embedding_throughput", *LOOKUP_MEASURED, *LOOKUP_COUNTED} & set(report["deterministic_metrics"])
+    assert not {"embedding_throughput", *LOOKUP_TIMED, *LOOKUP_COUNTED} & set(report["deterministic_metrics"])
+    # contract v3: roles, the mechanism's ablation (greedy placement + hottest rows in HBM, no MILP), the
+    # modelled regime over the slow/fast cost ratio and the projection at the assumed HBM/UVM bandwidths
+    assert all("oracle" not in report["roles"][b] for b in ("greedy", *GREEDY))
+    m = h["mechanism"]
+    assert m["baseline"] == "greedy_hot_rows" and math.isfinite(m["ratio"]) and m["ratio"] > 0
+    # row tiering alone already cuts the slow-tier accesses of every whole-table greedy plan
+    assert v["greedy_hot_rows"]["uvm_accesses_per_batch"] < min(v[g]["uvm_accesses_per_batch"] for g in GREEDY)
+    g = report["regime"]
+    assert g["parameter"] == "slow/fast cost ratio" and [pt["value"] for pt in g["points"]] == [1.0, 56.0]
+    assert all(pt["kind"] == "modelled" and pt["baseline"] in GREEDY for pt in g["points"])
+    assert g["paper_value"] == 56.0
+    # the more a slow access costs, the more keeping the hot rows in HBM pays
+    assert g["points"][1]["ratio"] > g["points"][0]["ratio"]
+    pr = report["projection"]
+    assert pr["kind"] == "modelled" and pr["baseline"] == "greedy" and {"hbm_gb_s", "uvm_gb_s"} <= set(pr["assumptions"])
+    assert pr["technique_value"] == v["recshard"]["modelled_throughput"]
     assert storage.exists(f"reports/recshard/{report['run_id']}.json")
     assert storage.exists(f"runs/recshard/{report['run_id']}/plans.npz")

@@ -3,6 +3,8 @@
 and the Gantt chart on storage."""
 import math
 
+import pytest
+
 from faultkit import reference_run
 
 from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES
@@ -11,8 +13,8 @@ from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES
 def test_recycle_flow_smoke():
     report, storage = reference_run("recycle")
     v, kinds = report["variants"], report["metric_kinds"]
-    expected = {"nofail", "oobleck_f0", "bamboo_f0", f"recycle_fused_f{HEADLINE_FAILURES}", "stage"} | \
-        {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo") for f in FAILURES}
+    expected = {"nofail", "oobleck_f0", "bamboo_f0", "oobleck_decoupled_f0", f"recycle_fused_f{HEADLINE_FAILURES}",
+                "stage"} | {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo", "oobleck_decoupled") for f in FAILURES}
     assert set(v) == expected  # no stage-pair run at smoke
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == \
@@ -31,6 +33,16 @@ def test_recycle_flow_smoke():
         assert v[f"bamboo_f{f}"]["stall_ms"] == 0 < v[f"oobleck_f{f}"]["stall_ms"]
         assert v[f"recycle_f{f}"]["live_workers"] == v["nofail"]["live_workers"] - f
     assert len(report["samples"]["stage"]["forward_ms"]) == report["parameters"]["repeats"]
+    # contract v3: the ablation (Oobleck with the decoupled backward) pays the same restart, so rerouting wins
+    # there; with no failure the two plans are the same schedule
+    mech = h["mechanism"]
+    assert mech["baseline"] == f"oobleck_decoupled_f{HEADLINE_FAILURES}" and mech["ratio"] > 1
+    assert v["oobleck_decoupled_f1"]["stall_ms"] > v["recycle_f1"]["stall_ms"] > 0
+    assert v["oobleck_decoupled_f0"]["steady_throughput"] == pytest.approx(v["nofail"]["steady_throughput"])
+    reg = report["regime"]
+    assert reg["parameter"] == "failures_per_window" and reg["headline_value"] == HEADLINE_FAILURES
+    assert [pt["value"] for pt in reg["points"]] == [0.0, 1.0] and all(pt["kind"] == "simulated" for pt in reg["points"])
+    assert reg["points"][0]["ratio"] == pytest.approx(1.0) and reg["points"][1]["ratio"] > 1  # nothing to reroute without a failure
     panels = [c["title"] for c in report["curves"]]
     assert panels[0] == "simulated throughput vs failures" and any("schedule of recycle" in t for t in panels)
     gantt = f"runs/recycle/{report['run_id']}/gantt.png"

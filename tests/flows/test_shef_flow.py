@@ -10,7 +10,7 @@ def test_shef_flow_smoke(prefect_api):
     report, storage = reference_run("shef")
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == \
-        ("throughput_mb_s", "uniform_shield", "custom_shield", "measured")
+        ("throughput_mb_s", "uniform_coarse", "custom_shield", "measured")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
     v, kinds = report["variants"], report["metric_kinds"]
     assert set(v) == {"no_shield", "uniform_shield", "uniform_coarse", "custom_shield"}
@@ -32,3 +32,15 @@ def test_shef_flow_smoke(prefect_api):
     assert all(v[x]["attacks_rejected"] == 3 for x in ("uniform_shield", "uniform_coarse", "custom_shield"))
     assert v["no_shield"]["attacks_rejected"] == 1
     assert any(k.endswith("session.json") for k in storage.list("runs/shef/"))
+    # contract v3: the ablation (one coarse configuration everywhere), the access-size regime, the FPGA projection
+    assert h["mechanism"]["baseline"] == "uniform_coarse"
+    reg = report["regime"]
+    assert reg["parameter"] == "table access size" and [pt["value"] for pt in reg["points"]] == p["regime_records"]
+    assert reg["headline_value"] == p["record"] and all(pt["kind"] == "modelled" for pt in reg["points"])
+    # per-region chunks never lose in the model; the gain shrinks as the access size nears the coarse chunk
+    ratios = [pt["ratio"] for pt in reg["points"]]
+    assert all(r >= 1 for r in ratios) and ratios == sorted(ratios, reverse=True)
+    pr = report["projection"]
+    assert pr["kind"] == "modelled" and pr["baseline"] == "uniform_coarse" and pr["ratio"] > 1
+    assert {"clock_mhz", "chunk_overhead_cycles", "dram_gb_s", "engine_bytes_per_cycle"} <= set(pr["assumptions"])
+    assert any("reproduces the Shield's own counted traffic of every variant exactly: True" in n for n in report["notes"])

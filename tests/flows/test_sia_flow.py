@@ -33,3 +33,17 @@ def test_sia_flow_smoke():
     assert {r["baseline"] for r in report["ratios"]} >= {"full_retrain_twitter", "full_retrain_inline", "sia_inline"}
     saved = json.loads(storage.read_bytes(f"runs/sia/{report['run_id']}/ycsb.json"))
     assert saved["device"].startswith("fpga") and set(saved["samples"]) == {r.variant for r in runs_for("ycsb", True)}
+    # contract v3: the offload's ablation (inline retraining, same index and kernels), the insert-share regime
+    assert h["mechanism"]["baseline"] == "sia_inline" and h["mechanism"]["kind"] == "measured"
+    assert kinds["submit_share"] == "measured"
+    # the host blocks inside every submission (pickling to the board's pipe; inline: the whole retrain)
+    assert all(v[n]["submit_share"] > 0 and v[n]["stall_share"] >= v[n]["submit_share"] for n in ("sia", "sia_inline"))
+    reg = report["regime"]
+    assert reg["parameter"] == "insert share" and [pt["value"] for pt in reg["points"]] == p.regime_insert_shares
+    assert reg["headline_value"] == p.insert_share and {pt["kind"] for pt in reg["points"]} == {"measured"}
+    at = next(pt for pt in reg["points"] if pt["value"] == p.insert_share)
+    assert at["ratio"] == h["vs_strongest"]["ratio"]  # the headline share reuses the headline's runs
+    pr = report["projection"]  # the FPGA card, modelled from this run's counts
+    assert pr["kind"] == "modelled" and pr["baseline"] == "full_retrain" and pr["technique"] == "sia"
+    assert pr["baseline_value"] > 0 and pr["technique_value"] > 0 and {"pcie_gb_s", "gflops"} <= set(pr["assumptions"])
+    assert kinds["submit_mb"] == kinds["merged_rows"] == "counted" and v["sia"]["submit_mb"] > 0

@@ -22,4 +22,14 @@ def test_slipstream_smoke_report(prefect_api):
     assert len(report["samples"]["hybrid"]["time_to_logloss_s"]) == report["parameters"]["repeats"]
     assert 0 < v["slipstream"]["skipped_fraction"] < 1 and v["hotline"]["skipped_fraction"] == 0
     assert {(r["metric"], r["baseline"]) for r in report["ratios"]} >= {("time_to_logloss_s", "hotline"), ("test_logloss", "hotline")}
+    # the mechanism's ablation: Slipstream without skipping (Hotline's pipeline, the same hot rows)
+    m = h["mechanism"]
+    assert m["baseline"] == "hotline" and m["kind"] == "measured" and math.isfinite(m["ratio"]) and m["ratio"] > 0
+    assert v["slipstream"]["hot_rows"] == v["hotline"]["hot_rows"]
+    # the regime: the slow tier slowed per row, measured at the smoke preset's points
+    r = report["regime"]
+    assert r["parameter"] == "slow_row_us" and [pt["value"] for pt in r["points"]] == [0.0, 10.0]
+    assert all(pt["kind"] == "measured" and pt["ratio"] > 0 for pt in r["points"]) and r["headline_value"] == 0.0
+    pr = report["projection"]
+    assert pr["kind"] == "modelled" and pr["ratio"] > 0 and {"pcie_gb_s", "host_row_us"} <= set(pr["assumptions"])
     assert storage.exists(f"reports/slipstream/{report['run_id']}.json")

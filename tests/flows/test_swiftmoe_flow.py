@@ -4,7 +4,7 @@ import math
 
 from faultkit import reference_run
 
-from mlsys_flows.systems.swiftmoe import DEEPSPEED_SWEEP, SPEC, VARIANTS
+from mlsys_flows.systems.swiftmoe import ABLATION, CAPACITY_SWEEP, DEEPSPEED_SWEEP, SPEC, TUNED, VARIANTS
 from mlsys_flows.systems.swiftmoe.calibrate import gloo_available
 
 
@@ -12,7 +12,7 @@ def test_swiftmoe_flow_smoke():
     """The shared smoke run (faultkit.reference_run), as the contract test sees it."""
     report, storage = reference_run("swiftmoe")
     h = report["headline"]
-    assert h["metric"] == "time_to_target_s" and h["baseline"] == "deepspeed" and h["technique"] == "swiftmoe"
+    assert h["metric"] == "time_to_target_s" and h["baseline"] == TUNED and h["technique"] == "swiftmoe"
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
     v = report["variants"]
     assert set(v) == set(VARIANTS)
@@ -21,6 +21,22 @@ def test_swiftmoe_flow_smoke():
     assert v["deepspeed_cf2.0"]["tokens_dropped_frac"] < v["deepspeed"]["tokens_dropped_frac"]
     assert report["metric_kinds"]["tokens_dropped_frac"] == "counted"
     assert h["vs_strongest"]["baseline"] in SPEC.baselines and set(DEEPSPEED_SWEEP) <= set(SPEC.baselines)
+    # contract v3: deepspeed_tuned is one of the trained factors, chosen on the calibration trace, never an oracle
+    cf = v[TUNED]["capacity_factor"]
+    assert cf in (1.0, *CAPACITY_SWEEP) and h["vs_strongest"]["baseline"] not in DEEPSPEED_SWEEP
+    same = "deepspeed" if cf == 1.0 else f"deepspeed_cf{cf}"
+    assert v[TUNED]["time_to_target_s"] == v[same]["time_to_target_s"]
+    assert any(n.startswith("deepspeed_tuned: DeepSpeed at capacity factor") for n in report["notes"])
+    # the ablation (placement frozen) computes SwiftMoE's update: same iterations, no drops, no migration
+    assert h["mechanism"]["baseline"] == ABLATION
+    assert v[ABLATION]["iterations_to_target"] == v["swiftmoe"]["iterations_to_target"]
+    assert v[ABLATION]["tokens_dropped_frac"] == 0 == v[ABLATION]["migration_bytes_total"]
+    reg = report["regime"]
+    assert reg["parameter"] == "drift_rate" and [pt["value"] for pt in reg["points"]] == [0.0, 2.5]
+    assert reg["headline_value"] == 2.5 and all(pt["kind"] == "simulated" for pt in reg["points"])
+    # the point at this run's drift is this run's trainings
+    at = reg["points"][1]
+    assert at["ratio"] == v[at["baseline"]]["time_to_target_s"] / v["swiftmoe"]["time_to_target_s"]
     if gloo_available():
         assert report["metric_kinds"]["calibration_error"] == "measured"
         assert v["swiftmoe"]["calibration_error"] > 0 and report["samples"]["swiftmoe"]["calibration_error"]

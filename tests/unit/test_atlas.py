@@ -201,6 +201,27 @@ def test_pc_recovers_a_chain_into_a_collider():
     assert not (G[2, 3] and not G[3, 2])
 
 
+def test_pc_background_knowledge_keeps_and_orients_required_edges():
+    D = _chain_and_collider()
+    V = D.shape[1]
+    req = np.zeros((V, V), bool)
+    req[0, 1] = True                 # x -> y known (the data alone leaves x - y unoriented)
+    req[0, 3] = True                 # x -> w known although the data finds them independent
+    G = ci.pc(D, 0.01, 2, roots=(), required=req)
+    assert G[0, 1] and not G[1, 0] and G[0, 3] and not G[3, 0]
+    assert G[1, 2] and not G[2, 1]   # the rest is still learned from the data
+    assert not ci.pc(D, 0.01, 2, roots=())[0, 3]   # without the knowledge the test removes x - w
+
+
+def test_unoriented_pc_edges_make_neither_end_a_parent():
+    from mlsys_flows.systems.atlas.evaluate import directed_only
+
+    G = ci.pc(_chain_and_collider(), 0.01, 2, roots=())
+    D = directed_only(G)
+    assert not D[0, 1] and not D[1, 0]          # x - y unoriented: neither is the other's parent
+    assert D[1, 2] and D[3, 2] and not D[2, 1]   # oriented edges stay
+
+
 def test_true_graph_localizes_a_timeout_storm_that_zscore_blames_on_a_caller(system):
     s = system
     history = simulate(s, 400, np.random.default_rng(5))

@@ -17,12 +17,16 @@ KINDS = {"geomean_samples_per_s": "measured", "samples_per_s": "measured", "seco
          "num_workers": "measured"}
 
 
-def fake_result(samples: int, times: dict[str, list[float]], best_w: int) -> dict:
-    """What bench_pipeline returns, for given run times per repeat."""
+def fake_result(samples: int, times: dict[str, list[float]], best_w: int, calibrated_w: int | None = None) -> dict:
+    """What bench_pipeline returns, for given run times per repeat (the calibration chose
+    ``calibrated_w``, by default the evaluated runs' best)."""
+    calibrated_w = best_w if calibrated_w is None else calibrated_w
     med = {k: statistics.median(v) for k, v in times.items()}
     variants = {k: {"samples_per_s": samples / s, "seconds": s} for k, s in med.items()}
-    variants["dataloader"] = dict(variants[f"dataloader_w{best_w}"], num_workers=float(best_w))
+    variants["dataloader"] = dict(variants[f"dataloader_w{calibrated_w}"], num_workers=float(calibrated_w))
+    variants["dataloader_oracle"] = dict(variants[f"dataloader_w{best_w}"], num_workers=float(best_w))
     return {"variants": variants, "samples": samples, "epochs": 3, "best_num_workers": best_w, "plan": "plan",
+            "calibrated_num_workers": calibrated_w, "calibration_s": {"0": 1.0, "2": 1.0}, "calibrate_items": 16,
             "verified": ["dataloader_w0"], "times": times}
 
 
@@ -30,7 +34,8 @@ RESULTS = {  # three pipelines of very different sizes and speedups, three repea
     "image": fake_result(700, {"dataloader_w0": [3.0, 3.2, 2.9], "dataloader_w2": [2.0, 2.4, 1.8],
                                "cedar": [3.1, 3.0, 3.3], "cedar_optimized": [1.0, 1.3, 1.1]}, best_w=2),
     "text": fake_result(20000, {"dataloader_w0": [4.0, 4.4, 3.9], "dataloader_w2": [5.0, 5.1, 4.8],
-                                "cedar": [3.5, 3.4, 3.9], "cedar_optimized": [2.5, 2.0, 2.2]}, best_w=0),
+                                "cedar": [3.5, 3.4, 3.9], "cedar_optimized": [2.5, 2.0, 2.2]}, best_w=0,
+                        calibrated_w=2),  # the calibration split chose another num_workers than hindsight
     "audio": fake_result(300, {"dataloader_w0": [6.0, 6.5, 6.1], "dataloader_w2": [3.3, 3.1, 3.6],
                                "cedar": [6.2, 6.0, 6.4], "cedar_optimized": [1.5, 1.7, 1.4]}, best_w=2),
 }
@@ -42,7 +47,7 @@ def per_pipeline_ratio_geomeans(results: dict) -> list[float]:
     out = []
     for i in range(reps):
         ratios = [(r["samples"] / r["times"]["cedar_optimized"][i])
-                  / (r["samples"] / r["times"][f"dataloader_w{r['best_num_workers']}"][i]) for r in results.values()]
+                  / (r["samples"] / r["times"][f"dataloader_w{r['calibrated_num_workers']}"][i]) for r in results.values()]
         out.append(statistics.geometric_mean(ratios))
     return out
 
@@ -64,9 +69,10 @@ def check_headline_is_geomean_of_ratios(samples: dict, results: dict) -> Ratio:
 
 def test_geomean_aggregate_against_an_independent_computation():
     samples = aggregate(RESULTS)
-    for kind in ("dataloader", "cedar", "cedar_optimized"):
+    which = {"dataloader": "calibrated_num_workers", "dataloader_oracle": "best_num_workers"}
+    for kind in ("dataloader", "dataloader_oracle", "cedar", "cedar_optimized"):
         for i in range(3):
-            rates = [r["samples"] / r["times"][f"dataloader_w{r['best_num_workers']}" if kind == "dataloader"
+            rates = [r["samples"] / r["times"][f"dataloader_w{r[which[kind]]}" if kind in which
                                                else kind][i] for r in RESULTS.values()]
             assert samples[kind][GEOMEAN][i] == pytest.approx(statistics.geometric_mean(rates), rel=1e-12)
     check_headline_is_geomean_of_ratios(samples, RESULTS)
@@ -91,7 +97,8 @@ def test_summarize_reports_every_pipeline_and_the_spec_claims_them():
     for name in RESULTS:
         assert samples[f"{name}/cedar_optimized"]["samples_per_s"] == \
             [RESULTS[name]["samples"] / t for t in RESULTS[name]["times"]["cedar_optimized"]]
-        assert variants[f"{name}/dataloader"] == {"num_workers": float(RESULTS[name]["best_num_workers"])}
+        assert variants[f"{name}/dataloader"] == {"num_workers": float(RESULTS[name]["calibrated_num_workers"])}
+        assert variants[f"{name}/dataloader_oracle"] == {"num_workers": float(RESULTS[name]["best_num_workers"])}
     assert "geometric mean" in notes[0] and len(curves) == 2
     assert set(PIPELINES) == {"image", "text", "audio"}
     head = SPEC.headline
@@ -147,3 +154,64 @@ def test_process_dependent_operator_makes_the_run_fail():
     build = builder(lambda p: p.map(lambda s: s | {"pid": os.getpid()}, name="pid").batch(4))
     with pytest.raises(OutputsDiffer, match=r"dataloader_w1 epoch 0"):
         run(build)
+
+
+def test_the_deployable_dataloader_is_the_calibrated_choice_and_the_oracle_is_never_worse():
+    text = RESULTS["text"]
+    assert text["calibrated_num_workers"] != text["best_num_workers"]
+    variants, samples, _, notes = summarize(RESULTS)
+    assert samples["text/dataloader"]["seconds"] == text["times"]["dataloader_w2"]
+    assert samples["text/dataloader_oracle"]["seconds"] == text["times"]["dataloader_w0"]
+    for name in RESULTS:
+        assert statistics.median(samples[f"{name}/dataloader_oracle"]["samples_per_s"]) >= \
+            statistics.median(samples[f"{name}/dataloader"]["samples_per_s"])
+    assert any("calibration split" in n for n in notes)
+    assert SPEC.role("dataloader") == ("paper", "deployable") and SPEC.role("dataloader_oracle") == ("oracle",)
+    assert SPEC.mechanism.ablation == "cedar" and SPEC.contract_v3
+
+
+def test_calibrate_workers_picks_the_fastest_candidate(monkeypatch):
+    from mlsys_flows.systems.cedar import bench
+
+    seconds = {0: 2.0, 1: 0.5, 2: 1.0}
+    monkeypatch.setattr(bench, "_steady_loader_s", lambda pipe, w, epochs, pf: seconds[w])
+    assert bench.calibrate_workers(None, [0, 1, 2], 2) == (1, seconds)
+    pipe = Pipeline.from_list([{"a": i} for i in range(16)], seed=0).map(slow_triple, name="triple", reads=("a",),
+                                                                          writes=("a",)).batch(4)
+    w, real = bench.calibrate_workers(pipe, [0, 1], 2)
+    assert w in (0, 1) and set(real) == {0, 1} and all(t > 0 for t in real.values())
+
+
+def test_the_cost_sweep_runs_every_variant_on_the_same_samples():
+    from mlsys_flows.systems.cedar.bench import REGIME_VARIANTS, sweep_cost
+    from mlsys_flows.systems.cedar.workloads import cost_pipeline
+
+    built = []
+
+    def build(us, limit):
+        built.append((us, limit))
+        return cost_pipeline(limit or 24, int(us), 8, 0)
+
+    pts = sweep_cost([4.0, 1.0], build, epochs=2, workers_grid=[0], profile_samples=8, calibrate_items=8)
+    assert list(pts) == [4.0, 1.0]
+    for us, pt in pts.items():
+        assert all(pt[v] > 0 for v in REGIME_VARIANTS) and pt["num_workers"] == 0.0
+        assert isinstance(pt["applied"], list)
+        assert (us, 8) in built and (us, None) in built  # a calibration split, then the evaluated pipeline
+
+
+def test_the_cost_pipelines_work_grows_with_its_rounds_and_is_deterministic():
+    from mlsys_flows.systems.cedar.workloads import Featurize, cost_pipeline, featurize_round_us
+
+    a, b = Featurize(3)({"id": 7}), Featurize(3)({"id": 7})
+    assert (a["x"] == b["x"]).all() and not (Featurize(4)({"id": 7})["x"] == a["x"]).all()
+
+    def cost(rounds):
+        t0 = time.perf_counter()
+        Featurize(rounds)({"id": 1})
+        return time.perf_counter() - t0
+
+    assert min(cost(400) for _ in range(3)) > 5 * min(cost(4) for _ in range(3))
+    assert featurize_round_us(repeats=1) > 0
+    e0, e1 = cost_pipeline(8, 2, 8, 0).take(1, epoch=0)[0], cost_pipeline(8, 2, 8, 0).take(1, epoch=1)[0]
+    assert not (e0["x"] == e1["x"]).all()  # the jitter is redrawn every epoch

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mlsys_flows.systems.commrand import SPEC, Graph, GraphError, Params, generate, pages_touched
+from mlsys_flows.systems.commrand import SPEC, Graph, GraphError, Params, generate, pages_touched, time_to_target
 from mlsys_flows.systems.commrand.sampler import (comm_rand_batches, community_batches, policy_batches,
                                                   random_batches, sample_batch, sample_neighbors)
 from mlsys_flows.systems.common.params import ParamsError
@@ -190,9 +190,44 @@ def test_bad_params_are_rejected_before_any_work(override, field):
     assert field in str(err.value) or err.value.field in (field, "parameters")
 
 
+def _res(tta: dict, cap: dict) -> dict:
+    return {v: {"tta_s": tta[v], "cap_s": cap[v]} for v in tta}
+
+
+def test_a_run_that_never_reaches_the_target_reports_no_win():
+    # seed 0: everyone reached; seed 1: COMM-RAND never did (its cap, 4 s, is faster than random's 6 s to target)
+    res = _res({"random": [5.0, 6.0], "community": [4.0, None], "comm_rand": [3.0, None]},
+               {"random": [10.0, 10.0], "community": [8.0, 7.0], "comm_rand": [4.0, 4.0]})
+    times, reached = time_to_target(res)
+    assert reached == {"random": [True, True], "community": [True, False], "comm_rand": [True, False]}
+    assert times["comm_rand"][0] == 3.0
+    assert times["comm_rand"][1] >= max(times["random"][1], times["community"][1], 4.0)   # never a win
+    assert times["community"][1] == 7.0   # a baseline that never reached it: its cap (a lower bound)
+
+
+def test_compare_runs_one_training_seed_per_repeat(g):
+    pytest.importorskip("torch")
+    from mlsys_flows.systems.commrand.train import compare, epochs_to
+
+    r = compare(g, fanouts=(5, 5), batch_size=128, hidden=16, lr=0.01, k=3, bias=0.5, epochs=3, seed=0, repeats=2,
+                target_fraction=0.9)
+    assert len(r["targets"]) == 2 and r["target"] == r["targets"][0] and r["targets"][0] != r["targets"][1]
+    for v in ("random", "community", "comm_rand"):
+        x = r[v]
+        assert len(x["epoch_s"]) == len(x["tta_s"]) == len(x["cap_s"]) == len(x["epochs_to_target"]) == 2
+        assert len(x["val_acc"]) == 3   # the first seed trains every policy the whole cap
+        assert x["epochs_to_target"][0] == epochs_to(x["val_acc"], r["targets"][0])
+        assert all((t is None) == (e is None) for t, e in zip(x["tta_s"], x["epochs_to_target"]))
+    assert all(e is not None for e in r["random"]["epochs_to_target"])   # its own target
+
+
 def test_spec_headline_and_presets():
     assert SPEC.headline.metric == "time_to_accuracy_s" and SPEC.headline.technique == "comm_rand"
     assert set(SPEC.baselines) == {"random", "community"}
+    assert SPEC.contract_v3 and SPEC.mechanism.ablation == "community" and SPEC.regime.parameter in Params.model_fields
+    assert len(Params.for_scale("quick").regime_purity) >= 4 and 0.9 in Params.for_scale("quick").regime_purity
+    with pytest.raises(ParamsError, match="regime_nodes"):
+        Params.for_scale("smoke", regime_nodes=500)
     for scale in ("smoke", "quick", "full"):
         Params.for_scale(scale)
     assert Params.for_scale("full").nodes >= 100_000

@@ -104,11 +104,7 @@ def test_projection_is_modelled_with_its_constants():
 
 # Systems whose spec does not declare contract v3 yet (baseline roles, a mechanism ablation, a regime).
 # The family reviews (issues 30, 31, 37) take them over; the list may only shrink.
-PENDING_V3 = {
-    "cedar", "recd", "dsi", "recshard", "flexshard", "fae", "hotline", "slipstream", "swiftmoe", "moetuner",
-    "recycle", "checkpoint", "phaze", "vcache", "radix", "metropolis", "bagel", "llama", "swarm", "fluid",
-    "shef", "sia", "commrand", "embodiedbench", "era", "atlas",
-}
+PENDING_V3: set[str] = set()
 
 
 @pytest.mark.parametrize("name", [s.name for s in registry.implemented()])

@@ -7,9 +7,10 @@ import pytest
 
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.embodied import make_env, make_tasks
-from mlsys_flows.systems.embodied.agents import (AgentInput, ExpertAgent, FeedbackReplanner, PlanError, ScriptedPlanner,
-                                                 parse_plan, read_goals, run_episode)
-from mlsys_flows.systems.embodiedbench import Params, reason_kind, run_chunk, success_by_round, summarize
+from mlsys_flows.systems.embodied.agents import (AgentInput, ExpertAgent, FeedbackReplanner, ObservationReplanner,
+                                                 PlanError, ScriptedPlanner, parse_plan, read_goals, run_episode)
+from mlsys_flows.systems.embodiedbench import (SPEC, Params, eval_seeds, per_seed, reason_kind, run_chunk, success_by_round,
+                                               summarize, sweep_rounds)
 
 
 @pytest.mark.parametrize("reply, plan", [
@@ -100,6 +101,59 @@ def test_feedback_replanner_fixes_what_the_open_loop_planner_gets_wrong():
     assert any(c.rounds > 1 for c in closed if c.success)
 
 
+class _StayReplanner(ScriptedPlanner):
+    """Replans from each observation but keeps its first reading (the alternative ObservationReplanner rejects)."""
+
+
+def test_replanning_without_feedback_has_the_budget_but_never_sees_feedback():
+    tasks = make_tasks("high", 4, 0) + make_tasks("low", 4, 0)
+    open_loop = [run_episode(make_env(t), ScriptedPlanner(), False) for t in tasks]
+    seen: list[AgentInput] = []
+
+    class Spy(ObservationReplanner):
+        def act(self, inp):
+            seen.append(inp)
+            return super().act(inp)
+
+    blind = [run_episode(make_env(t), Spy(), False, 10, replan=True) for t in tasks]
+    assert seen and all(inp.feedback is None for inp in seen) and any(inp.round > 0 for inp in seen)
+    assert any(r.rounds > 1 for r in blind) and max(r.rounds for r in blind) <= 10
+    # its first plan is the open-loop plan, so it keeps every task the open loop solves (in the first round)
+    assert all(b.success and b.success_round == 0 for o, b in zip(open_loop, blind) if o.success)
+    assert sum(b.success for b in blind) > sum(o.success for o in open_loop)
+    # moving to the next reading after each plan beats replanning the same reading
+    stay = [run_episode(make_env(t), _StayReplanner(), False, 10, replan=True) for t in
+            make_tasks("high", 10, 1) + make_tasks("low", 10, 1)]
+    moved = [run_episode(make_env(t), ObservationReplanner(), False, 10, replan=True) for t in
+             make_tasks("high", 10, 1) + make_tasks("low", 10, 1)]
+    assert sum(m.success for m in moved) > sum(s.success for s in stay)
+
+
+def test_round_budget_sweep_reads_success_within_r_plans_per_test_set():
+    p = Params.for_scale("smoke", per_subset=1, seeds=2, expert=False)
+    eps: dict[str, list[dict]] = {}
+    for seed in eval_seeds(p):
+        for level in ("high", "low"):
+            for v, e in run_chunk(p, level, 0, 6, seed=seed).items():
+                eps.setdefault(v, []).extend(e)
+    sweep = sweep_rounds(eps, eval_seeds(p), [10, 1, 3])
+    assert list(sweep) == [1, 3, 10] and set(sweep[1]) == {"with_feedback", "replan_no_feedback", "no_feedback"}
+    # one plan: the three protocols coincide (every first plan is the open-loop plan)
+    assert sweep[1]["with_feedback"] == sweep[1]["replan_no_feedback"] == sweep[1]["no_feedback"]
+    for v in ("with_feedback", "replan_no_feedback"):
+        assert all(a <= b <= c for a, b, c in zip(sweep[1][v], sweep[3][v], sweep[10][v]))
+    # at the full budget the sweep is the run itself, one sample per test set
+    assert sweep[10]["with_feedback"] == per_seed(eps, eval_seeds(p))["with_feedback"]["success_rate"]
+    assert sweep[10]["no_feedback"] == sweep[1]["no_feedback"]
+
+
+def test_the_headline_compares_feedback_at_an_equal_plan_budget():
+    h = SPEC.headline
+    assert (h.baseline, h.technique) == ("replan_no_feedback", "with_feedback")
+    assert SPEC.mechanism.ablation == "replan_no_feedback" and SPEC.contract_v3
+    assert SPEC.regime.parameter in Params.model_fields
+
+
 def test_params_fail_on_bad_values_naming_the_field():
     with pytest.raises(ParamsError, match="per_subset"):
         Params.for_scale("smoke", per_subset=0)
@@ -107,6 +161,8 @@ def test_params_fail_on_bad_values_naming_the_field():
         Params.for_scale("smoke", agent="llm")
     with pytest.raises(ParamsError, match="agent"):
         Params.for_scale("smoke", agent="gpt")
+    with pytest.raises(ParamsError, match="regime_rounds"):
+        Params.for_scale("smoke", max_rounds=5, regime_rounds=[1, 10])
 
 
 def test_summary_counts_per_level_and_subset():
@@ -116,7 +172,8 @@ def test_summary_counts_per_level_and_subset():
         for v, e in run_chunk(p, level, 0, 6).items():
             eps.setdefault(v, []).extend(e)
     s = summarize(eps)
-    assert set(s) == {f"{v}{x}" for v in ("no_feedback", "with_feedback", "expert") for x in ("", "_high", "_low")}
+    assert set(s) == {f"{v}{x}" for v in ("no_feedback", "with_feedback", "replan_no_feedback", "expert")
+                      for x in ("", "_high", "_low")}
     assert s["expert"]["success_rate"] == 1.0 and s["no_feedback"]["episodes"] == 12.0
     assert s["no_feedback"]["success_rate"] == pytest.approx(
         (s["no_feedback_high"]["success_rate"] + s["no_feedback_low"]["success_rate"]) / 2)

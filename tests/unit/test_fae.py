@@ -56,12 +56,20 @@ def test_fae_schedule_covers_each_input_once_and_keeps_phases_pure():
     rng = np.random.default_rng(3)
     order = rng.permutation(1000)
     hot = rng.random(1000) < 0.6
-    plan = fae_schedule(order, hot, 64, phases=3)
+    plan = fae_schedule(order, hot, 64, phase_batches=4)  # 10 hot batches: 3 phases of at most 4
     seen = np.concatenate([b for _, b in plan])
     assert np.array_equal(np.sort(seen), np.arange(1000))
     assert all(hot[b].all() if is_hot else (~hot[b]).all() for is_hot, b in plan)
     switches = sum(a[0] != b[0] for a, b in zip(plan, plan[1:]))
     assert switches == 2 * 3 - 1
+    runs, cur = [], 0  # hot batches per hot phase: the phase length is set in hot batches
+    for is_hot, _ in plan:
+        if is_hot:
+            cur += 1
+        elif cur:
+            runs.append(cur)
+            cur = 0
+    assert runs and max(runs) <= 4 and sum(runs) == 10
 
 
 def test_slow_tier_process_gathers_updates_and_stops():
@@ -88,3 +96,27 @@ def test_params_reject_bad_values_by_name():
         Params.for_scale("smoke", budget_sweep_mb=(-1.0,))
     with pytest.raises(ParamsError, match="parity_gap"):
         Params.for_scale("smoke", parity_gap=0)
+
+
+def test_regime_sweep_runs_every_variant_at_every_cost_on_the_same_inputs():
+    """The regime's points: each variant once per added cost, on the first regime_samples inputs; the
+    counted traffic does not depend on the tier's speed, and each point becomes a measured sample."""
+    from mlsys_flows.systems.fae import Params
+    from mlsys_flows.systems.recsys_embeddings import experiment as ex
+
+    p = Params.for_scale("smoke", samples=1024, test_samples=256, batch_size=256, regime_samples=512,
+                         regime_slow_row_us=[0.0, 5.0])
+    ds = ex.dataset(p)
+    sub = ds.head(512, 100)
+    assert sub.train == 512 and len(sub.labels) == 612 and np.array_equal(sub.ids[:512], ds.ids[:512])
+    assert np.array_equal(sub.split("test")[1], ds.split("test")[1][:100])
+    hot, _ = ex.hot_rows(ds, p)
+    sweep = ex.regime_sweep(ds, p, [ex.variant(n, p, hot) for n in ("hybrid", "cache")])
+    assert sorted(sweep) == [0.0, 5.0] and all(set(r) == {"hybrid", "cache"} for r in sweep.values())
+    for name in ("hybrid", "cache"):
+        assert sweep[0.0][name]["samples"] == sweep[5.0][name]["samples"] == 512
+        assert sweep[0.0][name]["rows_gathered"] == sweep[5.0][name]["rows_gathered"] > 0
+    assert sweep[0.0]["cache"]["rows_gathered"] < sweep[0.0]["hybrid"]["rows_gathered"]
+    samples, note = ex.regime_result(sweep, "train_time_s", p)
+    assert [s.value for s in samples] == [0.0, 5.0] and all(s.kind == "measured" for s in samples)
+    assert samples[1].samples["hybrid"] == [sweep[5.0]["hybrid"]["train_time_s"]] and "512" in note

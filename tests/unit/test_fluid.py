@@ -253,3 +253,19 @@ def test_round_times_take_the_slowest_client_with_median_compute():
     robust, raw = round_times(trained, speed)
     assert robust == pytest.approx([2.1, 1.1, 1.1]) and raw == pytest.approx([2.1, 1.1, 9.1])
     assert round_times([[]], speed) == ([0.0], [0.0])  # every client excluded: an empty round
+
+
+def test_slow_stragglers_slows_exactly_the_planned_stragglers_and_rescaling_retimes_them():
+    from mlsys_flows.systems.fluid import rescale_stragglers, slow_stragglers
+
+    w = make_workload(10, 0.5, 0.25, 1.0, 2.5, seed=4)
+    slow = slow_stragglers(w, 16, 1, 0.2, 3.0)
+    plan = plan_stragglers(slow, 16, 1, 0.2, 0.5, 10.0)
+    changed = np.flatnonzero(slow.speed != w.speed).tolist()
+    assert changed == plan.stragglers and len(changed) == 2
+    assert np.allclose(slow.speed[changed], 3.0 * w.speed[changed])
+    assert all(plan.r[c] < 1.0 for c in plan.stragglers)  # 3x slower: they get sub-models
+    back = rescale_stragglers(slow.speed, plan.stragglers, 1 / 3.0)
+    assert np.allclose(back, w.speed) and np.allclose(slow_stragglers(w, 16, 1, 0.2, 1.0).speed, w.speed)
+    with pytest.raises(ValueError):
+        slow_stragglers(w, 16, 1, 0.2, 0.5)

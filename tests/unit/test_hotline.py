@@ -3,6 +3,7 @@ not a clock) and its update being hybrid's. How much of the gather overlaps comp
 a timing question, measured and reported by the hotline flow (``gather_overlap``, measured, in its
 RunReport), not asserted here."""
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -86,7 +87,7 @@ def test_hotline_applies_hybrids_update():
     ds = ex.dataset(p)
     hot, _ = ex.hot_rows(ds, p)
     finals = {}
-    for name in ("hybrid", "hotline"):
+    for name in ("hybrid", "hotline", "hotline_sync", "cache"):
         tr = Trainer(ds, ex.config(p), ex.variant(name, p, hot), init_tables(ds.offsets, p.embedding_dim, p.seed))
         r = tr.run()
         finals[name] = (r, [x.detach().clone() for x in tr.params])
@@ -95,6 +96,44 @@ def test_hotline_applies_hybrids_update():
     assert abs(a.test_logloss - b.test_logloss) < 1e-4
     for x, y in zip(pa, pb):
         np.testing.assert_allclose(x.numpy(), y.numpy(), atol=1e-4)
+    # the mechanism ablations train the same update: hotline_sync without the overlap (its gathers
+    # all block, none runs in the background), cache with the hot rows but no popular micro-batch
+    for name in ("hotline_sync", "cache"):
+        r, pr = finals[name]
+        assert abs(a.test_logloss - r.test_logloss) < 1e-4, name
+        for x, y in zip(pa, pr):
+            np.testing.assert_allclose(x.numpy(), y.numpy(), atol=1e-4)
+    sync, cache = finals["hotline_sync"][0].counters, finals["cache"][0].counters
+    assert sync["gather_s"] == 0 and sync["blocking_gather_s"] > 0 and b.counters["gather_s"] > 0
+    assert sync["rows_gathered"] == b.counters["rows_gathered"] == cache["rows_gathered"]
+    assert cache["popular_inputs"] == 0 and cache["syncs"] == 0
+
+
+def test_slow_tier_row_cost_slows_every_row_moved():
+    """The regime's knob: with an added cost per row, a gather of n rows takes at least n times it
+    (a lower bound: a loaded machine only adds), and the rows are the same."""
+    table = np.random.default_rng(1).normal(size=(5000, 8)).astype(np.float32)
+    ids = np.arange(0, 5000, 2)
+    with SlowTier(table, row_cost_s=20e-6) as slow:
+        t0 = time.perf_counter()
+        rows = slow.gather(ids)
+        took = time.perf_counter() - t0
+    assert took >= len(ids) * 20e-6 and np.array_equal(rows, table[ids])
+    with pytest.raises(ValueError, match="row_cost_s"):
+        SlowTier(table, row_cost_s=-1.0)
+
+
+def test_projection_hides_hotlines_gather_and_charges_every_row():
+    p = Params.for_scale("smoke")
+    run = {"train_time_s": 2.0, "slow_tier_share": 0.25, "rows_gathered": 1e6, "rows_sent": 1e6, "sync_rows": 0,
+           "popular_inputs": 500, "trained_samples": 1000}
+    compute = 1.5
+    row_s = 4 * p.embedding_dim / (ex.PCIE_GB_S * 1e9) + ex.HOST_ROW_US * 1e-6
+    assert ex.projected_time([run], p, False) == pytest.approx(compute + 2e6 * row_s)
+    hidden = ex.projected_time([run], p, True)  # the gather hides behind half the compute (0.75 s)
+    assert hidden == pytest.approx(compute + max(0.0, 1e6 * row_s - 0.75) + 1e6 * row_s)
+    assert hidden < ex.projected_time([run], p, False)
+    assert ex.projected_time([dict(run, sync_rows=1e6)], p, False) > ex.projected_time([run], p, False)
 
 
 def test_parity_check_fails_a_variant_that_trains_worse():

@@ -160,3 +160,16 @@ def test_params_reject_bad_values_by_field():
     with pytest.raises(ParamsError, match="llm_slots"):
         Params.for_scale("smoke", llm_slots=0)
     assert Params.for_scale("quick").sweep_slots() == [4, 8, 16, 32, 64]
+
+
+def test_radius_sweep_simulates_every_policy_and_a_town_wider_than_its_map_leaves_nothing_to_reorder():
+    from mlsys_flows.systems.metropolis import Params, sweep_radius
+
+    p = Params.for_scale("smoke", regime_radius=[0, 23])
+    out = sweep_radius(p)
+    assert sorted(out) == [0, 23] and all(set(m) == {"global_sync", "out_of_order", "oracle"} for m in out.values())
+    assert out[0]["out_of_order"] < out[0]["global_sync"]  # small radius: agents run ahead of each other
+    # radius >= the map: every lagging agent can reach every other, so the rule is the barrier
+    assert out[23]["out_of_order"] == out[23]["global_sync"]
+    with pytest.raises(Exception):
+        Params.for_scale("smoke", regime_radius=[1, 1])

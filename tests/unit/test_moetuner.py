@@ -352,3 +352,50 @@ def test_plan_and_evaluate_smoke_both_setups():
         for r in out.values():
             check_placement(r["plan"], gpus)
             assert r["metrics"]["end_to_end_time_s"] > 0
+
+
+# --- contract v3: the bandwidth regime, its fast pricing, the measured kernel ---------------------------------
+
+def test_traffic_pricing_matches_the_serving_model():
+    from mlsys_flows.systems.moetuner.evaluate import end_to_end_s, traffic
+
+    p = Params.for_scale("smoke")
+    trace = p.make_trace()
+    rng = np.random.default_rng(0)
+    for topo in p.topologies().values():
+        gpu_of = np.stack([rng.permutation(np.arange(p.num_experts) % topo.gpus) for _ in range(p.layers)])
+        sizes = np.bincount(np.arange(trace.tokens) // p.batch_tokens)
+        got = end_to_end_s(traffic(trace, gpu_of, topo.gpus, p.batch_tokens), sizes, topo, p.cost_model())
+        assert got == pytest.approx(evaluate(trace, gpu_of, topo, p.cost_model())["metrics"]["end_to_end_time_s"])
+        # a slower inter-node link never makes a two-node placement faster
+        slow = Topology(topo.nodes, topo.gpus_per_node, topo.intra_node_gb_s, topo.inter_node_gb_s / 10)
+        priced = end_to_end_s(traffic(trace, gpu_of, topo.gpus, p.batch_tokens), sizes, slow, p.cost_model())
+        assert priced >= got if topo.nodes == 1 else priced > got
+
+
+def test_bandwidth_regime_reuses_the_run_and_replans_ilp2():
+    from mlsys_flows.systems.moetuner import REGIME_VARIANTS, bandwidth_regime
+
+    p = Params.for_scale("smoke", regime_bandwidth_ratios=[64.0, 1.0, 16.0])
+    assert p.regime_bandwidth_ratios == [1.0, 16.0, 64.0]
+    trace = p.make_trace()
+    out = plan_and_evaluate(p, trace, "2node", kernel_us_per_token=100.0)
+    assert {"contiguous_kernel", "moetuner_kernel"} <= set(out)
+    assert out["contiguous_kernel"]["metrics"]["moe_compute_s"] > 100 * out["contiguous"]["metrics"]["moe_compute_s"]
+    clusters = out["moetuner"].pop("clusters")
+    done = {n: out[n]["metrics"]["end_to_end_time_s"] for n in REGIME_VARIANTS}
+    reg = bandwidth_regime(p, trace, {n: r["plan"] for n, r in out.items()}, clusters, done)
+    assert list(reg) == [1.0, 16.0, 64.0] and reg[16.0] == done       # 100 / 6.25: the run's own setting
+    for n in REGIME_VARIANTS:                                            # slower links, longer times
+        assert reg[1.0][n] < reg[16.0][n] < reg[64.0][n]
+    with pytest.raises(ParamsError):
+        Params.for_scale("smoke", regime_bandwidth_ratios=[0.5, 2.0])
+
+
+def test_measured_kernel_scales_with_the_expert_width():
+    from mlsys_flows.systems.moetuner.kernel import expert_flops_per_token, measure_expert_us_per_token
+
+    k = measure_expert_us_per_token(64, 512, tokens=8, d_ff_slice=128, repeats=3)
+    assert k["us_per_token"] > 0 and len(k["samples_us"]) == 3 and k["d_ff_slice"] == 128
+    assert k["gflop_s"] == pytest.approx(expert_flops_per_token(64, 512) / (k["us_per_token"] * 1e3))
+    assert measure_expert_us_per_token(64, 16, tokens=8, d_ff_slice=128, repeats=2)["d_ff_slice"] == 16

@@ -116,3 +116,28 @@ def test_measure_reports_every_variant():
     m = out["metrics"]
     assert m["radix"]["prefill_tokens_saved"] == m["radix"]["prompt_tokens"] - m["radix"]["prefill_tokens"] > 0
     assert m["no_cache"]["hit_rate"] == 0.0 and 0 < m["radix"]["hit_rate"] < 1
+
+
+def test_exact_prompt_cache_reuses_only_whole_identical_prompts():
+    """The mechanism's ablation: prompts sharing a prefix recompute it; an identical prompt reuses it whole."""
+    engine = Engine(CFG, seed=0)
+    reqs = w.fewshot(np.random.default_rng(0), CFG.vocab, 6, 50, 5, 3)
+    exact = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, match="exact")
+    radix = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True)
+    assert exact.prefill_tokens == exact.prompt_tokens == 6 * 55 > radix.prefill_tokens
+    assert exact.outputs == radix.outputs
+    same = [w.Request(i, None, reqs[0].append, 3) for i in range(4)]  # four identical prompts
+    st = engine.serve(same, kv_slots=2048, max_running=1, cache=True, match="exact")
+    assert st.prefill_tokens == 55 + 3 * 1  # the first computes it; the rest reuse all but the last token
+    with pytest.raises(ValueError, match="match"):
+        engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, match="fuzzy")
+
+
+def test_shared_share_workload_shares_exactly_that_prefix():
+    reqs = w.shared_share(np.random.default_rng(1), 512, 10, 100, 0.75, 4)
+    assert all(len(r.append) == 100 and r.append[:75] == reqs[0].append[:75] for r in reqs)
+    assert max(common_prefix_len(a.append, b.append) for a in reqs for b in reqs if a is not b) < 80
+    assert all(common_prefix_len(a.append, b.append) < 5 for a in w.shared_share(np.random.default_rng(2), 512, 5, 50, 0.0, 1)
+               for b in w.shared_share(np.random.default_rng(3), 512, 5, 50, 0.0, 1))
+    with pytest.raises(ValueError):
+        w.shared_share(np.random.default_rng(1), 512, 2, 10, 1.5, 1)

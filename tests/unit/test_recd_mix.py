@@ -127,7 +127,7 @@ def test_mix_sweep_changes_the_counted_user_share_as_requested(scale):
     # enough samples per point (>= 2,000) that the drawn list lengths are near their means
     p = Params.for_scale(scale, sweep_steps=8 if scale == "quick" else 40)
     shares = Params.for_scale("quick").mix_sweep
-    assert len(shares) >= 4 and shares == p.mix_sweep and any(abs(s - 0.75) < 1e-9 for s in shares)
+    assert len(shares) >= 4 and set(p.mix_sweep) <= set(shares) and any(abs(s - 0.75) < 1e-9 for s in shares)
     assert share_mismatches(p, shares) == []
     # the headline workload itself sits at its documented mix (~3/4 of the ids in user features)
     small = Params.for_scale(scale, sessions=300)  # the headline's lengths, fewer sessions

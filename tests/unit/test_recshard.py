@@ -294,7 +294,7 @@ def test_replay_counts_every_access_once_and_shards_add_up():
     all_hbm = Plan(np.zeros(6, np.int64), prof.rows)
     none = Plan(np.zeros(6, np.int64), np.zeros(6, np.int64))
     made, warm, _ = make_plans(p, prof)
-    assert set(made) == {"greedy_size", "greedy_lookup", "greedy_size_lookup", "recshard"} and warm in made
+    assert set(made) == {"greedy_size", "greedy_lookup", "greedy_size_lookup", "greedy_hot_rows", "recshard"} and warm in made
     plans = {"all": all_hbm, "none": none, **made}
     whole = replay(tables, prof, plans, p.batch, p.eval_batches, p.seed)
     parts = [replay({j: tables[j] for j in js}, prof, plans, p.batch, p.eval_batches, p.seed) for js in ([0, 2, 4], [1, 3, 5])]

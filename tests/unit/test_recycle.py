@@ -225,3 +225,40 @@ def test_params_reject_bad_values(field, value):
     with pytest.raises(ParamsError) as e:
         Params.for_scale("smoke", **{field: value})
     assert e.value.field == field or field in str(e.value)
+
+
+# --- contract v3: the mechanism ablation (decoupled Oobleck) and the failures-per-window regime --------------
+
+def test_decoupled_oobleck_steps_per_group_of_shared_layers():
+    from mlsys_flows.systems.recycle.policies import _layer_groups
+
+    # equal splits: one group per stage position; a shrunk pipeline's shards overlap and merge groups
+    assert sorted(ms for ms, _ in _layer_groups([[2, 2], [2, 2]])) == [(0, 2), (1, 3)]
+    assert _layer_groups([[2, 2], [4]]) == [((0, 1, 2), 4)]
+    cl = Cluster(4, 4, 4, 1, 1)
+    plan = oobleck_plan(cl, _costs(), [], decoupled=True)
+    assert plan.decoupled and not plan.barrier and sorted(len(g.members) for g in plan.groups) == [4, 4, 4, 4]
+    free = simulate(recycle_plan(cl, _costs(), []), 3).steady_iteration_s()
+    res = simulate(plan, 3)
+    validate(plan, res)
+    assert res.steady_iteration_s() == pytest.approx(free)  # no failure: nothing but the rerouting differs
+    assert res.steady_iteration_s() < simulate(oobleck_plan(cl, _costs(), []), 3).steady_iteration_s()
+
+
+def test_regime_samples_and_params():
+    from mlsys_flows.systems.recycle.experiment import layer_costs, regime_samples
+
+    p = Params.for_scale("smoke", regime_failures=[2, 0])
+    assert p.regime_failures == [0, 2] and p.failure_counts() == (1, 2, 4)
+    times = {"forward": 1e-3, "backward_input": 1e-3, "backward_weight": 5e-4, "optimizer": 1e-4,
+             "param_bytes": 1e6, "activation_bytes": 1e5}
+    m, _, _ = compare(p, layer_costs(times, p), p.failure_counts(), 1)
+    r = regime_samples(m, p.regime_failures, 1)
+    assert r[0]["recycle_f1"] == m["nofail"]["throughput"]
+    assert r[2]["oobleck_decoupled_f1"] == m["oobleck_decoupled_f2"]["throughput"]
+    # the ablation pays the same restart as Oobleck
+    assert m["oobleck_decoupled_f1"]["stall_ms"] > m["recycle_f1"]["stall_ms"]
+    with pytest.raises(ParamsError):
+        Params.for_scale("smoke", regime_failures=[1, 1])
+    with pytest.raises(ParamsError):
+        Params.for_scale("smoke", regime_failures=[0, 12])  # cannot be placed on 4 x 4 workers

@@ -297,3 +297,35 @@ def test_kernels_run_on_the_software_board():
     here = train.retrain_sia(merged, new, r_old, offset, 16, lam)
     assert np.array_equal(inc["w"], here["w"]) and inc["err"] == here["err"]
     assert train.weight_difference(inc["w"], full["w"]) <= train.check_equal_weights(inc["w"], merged, offset, 16, lam)["bound"]
+
+
+def test_submission_blocking_is_counted_as_stall():
+    """The host's time inside submit (inline: the whole retrain) is stall, once, also on the back-pressure path."""
+    import time as _time
+
+    keys = make_keys("ycsb", 3000, 3)
+    index = LearnedIndex(keys[:2000], np.arange(2000), 512, 8, 1e-8)
+
+    def slow_submit(kernel, *args, **kw):
+        _time.sleep(0.01)
+        return inline_submit(kernel, *args, **kw)
+
+    server = Server(index, "sia", slow_submit, threshold=8, cap=8)
+    kl = keys.tolist()
+    st = server.run(kl, [True] * 400, list(range(2000, 2400)))
+    assert st.retrains >= 10 and st.submit_s >= 0.01 * st.retrains
+    summ = st.summary()
+    assert summ["submit_share"] == st.submit_s / st.elapsed_s
+    assert summ["stall_share"] == (st.stall_s + st.submit_s) / st.elapsed_s <= 1.0
+
+
+def test_regime_plan_reuses_the_measured_mixes():
+    from mlsys_flows.systems.sia.bench import regime_plan
+
+    p = Params.for_scale("smoke", insert_share=0.5, read_heavy_insert_share=0.05)
+    plan = regime_plan(p, [0.05, 0.3, 0.5], inline=True)
+    assert plan[0.5] == {"sia": "sia", "full_retrain": "full_retrain", "full_retrain_inline": "full_retrain_inline"}
+    assert plan[0.05] == {"sia": "sia_readheavy", "full_retrain": "full_retrain_readheavy",
+                          "full_retrain_inline": ("full_retrain", False)}
+    assert plan[0.3]["sia"] == ("sia", True)
+    assert "full_retrain_inline" not in regime_plan(p, [0.3], inline=False)[0.3]

@@ -156,3 +156,48 @@ def test_evaluation_is_not_training_work():
         model(tokens[:, :-1], pol)
     assert (pol.work.routed, [list(c) for c in pol.work.compute]) == before[:2]
     np.testing.assert_array_equal(pol.load, before[2])
+
+
+# --- contract v3: the frozen-placement ablation, the calibrated capacity factor, the drift regime -----------
+
+def test_frozen_swiftmoe_trains_the_same_update_on_a_fixed_placement():
+    wl = make_workload(CFG.vocab, 4, 3, 3.0, 8, 6, 8, CFG.seq_len, 4, 4, seed=3)
+    batches = [torch.as_tensor(b) for b in wl.train]
+    weights = initial_experts(CFG, seed=1)
+    ref = LocalExperts(CFG, weights, LR)
+    pol = make_policy("swiftmoe_frozen", CFG, weights, 4, 2, LR, capacity_factor=1.0, replace_every=3)
+    start = [[sorted(r) for r in layer] for layer in pol.replicas]
+    _train(CFG, ref, batches), _train(CFG, pol, batches)
+    assert [[sorted(r) for r in layer] for layer in pol.replicas] == start   # never re-placed
+    for ref_layer, pol_layer in zip(ref.expert_weights(), pol.expert_weights()):
+        for r, p in zip(ref_layer, pol_layer):
+            torch.testing.assert_close(p, r, atol=atol(len(batches)), rtol=0)
+    live = make_policy("swiftmoe", CFG, weights, 4, 2, LR, capacity_factor=1.0, replace_every=3)
+    _train(CFG, live, batches)
+    assert [[sorted(r) for r in layer] for layer in live.replicas] != start  # the technique does re-place
+
+
+def test_capacity_choice_and_regime_params():
+    from mlsys_flows.systems.swiftmoe import TUNED, choose_capacity, variant_policy
+
+    def runs(**times):
+        return {float(k[2:].replace("_", ".")): {"time_to_target_s": t, "reached_target": float(r)}
+                for k, (t, r) in times.items()}
+
+    assert choose_capacity(runs(cf1=(0.9, 1), cf1_25=(0.7, 1), cf1_5=(0.7, 1), cf2=(0.8, 1))) == 1.25
+    # a run that missed the target reports its total time, a lower bound: it never wins
+    assert choose_capacity(runs(cf1=(0.5, 0), cf1_25=(0.7, 1), cf2=(0.6, 1))) == 2.0
+    assert variant_policy(TUNED, 1.5) == ("deepspeed", 1.5)
+    p = Params.for_scale("quick")
+    assert p.drift_rate == 1.0 and p.regime_drift_rates == [0.0, 1.0, 2.5, 5.0]
+    small = p.at_drift(2.5)
+    assert small.drift_period == 40.0 and small.iterations == Params.for_scale("smoke").iterations
+    assert small.seed == p.seed and p.at_drift(0.0).drift_period == float("inf")
+    assert p.calibration().seed != p.seed and p.calibration().iterations == p.iterations
+    s = Params.for_scale("smoke")
+    assert s.at_drift(s.drift_rate) == s   # the smoke regime reuses the run at its own drift
+    # no drift: the same regime mix at every iteration; drift: it moves
+    mix = regime_mix(np.arange(3), 4, 2.0, float("inf"))
+    assert np.allclose(mix[0], mix[2]) and not np.allclose(*regime_mix(np.array([0, 20]), 4, 2.0, 40.0))
+    with pytest.raises(ParamsError):
+        Params.for_scale("smoke", regime_drift_rates=[1.0, 1.0])

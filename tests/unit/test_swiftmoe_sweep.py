@@ -21,7 +21,8 @@ CFG = MoEConfig(vocab=64, d_model=16, n_heads=2, n_layers=2, n_experts=4, d_ff=3
 # ---- capacity-factor sweep ------------------------------------------------------------------------
 def test_sweep_variants_are_deepspeed_baselines():
     assert set(DEEPSPEED_SWEEP) <= set(SPEC.baselines) and "deepspeed" in SPEC.baselines
-    assert set(VARIANTS) == {"deepspeed", "flexmoe", "swiftmoe", *DEEPSPEED_SWEEP}
+    assert set(VARIANTS) == {"deepspeed", "flexmoe", "swiftmoe", *DEEPSPEED_SWEEP, "swiftmoe_frozen", "deepspeed_tuned"}
+    assert all(SPEC.role(v) == ("oracle",) for v in DEEPSPEED_SWEEP)  # swept on the evaluated trace: hindsight
     assert [variant_policy(v, 1.0) for v in DEEPSPEED_SWEEP] == [("deepspeed", cf) for cf in CAPACITY_SWEEP]
     assert variant_policy("deepspeed", 1.7) == ("deepspeed", 1.7)  # the paper's baseline keeps the param
     with pytest.raises(ValueError, match="unknown variant"):

@@ -1,0 +1,53 @@
+"""FlexShard's mechanism ablation (the planner without its per-node tier) and the regime sweep over
+batch x sequence / rows: pure code."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.flexshard import (ABLATION, FULL, NODE, REGIME_VARIANTS, SPEC, VARIANTS, Params,
+                                           access_estimates, flexshard, make_plans, regime_point)
+
+
+def test_the_ablation_is_flexshard_without_the_node_tier_in_the_same_memory():
+    p = Params.for_scale("smoke")
+    w = p.make_workload()
+    plans = make_plans(p, w)
+    topo = p.topology()
+    flat, fs = plans[ABLATION], plans["flexshard"]
+    assert VARIANTS[ABLATION] == (ABLATION, False)
+    assert (flat.tier == NODE).sum() == 0 and (fs.tier == NODE).sum() > 0 and (flat.tier == FULL).sum() > 0
+    assert flat.rows_per_device(topo).max() <= flat.capacity_rows == fs.capacity_rows
+    # the same planner: with the node tier allowed (tiered=True) it is FlexShard's plan exactly
+    lam, _, u = access_estimates(w.train_counts, w.offsets, w.train_iterations, w.devices)
+    again = flexshard(lam, u, w.offsets, topo, p.memory_headroom, tiered=True)
+    assert np.array_equal(again.tier, fs.tier) and np.array_equal(again.owner, fs.owner)
+
+
+def test_regime_point_sets_batch_seq_over_rows_and_equal_memory():
+    p = Params.for_scale("smoke")
+    for x in p.regime_lookups_per_row:
+        out = regime_point(p, x)
+        assert set(out) == set(REGIME_VARIANTS)
+        assert out["rowwise"]["lookups"] == out["flexshard"]["lookups"] > 0
+        # the per-lookup row-wise baseline fetches about (D-1)/D of the lookups whatever the row count
+        assert out["rowwise"]["fetched_per_lookup"] == pytest.approx((p.devices - 1) / p.devices, abs=0.02)
+        assert out["rowwise_cache"]["memory_vs_rowwise"] == pytest.approx(out["flexshard"]["memory_vs_rowwise"], abs=0.01)
+        assert out["rowwise_dedup"]["alltoall_bytes"] <= out["rowwise"]["alltoall_bytes"]
+    lo, hi = (regime_point(p, x) for x in p.regime_lookups_per_row)
+    # more lookups per row: a deduplicating all-to-all collapses more repeats
+    assert hi["rowwise_dedup"]["alltoall_bytes"] < 0.5 * lo["rowwise_dedup"]["alltoall_bytes"]
+
+
+def test_regime_parameters_and_spec():
+    quick = Params.for_scale("quick")
+    assert len(quick.regime_lookups_per_row) >= 4
+    assert min(quick.regime_lookups_per_row) <= 0.033 <= quick.lookups_per_row() * 1.01 and \
+        max(quick.regime_lookups_per_row) >= 3
+    assert quick.regime_rows(1.0) == quick.batch_per_device * quick.seq_len
+    assert len(Params.for_scale("smoke").regime_lookups_per_row) == 2
+    with pytest.raises((ParamsError, ValueError), match="regime_lookups_per_row"):
+        Params.for_scale("smoke", regime_lookups_per_row=[0.03, 100.0])  # 41 rows: too few
+    assert SPEC.contract_v3 and SPEC.mechanism.ablation == ABLATION
+    assert not any("oracle" in SPEC.role(b) for b in SPEC.baselines)

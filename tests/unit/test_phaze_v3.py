@@ -1,0 +1,41 @@
+"""PHAZE's contract-v3 parts: the capacity regime re-places every design on the same layer costs, the
+co-search's pick is never below the single-chip-first one, and the spec's roles."""
+from __future__ import annotations
+
+import pytest
+
+from mlsys_flows.systems.phaze import SPEC, Params, evaluate_all_sizes, regime_pick
+
+
+@pytest.fixture(scope="module")
+def smoke_results():
+    p = Params.for_scale("smoke", regime_gib_per_stack=[0.003, 1.0, 8.0])
+    return p, {a.name: evaluate_all_sizes(p, a) for a in p.designs()}
+
+
+def test_regime_at_the_headline_capacity_is_the_headline_placement(smoke_results):
+    p, res = smoke_results
+    for r in res.values():
+        small = r[""]
+        assert small["regime_throughput"][p.hbm_gib_per_stack] == pytest.approx(small["train_throughput"], rel=1e-12)
+        caps = sorted(small["regime_throughput"])
+        tps = [small["regime_throughput"][g] for g in caps]
+        assert tps == sorted(tps)  # more memory never hurts the best placement
+        assert "regime_throughput" in r["_large"] and not r["_large"]["regime_throughput"]  # the headline model only
+
+
+def test_regime_pick(smoke_results):
+    p, res = smoke_results
+    sweep = regime_pick(res)
+    assert list(sweep) == [0.003, 1.0, 8.0]
+    for g, tp in sweep.items():
+        assert tp["phaze"] == max(r[""]["regime_throughput"][g] for r in res.values())
+        assert tp["phaze"] >= tp["single_chip_first"] and tp["phaze"] >= tp["tpuv4_like"]
+    assert sweep[0.003]["phaze"] < sweep[8.0]["phaze"]  # a few MiB per stack binds
+
+
+def test_spec_is_v3():
+    assert SPEC.contract_v3 and SPEC.mechanism.ablation == "single_chip_first"
+    assert SPEC.regime.paper_value == Params().hbm_gib_per_stack
+    with pytest.raises(Exception, match="regime_gib_per_stack"):
+        Params.for_scale("smoke", regime_gib_per_stack=[1.0, 1.0])
