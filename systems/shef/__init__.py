@@ -64,7 +64,7 @@ class Params(SystemParams):
                 if getattr(self, size_f) * 1024 % chunk:
                     raise ValueError(f"{f} ({chunk}) must divide {size_f} * 1024")
         for r in self.regime_records:
-            if r % 16 or self.table_kb * 1024 % r or len(set(self.regime_records)) != len(self.regime_records):
+            if r < 16 or r % 16 or self.table_kb * 1024 % r or len(set(self.regime_records)) != len(self.regime_records):
                 raise ValueError(f"regime_records: each a distinct multiple of 16 dividing table_kb * 1024 (got {r})")
         return self
 
