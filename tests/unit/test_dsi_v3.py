@@ -10,21 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.dsi import SPEC, Params
 from mlsys_flows.systems.dsi import data as d
 from mlsys_flows.systems.dsi.dpp import Master, run_dpp, sweep_preprocessing
+from test_dsi import dataset  # noqa: F401  (the smoke dataset fixture, shared with test_dsi.py)
 
 
-@pytest.fixture
-def dataset(tmp_path):
-    p = Params.for_scale("smoke", step_ms=0.0)
-    storage = ObjectStorage(url=(tmp_path / "s").as_uri()).check()
-    for i in range(p.files):
-        storage.write_bytes(d.file_key("ds", i), d.to_parquet(d.generate_file(p, i), p.rows_per_group))
-    items = d.plan(storage.list("ds"), storage.open_input, p.used_columns(), "ds")
-    return p, storage, items
 
 
 def _tables(p, storage, item):
