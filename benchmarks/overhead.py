@@ -54,6 +54,7 @@ PARTS = ("tasks", "fixed", "transfer", "shares", "warmup", "scaling")
 # The data-size parameters of the scaling flows, multiplied by each size factor (of the scale's preset).
 SCALING = {"cedar": ("n_images", "n_docs", "n_clips"), "dsi": ("files",), "phaze": ("candidates",)}
 EARLY_API_ENV = "MLSYS_OVERHEAD_EARLY_API"  # part 2's child starts the embedded API first, as the CLI does
+OWN_CLUSTER_ENV = "MLSYS_OVERHEAD_OWN_CLUSTER"  # part 2's child starts its own LocalCluster despite a warm one
 HARNESS_TASKS = ("publish-report",)  # the harness's own tasks: orchestration, not the system's work
 COLUMNS = ["part", "what", "kind", "unit", "median", "min", "max", "n", "vs", "ratio to vs (median)",
            "ratio to vs (min-max)"]
@@ -271,7 +272,7 @@ def _fixed_child(home: str) -> None:
 
     from benchmarks import _overhead_tasks as T
     from mlsys_flows.blocks import DaskCluster
-    from mlsys_flows.flows.common import tasks_on
+    from mlsys_flows.flows.common import resolve_cluster, tasks_on
     from mlsys_flows.runtime import shared_api
 
     t_imported = time.time()
@@ -281,7 +282,9 @@ def _fixed_child(home: str) -> None:
     @flow(name="overhead-fixed", log_prints=False)
     def fixed() -> dict[str, float]:
         stamps = {"flow_body": time.time()}
-        with shared_api(), tasks_on(DaskCluster(), results=results):  # as the harness does
+        # as the harness does: the server's warm cluster when it has one, else a fresh LocalCluster
+        cluster = DaskCluster() if os.environ.get(OWN_CLUSTER_ENV) else resolve_cluster(None)
+        with shared_api(), tasks_on(cluster, results=results):
             stamps["cluster_ready"] = time.time()
             stamps["task_start"], stamps["task_end"] = T.stamp.submit().result()
             stamps["task_returned"] = time.time()
@@ -293,10 +296,13 @@ def _fixed_child(home: str) -> None:
                                           "flow_returned": time.time()}), flush=True)
 
 
-def _child_env(home: Path, api_url: str | None, early: bool = False) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != EARLY_API_ENV}
+def _child_env(home: Path, api_url: str | None, early: bool = False, own_cluster: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k not in (EARLY_API_ENV,
+                                                                                             OWN_CLUSTER_ENV)}
     if early:
         env[EARLY_API_ENV] = "1"
+    if own_cluster:
+        env[OWN_CLUSTER_ENV] = "1"
     env.update({"MLSYS_FLOWS_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                 "PREFECT_LOGGING_LEVEL": "WARNING", "DASK_LOGGING__DISTRIBUTED": "warning",
                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
@@ -309,10 +315,11 @@ def _child_env(home: Path, api_url: str | None, early: bool = False) -> dict[str
     return env
 
 
-def _run_fixed_child(home: Path, api_url: str | None, early: bool = False, timeout_s: float = 600) -> dict[str, float]:
+def _run_fixed_child(home: Path, api_url: str | None, early: bool = False, timeout_s: float = 600,
+                     own_cluster: bool = False) -> dict[str, float]:
     cmd = [sys.executable, "-m", "benchmarks.overhead", "--child-fixed", str(home)]
     t_command = time.time()
-    proc = subprocess.run(cmd, env=_child_env(home, api_url, early), cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run(cmd, env=_child_env(home, api_url, early, own_cluster), cwd=REPO, capture_output=True, text=True,
                           timeout=timeout_s)
     t_exit = time.time()
     line = next((x for x in proc.stdout.splitlines() if x.startswith("OVERHEAD-FIXED ")), None)
@@ -334,13 +341,19 @@ def _run_fixed_child(home: Path, api_url: str | None, early: bool = False, timeo
 
 def measure_fixed(repeats: int, home: Path, api_url: str | None, log=print) -> dict[str, Any]:
     """Part 2: the fixed cost of a flow, embedded API (warm home) and, with ``api_url``, a running server."""
-    apis = {"embedded": None, "embedded-early": None, **({"server": api_url} if api_url else {})}
-    for name, url in apis.items():  # warm-up: the embedded API's database is created here, not measured
-        _run_fixed_child(home, url, early=name == "embedded-early")
+    # "server-own-cluster": the same server, the run starting its own LocalCluster (as before the warm cluster)
+    apis = {"embedded": None, "embedded-early": None,
+            **({"server": api_url, "server-own-cluster": api_url} if api_url else {})}
+
+    def child(name: str) -> dict[str, float]:
+        return _run_fixed_child(home, apis[name], early=name == "embedded-early", own_cluster=name == "server-own-cluster")
+
+    for name in apis:  # warm-up: the embedded API's database is created here, not measured
+        child(name)
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in apis}
     for r in range(repeats):
         for name in (list(apis) if r % 2 == 0 else list(apis)[::-1]):
-            samples[name].append(_run_fixed_child(home, apis[name], early=name == "embedded-early"))
+            samples[name].append(child(name))
             s = samples[name][-1]
             log(f"  fixed repeat {r + 1}/{repeats} {name}: command->first task {s['to_first_task']:.1f} s, "
                 f"last task->exit {s['last_task_to_exit']:.1f} s")
@@ -352,7 +365,8 @@ def fixed_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     labels = {"embedded": "embedded API, warm home, started by Prefect on the first API call",
               "embedded-early": "embedded API, warm home, started first (the CLI's default)",
-              "server": "running Prefect server"}
+              "server": "running Prefect server (its warm cluster, when it has one)",
+              "server-own-cluster": "running Prefect server, the run's own LocalCluster"}
     for api, samples in d["samples"].items():
         for key, what in (("to_first_task", "command to first task start"),
                           ("last_task_to_exit", "last task end to process exit"),
@@ -499,9 +513,11 @@ def _run_flow(name: str, scale: str, overrides: dict[str, Any], home: Path, n_wo
     from mlsys_flows.runner import run_system
 
     storage = _storage(home / "runs")
+    # the default shape: no cluster given, as `mlsys-flows bench` runs (the server's warm cluster when it has one)
+    cluster = None if (n_workers, warm_workers) == (2, True) else DaskCluster(n_workers=n_workers,
+                                                                              warm_workers=warm_workers)
     t0 = time.time()
-    report = run_system(name, scale, overrides, storage=storage,
-                        cluster=DaskCluster(n_workers=n_workers, warm_workers=warm_workers))
+    report = run_system(name, scale, overrides, storage=storage, cluster=cluster)
     t1 = time.time()
     storage.delete(f"runs/{name}")  # the run's data; its report stays under reports/
     storage.delete("task-results")

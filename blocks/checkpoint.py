@@ -23,11 +23,13 @@ log = logging.getLogger("mlsys_flows.checkpoint")
 class CheckpointStore(Block):
     """Checkpoints of a training run (``run_key``) on an ObjectStorage.
 
-    Each save writes the blob atomically, then the manifest (step, key, sha256, size); the
-    manifest keeps the last ``keep_last`` checkpoints. ``latest``/``resume`` verify the
-    checksum and skip a corrupted or partial checkpoint with a warning.
+    Each ``write`` stores the blob atomically, then the manifest (step, key, sha256, size); the
+    manifest keeps the last ``keep_last`` checkpoints. ``latest``/``restore``/``resume`` verify the
+    checksum and skip a corrupted or partial checkpoint with a warning. (The checkpoint methods are
+    ``write``/``restore``, not ``save``/``load``: those are the Block's own, saving and loading the
+    block's configuration by name.)
 
-    A save is complete once the manifest names it: the blob is written first (atomically), the
+    A checkpoint is complete once the manifest names it: the blob is written first (atomically), the
     manifest last, so a crash at any point leaves the previous complete checkpoint in place.
 
     ``saver(run_key)`` returns an object with ``save(step, state)``, ``before_update()`` and
@@ -43,7 +45,8 @@ class CheckpointStore(Block):
 
         store = CheckpointStore.load("BLOCK_NAME")
         step, state = store.resume("run-42", default={"model": model.state_dict()})
-        store.save("run-42", step + 1, {"model": model.state_dict(), "opt": opt.state_dict()})
+        store.write("run-42", step + 1, {"model": model.state_dict(), "opt": opt.state_dict()})
+        step, state = store.restore("run-42")  # the newest valid checkpoint (or restore("run-42", step))
 
         with store.saver("run-42", asynchronous=True, lazy=True) as saver:  # wait()s on exit
             for step in ...:
@@ -85,7 +88,8 @@ class CheckpointStore(Block):
         """Each time ``resume`` continued this run from a checkpoint: {step, at}, oldest first."""
         return list(self._manifest_doc(run_key).get("resumes", []))
 
-    def save(self, run_key: str, step: int, state: Any) -> dict[str, Any]:
+    def write(self, run_key: str, step: int, state: Any) -> dict[str, Any]:
+        """Store ``state`` (anything ``torch.save`` takes) as checkpoint ``step`` of ``run_key``; its manifest entry."""
         import torch
 
         if step < 0:
@@ -133,7 +137,7 @@ class CheckpointStore(Block):
                 return entry
         return None
 
-    def load(self, run_key: str, step: int | None = None) -> tuple[int, Any]:
+    def restore(self, run_key: str, step: int | None = None) -> tuple[int, Any]:
         """(step, state) of ``step`` or of the newest valid checkpoint; never loads a bad one."""
         import torch
 
@@ -151,7 +155,7 @@ class CheckpointStore(Block):
         """(step, state) to continue from: the newest valid checkpoint, else (-1, default).
         A resume from a checkpoint is recorded in the manifest (``resumes``)."""
         try:
-            step, state = self.load(run_key)
+            step, state = self.restore(run_key)
         except StorageError:
             return -1, default
         doc = self._manifest_doc(run_key)
@@ -181,7 +185,7 @@ class SyncSaver:
 
     def save(self, step: int, state: Any) -> None:
         t0 = time.perf_counter()
-        entry = self.store.save(self.run_key, step, state)
+        entry = self.store.write(self.run_key, step, state)
         self.flushes.append({"step": step, "bytes": entry["size"], "seconds": time.perf_counter() - t0,
                              "copy_s": 0.0})
 
@@ -205,7 +209,7 @@ class AsyncSaver(SyncSaver):
     copies every tensor of ``state`` into the host buffers: at once (``lazy=False``), or on the
     background thread while the caller runs the next forward and backward pass (``lazy=True``;
     the caller must then call ``before_update()`` before it mutates the state again). The same
-    thread then writes the snapshot with ``CheckpointStore.save`` (blob first, manifest last). A
+    thread then writes the snapshot with ``CheckpointStore.write`` (blob first, manifest last). A
     flush that failed raises its error from the next ``save``, ``before_update`` or ``wait``."""
 
     asynchronous = True
@@ -253,7 +257,7 @@ class AsyncSaver(SyncSaver):
                 self._copied.set()
             sources = []  # the live tensors are no longer needed
             t0 = time.perf_counter()
-            entry = self.store.save(self.run_key, step, _fill(tree, targets))
+            entry = self.store.write(self.run_key, step, _fill(tree, targets))
             self.flushes.append({"step": step, "bytes": entry["size"], "seconds": time.perf_counter() - t0,
                                  "copy_s": copy_s})
         except BaseException as exc:  # noqa: BLE001 - raised in the training loop by the next call

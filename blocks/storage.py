@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from prefect.filesystems import WritableFileSystem
-from pydantic import Field, PrivateAttr, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from mlsys_flows.settings import default_storage_url
 
@@ -20,12 +20,44 @@ class StorageError(RuntimeError):
     """A storage operation failed; the message names the URL and the cause, never a secret."""
 
 
+class AssumeRoleProvider:
+    """A link of boto's credential chain (put first in a session's ``credential_provider``): the
+    credentials ``source`` (a session) resolves assume ``role_arn`` through STS, and are assumed
+    again shortly before they expire (botocore's refreshable credentials)."""
+
+    METHOD = "mlsys-assume-role"
+    SESSION_NAME = "mlsys-flows"  # shows in CloudTrail as the role session
+
+    def __init__(self, source: Any, role_arn: str, endpoint_url: str | None = None, region: str | None = None):
+        self.source, self.role_arn, self.endpoint_url, self.region = source, role_arn, endpoint_url, region
+
+    def _sts(self, service: str, **kwargs):
+        return self.source.create_client(service, endpoint_url=self.endpoint_url, region_name=self.region, **kwargs)
+
+    async def load(self):
+        from aiobotocore.credentials import AioAssumeRoleCredentialFetcher, AioDeferredRefreshableCredentials
+
+        credentials = await self.source.get_credentials()
+        if credentials is None:
+            raise StorageError(f"role_arn {self.role_arn}: no credentials to assume it with (give keys or "
+                               f"profile_name, or configure the default AWS chain)")
+        fetcher = AioAssumeRoleCredentialFetcher(self._sts, credentials, self.role_arn,
+                                                 extra_args={"RoleSessionName": self.SESSION_NAME})
+        return AioDeferredRefreshableCredentials(refresh_using=fetcher.fetch_credentials, method=self.METHOD)
+
+
 class ObjectStorage(WritableFileSystem):
     """Object storage for datasets, reports and checkpoints: a local folder (``file://``) or an
     S3 bucket and prefix (``s3://bucket/prefix``, any endpoint through s3fs).
 
     Writes are atomic: one PUT on S3; a temporary file renamed onto the final name in a local
     folder. A crash never leaves a half-written object under the final key.
+
+    S3 credentials come from boto's session chain, as the AWS CLI and prefect-aws find them: the
+    static keys given here (with ``session_token`` for temporary ones), else the ``profile_name``
+    profile of ``~/.aws/config``, else the default chain (``AWS_*`` variables, the default profile,
+    SSO, container and instance roles). With ``role_arn``, those credentials assume the role through
+    STS (``endpoint_url``'s STS when set) and are refreshed before they expire.
 
     Example:
         Save one (once), then load it by name in flows, the CLI (``--storage``) or the UI:
@@ -36,6 +68,15 @@ class ObjectStorage(WritableFileSystem):
                       access_key_id="...", secret_access_key="...").save("BLOCK_NAME")
         storage = ObjectStorage.load("BLOCK_NAME")
         storage.write_json("hello.json", {"ok": True})
+        ```
+
+        On AWS with a profile, or the default chain, and a role to assume:
+        ```python
+        from mlsys_flows.blocks import ObjectStorage
+
+        ObjectStorage(url="s3://my-bucket/mlsys", region="eu-west-1", profile_name="research",
+                      role_arn="arn:aws:iam::123456789012:role/mlsys-runs").save("BLOCK_NAME")
+        storage = ObjectStorage.load("BLOCK_NAME")
         ```
     """
 
@@ -49,8 +90,19 @@ class ObjectStorage(WritableFileSystem):
     endpoint_url: str | None = Field(default=None, description="S3 endpoint, e.g. http://127.0.0.1:8333 for SeaweedFS or MinIO; "
                                                                "empty for AWS.")
     region: str | None = Field(default=None, description="S3 region name, e.g. us-east-1.")
-    access_key_id: SecretStr | None = Field(default=None, description="S3 access key id (kept secret, never logged).")
+    access_key_id: SecretStr | None = Field(default=None, description="S3 access key id (kept secret, never logged); "
+                                                                     "empty: the profile or the default chain.")
     secret_access_key: SecretStr | None = Field(default=None, description="S3 secret access key (kept secret, never logged).")
+    session_token: SecretStr | None = Field(default=None, description="Session token of temporary credentials, with "
+                                                                     "access_key_id and secret_access_key (kept secret, "
+                                                                     "never logged).")
+    profile_name: str | None = Field(default=None, description="AWS profile (~/.aws/config, ~/.aws/credentials) to take "
+                                                               "credentials from when no keys are given; empty: the "
+                                                               "default chain (AWS_* variables, default profile, "
+                                                               "instance or container role).")
+    role_arn: str | None = Field(default=None, description="IAM role to assume through STS with the credentials above, "
+                                                           "e.g. arn:aws:iam::123456789012:role/mlsys; refreshed before "
+                                                           "it expires. Empty: use the credentials as they are.")
     max_attempts: int = Field(default=3, ge=1, le=20, description="Attempts per S3 request before a write or read fails.")
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="Connect and read timeout of one S3 request, seconds.")
     # One S3 client per storage object: building one costs ~0.3-1 s. Not pickled (see __getstate__).
@@ -61,6 +113,18 @@ class ObjectStorage(WritableFileSystem):
         private = dict(state.get("__pydantic_private__") or {})
         private["_fs_cache"] = None  # a live client (event loop, sockets) must not travel to Dask workers
         return {**state, "__pydantic_private__": private}
+
+    @model_validator(mode="after")
+    def _check_credentials(self) -> "ObjectStorage":
+        if bool(self.access_key_id) != bool(self.secret_access_key):
+            raise ValueError("access_key_id and secret_access_key go together: give both or neither")
+        if self.session_token and not self.access_key_id:
+            raise ValueError("session_token needs access_key_id and secret_access_key (temporary credentials)")
+        if self.profile_name and self.access_key_id:
+            raise ValueError("give either profile_name or access_key_id/secret_access_key, not both")
+        if self.role_arn and not self.role_arn.startswith("arn:"):
+            raise ValueError(f"role_arn must be an IAM role ARN, arn:aws:iam::ACCOUNT:role/NAME (got {self.role_arn!r})")
+        return self
 
     @field_validator("url")
     @classmethod
@@ -96,9 +160,8 @@ class ObjectStorage(WritableFileSystem):
 
             client_kwargs = {k: v for k, v in {"endpoint_url": self.endpoint_url, "region_name": self.region}.items() if v}
             fs = s3fs.S3FileSystem(
-                key=self.access_key_id.get_secret_value() if self.access_key_id else None,
-                secret=self.secret_access_key.get_secret_value() if self.secret_access_key else None,
-                anon=False, client_kwargs=client_kwargs, skip_instance_cache=True, use_listings_cache=False,
+                session=self.aws_session(), anon=False, client_kwargs=client_kwargs, skip_instance_cache=True,
+                use_listings_cache=False,
                 config_kwargs={"retries": {"max_attempts": self.max_attempts, "mode": "standard"},
                                "connect_timeout": self.timeout_s, "read_timeout": self.timeout_s},
             )
@@ -107,23 +170,60 @@ class ObjectStorage(WritableFileSystem):
 
         return LocalFileSystem(), parsed.path.rstrip("/") or "/"
 
+    def aws_session(self):
+        """The botocore session (aiobotocore's, which s3fs drives) whose credential chain is the one
+        the fields configure (see the class docstring). Nothing is fetched until the first request."""
+        from aiobotocore.session import AioSession
+
+        source = AioSession(profile=self.profile_name)
+        if self.access_key_id:
+            source.set_credentials(self.access_key_id.get_secret_value(), self.secret_access_key.get_secret_value(),
+                                   self.session_token.get_secret_value() if self.session_token else None)
+        if not self.role_arn:
+            return source
+        session = AioSession()
+        session.get_component("credential_provider").insert_before(
+            "env", AssumeRoleProvider(source, self.role_arn, self.endpoint_url, self.region))
+        return session
+
+    def _key(self, key: str, prefix: bool = False) -> str:
+        """``key`` checked to stay under the root (every key-taking method calls this first):
+        no absolute path, no ``..`` component, no backslash (a separator on Windows), no NUL.
+        Only a ``prefix`` (of ``list``) may be empty, meaning the whole root."""
+        if not isinstance(key, str):
+            raise StorageError(f"invalid storage key {key!r}: must be a string")
+        if key.startswith("/"):
+            why = "absolute path"
+        elif "\\" in key or "\0" in key:
+            why = "backslash or NUL character"
+        elif ".." in key.split("/"):
+            why = "'..' component"
+        elif not key.strip("/") and not prefix:
+            why = "empty"
+        else:
+            return key.strip("/")
+        raise StorageError(f"invalid storage key {key!r} ({why}): keys are relative paths under {self.root_url}")
+
     def path(self, key: str) -> str:
-        key = key.strip("/")
-        if not key or ".." in key.split("/"):
-            raise StorageError(f"invalid storage key {key!r}")
-        return f"{self.filesystem()[1]}/{key}"
+        return f"{self.filesystem()[1]}/{self._key(key)}"
 
     def _fail(self, action: str, key: str, exc: BaseException) -> StorageError:
         cause = type(exc).__name__
         text = str(exc)
-        for secret in (self.access_key_id, self.secret_access_key):
+        for secret in (self.access_key_id, self.secret_access_key, self.session_token):
             if secret is not None and secret.get_secret_value():
                 text = text.replace(secret.get_secret_value(), "**********")
         if "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text or "AccessDenied" in text or isinstance(exc, PermissionError):
-            hint = "the S3 server rejected the credentials (check access_key_id and secret_access_key)" if self.is_s3 else "permission denied"
+            hint = f"the S3 server rejected the credentials (check {self._credential_fields()})" if self.is_s3 else "permission denied"
         else:
             hint = f"{cause}: {text[:300]}"
         return StorageError(f"{action} {key!r} on {self.root_url} failed: {hint}")
+
+    def _credential_fields(self) -> str:
+        """The fields the credentials came from, for an error message (never their values)."""
+        given = [name for name in ("access_key_id", "secret_access_key", "session_token", "profile_name", "role_arn")
+                 if getattr(self, name)]
+        return ", ".join(given) if given else "the default AWS credential chain: AWS_* variables, ~/.aws"
 
     def check(self) -> "ObjectStorage":
         """Fail fast, before any work, if the root cannot be reached or written."""
@@ -193,9 +293,9 @@ class ObjectStorage(WritableFileSystem):
         return None
 
     def read_bytes(self, key: str) -> bytes:
-        fs, _ = self.filesystem()
+        fs, path = self.filesystem()[0], self.path(key)
         try:
-            return fs.cat_file(self.path(key))
+            return fs.cat_file(path)
         except FileNotFoundError:
             raise StorageError(f"no object {key!r} under {self.root_url}") from None
         except Exception as exc:  # noqa: BLE001
@@ -203,9 +303,9 @@ class ObjectStorage(WritableFileSystem):
 
     def open_input(self, key: str):
         """A seekable binary file, read lazily (only the byte ranges asked for are fetched)."""
-        fs, _ = self.filesystem()
+        fs, path = self.filesystem()[0], self.path(key)
         try:
-            return fs.open(self.path(key), "rb")
+            return fs.open(path, "rb")
         except FileNotFoundError:
             raise StorageError(f"no object {key!r} under {self.root_url}") from None
 
@@ -220,7 +320,7 @@ class ObjectStorage(WritableFileSystem):
     def list(self, prefix: str = "") -> list[str]:
         """Keys (relative to the root) of the objects under ``prefix``, temporaries excluded."""
         fs, root = self.filesystem()
-        base = f"{root}/{prefix.strip('/')}".rstrip("/")
+        base = f"{root}/{self._key(prefix, prefix=True)}".rstrip("/")
         try:
             found = fs.find(base)
         except FileNotFoundError:

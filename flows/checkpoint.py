@@ -71,7 +71,7 @@ def checkpoint(ctx: RunContext) -> SystemResult:
         f"checkpoint after every {p.every}-th optimizer step, to {ctx.storage.root_url} (each blob written "
         "atomically and fsynced, then the manifest). Variants interleaved over "
         f"{p.repeats} repeat(s), rotating order, after a warm-up run.",
-        "none trains without checkpoints; sync calls CheckpointStore.save (torch.save, sha256, write, manifest) in "
+        "none trains without checkpoints; sync calls CheckpointStore.write (torch.save, sha256, write, manifest) in "
         "the loop; async_eager copies the state into reused host buffers at save time and flushes on a background "
         "thread; async (DataStates-LLM) starts the copy on the background thread and lets the next forward and "
         "backward pass run meanwhile, blocking only right before the next optimizer step if the copy is not done. "

@@ -10,29 +10,37 @@ computes every claim of the system's spec into the RunReport (``build_report``),
 """
 from __future__ import annotations
 
-import importlib
+import functools
+import logging
+import sys
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+import cloudpickle
 from prefect import flow, get_run_logger
 from pydantic import BaseModel
 from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
+from prefect.settings import PREFECT_API_URL
+from prefect.utilities.callables import parameter_schema
 
 from mlsys_flows import registry
-from mlsys_flows.flow_params import PARAMETERS, RUN_KEY
+from mlsys_flows.flow_params import PARAMETERS, RUN_KEY, schema_signature
 from mlsys_flows.blocks import CheckpointStore, DaskCluster, ObjectStorage, ResourcePool
-from mlsys_flows.runtime import shared_api
+from mlsys_flows.runtime import shared_api, warm_workers
+from mlsys_flows.settings import warm_cluster_address
 from mlsys_flows.systems.common.environment import capture, load_average
 from mlsys_flows.systems.common.params import ParamsError, SystemParams
 from mlsys_flows.systems.common.report import SystemResult, build_report
 from mlsys_flows.systems.common.spec import SystemSpec
-from mlsys_flows.tasks.common import publish_report
+from mlsys_flows.tasks.common import publish_report, report_artifacts, with_policy
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
+
+_log = logging.getLogger("mlsys_flows.flows")
 
 
 @dataclass
@@ -74,8 +82,8 @@ class RunContext:
         """``task.submit(*args, **kwargs)`` on the run's cluster. ``device="gpu"`` (or ``"fpga"``) marks
         a device task: with a ``devices`` pool it carries the pool's Dask resource annotation, so only
         workers started with that resource run it. The task is passed ``ctx.devices`` and holds a
-        device with ``with pool.claim() as device:`` (a slot of the pool's Prefect concurrency limit,
-        one per device, and the torch device to use)."""
+        device with ``with pool.claim() as device:`` (``per_task`` slots of the pool's Prefect
+        concurrency limit and a device of this machine no other claim holds, the one to use)."""
         if device is None or self.device_pool is None:
             if device not in (None, "gpu", "fpga"):
                 raise ParamsError(self.spec.name, "devices", f"task {task.name}: unknown device kind {device!r}")
@@ -110,7 +118,11 @@ def resolve_storage(storage: str | ObjectStorage | None) -> ObjectStorage:
 def resolve_cluster(cluster: str | DaskCluster | None) -> DaskCluster:
     if isinstance(cluster, DaskCluster):
         return cluster
-    return DaskCluster.load(cluster) if cluster else DaskCluster()
+    if cluster:
+        return DaskCluster.load(cluster)
+    # no cluster named: the warm one of the `mlsys-flows server` this run reports to, else an embedded one
+    address = warm_cluster_address(PREFECT_API_URL.value())
+    return DaskCluster(address=address) if address else DaskCluster()
 
 
 def resolve_devices(devices: str | ResourcePool | None) -> ResourcePool | None:
@@ -119,13 +131,15 @@ def resolve_devices(devices: str | ResourcePool | None) -> ResourcePool | None:
     return ResourcePool.load(devices)
 
 
-def _import_on_worker(module: str) -> None:
-    importlib.import_module(module)
+def _pickle_by_value_if_loaded_from_a_file(body: Callable) -> None:
+    module = sys.modules.get(body.__module__)
+    if module is not None and not body.__module__.startswith("mlsys_flows."):
+        cloudpickle.register_pickle_by_value(module)
 
 
 @contextmanager
 def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: ObjectStorage | None = None,
-             warm: str | None = None):
+             warm: str | None = None, task_timeout_s: float | None = None):
     """Tasks submitted inside this block run on ``cluster``, as task runs of the current flow run.
 
     The cluster is a run parameter, but a Prefect flow fixes its task runner when it is defined; so
@@ -133,7 +147,9 @@ def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: Ob
     context (``Task.submit`` reads the runner from there). No subflow: the run the user started
     shows every task. With ``results``, every task's result is persisted there (Prefect's result
     store): a task that finished on a worker lost later in the run is read back, not run again. With
-    ``warm`` (a module, e.g. the flow's) and ``cluster.warm_workers``, every worker imports it first."""
+    ``warm`` (a module, e.g. the flow's) and ``cluster.warm_workers``, every worker imports it first,
+    also one that joins later (a worker plugin). Every task submitted gets the platform's retries on
+    I/O failures and ``task_timeout_s`` (``tasks.common.with_policy``)."""
     run_context = FlowRunContext.get()
     if run_context is None:
         raise RuntimeError("tasks_on() needs a running flow")
@@ -141,22 +157,64 @@ def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: Ob
     if results is not None:
         update = {"persist_result": True, "result_store": run_context.result_store.model_copy(
             update={"result_storage": results, "metadata_storage": None})}
-    with cluster.task_runner() as runner, run_context.model_copy(update={"task_runner": runner, **update}):
+    runner = cluster.task_runner(prepare_task=functools.partial(with_policy, timeout_s=task_timeout_s))
+    with runner, run_context.model_copy(update={"task_runner": runner, **update}):
         if pool is not None:
-            check_workers_have(runner, pool)
+            check_workers_have(runner, pool, cluster)
         if warm and cluster.warm_workers:  # every worker imports in parallel now, not when its first task comes
-            runner.client.run(_import_on_worker, warm)
+            warm_workers(runner.client, warm)
         yield runner
 
 
-def check_workers_have(runner, pool: ResourcePool) -> None:
-    """Device tasks wait for a worker with the pool's resource: fail now, naming the parameter,
-    when the cluster has none (rather than hang)."""
-    workers = runner.client.scheduler_info(n_workers=-1)["workers"].values()
-    if not any(w.get("resources", {}).get(pool.resource_name, 0) >= pool.per_task for w in workers):
-        raise ParamsError("flow", "devices", f"no worker of the cluster advertises {pool.per_task:g} "
-                                             f"{pool.resource_name}; start one with `dask worker ADDRESS --resources "
-                                             f"{pool.resource_name}={len(pool.devices)}`")
+def check_workers_have(runner, pool: ResourcePool, cluster: DaskCluster | None = None) -> None:
+    """Device tasks wait for a worker with the pool's resource: fail, naming the parameter, when the
+    cluster has none (rather than hang). A cluster started elsewhere (an address, a cluster class)
+    gets up to ``cluster.worker_wait_s`` for one to join (workers start late); the embedded one has
+    all its workers once it started. An adaptive cluster with no minimum starts workers only for
+    queued tasks: nothing to wait for here."""
+    cluster = cluster or DaskCluster()
+    if cluster.adapt_min == 0 and cluster.adapt_max is not None:
+        _log.info("adaptive cluster (adapt_min 0): device tasks wait for a worker with %s", pool.resource_name)
+        return
+    wait = 0.0 if cluster.mode == "local" else cluster.worker_wait_s
+    deadline, logged = time.monotonic() + wait, False
+    while True:
+        workers = runner.client.scheduler_info(n_workers=-1)["workers"].values()
+        if any(w.get("resources", {}).get(pool.resource_name, 0) >= pool.per_task for w in workers):
+            return
+        if time.monotonic() >= deadline:
+            within = f" within {wait:g} s (worker_wait_s)" if wait else ""
+            raise ParamsError("flow", "devices", f"no worker of the cluster advertised {pool.per_task:g} "
+                                                 f"{pool.resource_name}{within}; start one with `dask worker ADDRESS "
+                                                 f"--resources {pool.resource_name}={len(pool.devices)}`")
+        if not logged:
+            logged = True
+            _log.info("waiting up to %g s for a worker advertising %s", wait, pool.resource_name)
+        time.sleep(0.2)  # the scheduler has no join event a client can wait on; a cheap poll
+
+
+class _Deadline(TimeoutError):
+    pass
+
+
+@contextmanager
+def run_deadline(name: str, params: SystemParams):
+    """The run's work fails past ``flow_timeout_s``, and a task past ``task_timeout_s``, with a message
+    naming the parameter. Both are parameters, so they follow the scale; Prefect's own flow timeout is
+    fixed when the flow is defined."""
+    from prefect.task_engine import TaskRunTimeoutError
+    from prefect.utilities.timeout import timeout
+
+    try:
+        with timeout(params.flow_timeout_s, timeout_exc_type=_Deadline):
+            yield
+    except _Deadline:
+        raise TimeoutError(f"{name}: the run's work exceeded flow_timeout_s={params.flow_timeout_s:g} s (scale "
+                           f"{params.scale}); raise it with overrides={{'flow_timeout_s': ...}}") from None
+    except TaskRunTimeoutError as exc:
+        raise TimeoutError(f"{name}: a task exceeded task_timeout_s={params.task_timeout_s:g} s (scale "
+                           f"{params.scale}; its task run is marked TimedOut); raise it with "
+                           f"overrides={{'task_timeout_s': ...}}") from exc
 
 
 def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], Any]:
@@ -176,6 +234,10 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             logger.info("resolved parameters: %s", params.model_dump(mode="json"))
             store = resolve_storage(storage).check()
             dask_cluster = resolve_cluster(cluster)
+            try:  # remote workers that cannot report to the API would fail only mid-run
+                dask_cluster.check_api_reachable(PREFECT_API_URL.value())
+            except ValueError as exc:
+                raise ParamsError(name, "cluster", str(exc)) from None
             pool = resolve_devices(devices)
             run_id = str(flow_run.get_id() or uuid.uuid4())
             ctx = RunContext(spec=spec, params=params, storage=store, cluster=dask_cluster, run_id=run_id,
@@ -188,12 +250,19 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             environment = capture(name)
             started = time.perf_counter()
             results = store.model_copy(update={"url": f"{store.root_url}/task-results"})
-            with shared_api(), tasks_on(dask_cluster, pool, results, warm=body.__module__):
+            # a deployment loads flows/<name>.py as a top-level module `<name>`, which a scheduler or worker
+            # in another process (the server's warm cluster) cannot import: what refers to it (the flow in
+            # the task's context) is pickled by value, and workers are warmed by the installed module name
+            _pickle_by_value_if_loaded_from_a_file(body)
+            with run_deadline(name, params), shared_api(), tasks_on(dask_cluster, pool, results,
+                                                                    warm=f"mlsys_flows.flows.{name}",
+                                                                    task_timeout_s=params.task_timeout_s):
                 result: SystemResult = body(ctx)
             environment.load_after = load_average()
             report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,
                                   environment=environment, wall_time_s=time.perf_counter() - started)
-            publish_report(report, store)
+            png = with_policy(publish_report, params.task_timeout_s)(report, store)
+            report_artifacts(report, png, store)  # artifacts of the flow run itself
             h = report.headline
             logger.info("%s headline %s: %s vs %s = %s (paper %s); vs strongest (%s): %s", name, h.metric,
                         h.technique, h.baseline, h.label(), f"{h.paper:.2f}x" if h.paper else "n/a",
@@ -208,6 +277,11 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
         run.__annotations__["overrides"] = params_model.overrides_model() | None
         run.__doc__ = description + "\n\nArgs:\n" + "".join(f"    {p.name}: {p.description}\n" for p in PARAMETERS)
         # validated by the system's Params (ParamsError names the field), not by Prefect's signature check
-        return flow(name=name, description=description, log_prints=True, validate_parameters=False)(run)
+        system = flow(name=name, description=description, log_prints=True, validate_parameters=False)(run)
+        # what `prefect deploy` reads the schema from (the flow object's signature; calls go to `run`):
+        # every parameter with a concrete type, so the Parameters tab and the run form show it
+        system.__signature__ = schema_signature(run, params_model.overrides_model())
+        system.parameters = parameter_schema(system)
+        return system
 
     return decorate

@@ -8,6 +8,7 @@ from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from dataclasses import asdict
 
 from mlsys_flows.systems.common.report import Assumption, Curve, Projection, RegimeSample
+from mlsys_flows.systems.shef import session
 from mlsys_flows.systems.shef.model import FpgaShield, count, sweep_access, throughput_mb_s
 from mlsys_flows.systems.shef.workload import REGIONS, VARIANTS, metadata_bytes, regions, variant_configs
 from mlsys_flows.tasks import shef as t
@@ -24,7 +25,10 @@ def _mb_s(nbytes: float, seconds: float) -> float:
 @system_flow("shef")
 def shef(ctx: RunContext) -> SystemResult:
     p = ctx.params
-    out = ctx.submit(t.shielded_session, p, ctx.storage, ctx.key("session.json"), ctx.devices, device="fpga").result()
+    # the user's side: the measurement of its own build, taken here, never by the host that loads the image
+    trusted = session.trusted_measurement(p)
+    out = ctx.submit(t.shielded_session, p, ctx.storage, ctx.key("session.json"), ctx.devices, trusted,
+                     device="fpga").result()
     meta = metadata_bytes(p)
     variants, samples = {}, {}
     for v in VARIANTS:

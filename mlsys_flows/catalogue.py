@@ -4,8 +4,9 @@ Two outputs from the same RunReports:
 
 - ``docs/results.md`` (a generated file of ``mlsys-flows generate``): one row per registry system,
   from the committed RunReports in ``benchmarks/results/``;
-- a static HTML catalogue (``mlsys-flows report``): the same rows with a thumbnail of each plot, and a
-  page per system with its full report and its history across runs. It reads the committed
+- a static HTML catalogue (``mlsys-flows report``, from the Jinja2 templates in
+  ``mlsys_flows/templates/catalogue/``): the same rows with a thumbnail of each plot, and a page per
+  system with its full report and its history across runs. It reads the committed
   reports, their earlier versions in the git history, and the reports a storage block holds
   (``reports/<system>/<run_id>.json``, where every flow publishes its report). Plain files with
   relative links: it opens from ``file://`` with no server and no network.
@@ -15,18 +16,23 @@ both show it as the orchestration-overhead table.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
-import html
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlsys_flows import registry
-from mlsys_flows.systems.common.report import v3_cells
+from markupsafe import Markup, escape
 
-REPO = Path(__file__).resolve().parent.parent
+from mlsys_flows import registry
+from mlsys_flows.settings import project_root
+from mlsys_flows.systems.common import formatting as fmt
+from mlsys_flows.systems.common.report import SMOKE_NOTE, claim_rows, v3_cells, variant_tables
+
+REPO = project_root()  # the checkout, or the wheel's copy of benchmarks/results (settings.py)
 RESULTS = REPO / "benchmarks" / "results"
 OVERHEAD = "overhead.json"
 OUT = Path("build/catalogue")
@@ -149,14 +155,9 @@ def overhead(results: Path | None = None) -> dict[str, Any] | None:
 
 
 # ----- rows ---------------------------------------------------------------------------------------
-def _x(v) -> str:
-    return f"{v:.2f}x" if isinstance(v, (int, float)) else "n/a"
-
-
 def _cell(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return "" if v is None else str(v)
+    """A cell of the overhead table: a number by magnitude (its unit is a column of the row)."""
+    return fmt.number(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "" if v is None else str(v)
 
 
 def rows(by: dict[str, list[Found]]) -> list[dict[str, str]]:
@@ -166,7 +167,7 @@ def rows(by: dict[str, list[Found]]) -> list[dict[str, str]]:
         claim = spec.headline
         run = current(by.get(spec.name, []))
         row = {"system": spec.name, "title": spec.title, "status": spec.status, "family": spec.family,
-               "claim": claim.statement, "paper": _x(claim.paper),
+               "claim": claim.statement, "paper": fmt.ratio(claim.paper),
                "headline": f"{claim.metric}: {claim.technique} vs {claim.baseline}",
                "kind": "", "ratio": "", "vs_strongest": "", "mechanism": "", "regime": "", "range": "", "scale": "",
                "device": "",
@@ -180,10 +181,10 @@ def rows(by: dict[str, list[Found]]) -> list[dict[str, str]]:
             h, env = r["headline"], r["environment"]
             s = h.get("vs_strongest") or {}
             row.update(headline=f"{h['metric']}: {h['technique']} vs {h['baseline']}", kind=h["kind"],
-                       ratio=f"{h['ratio']:.2f}x",
-                       vs_strongest=f"{s['ratio']:.2f}x vs {s['baseline']}" if s else "",
+                       ratio=fmt.ratio(h["ratio"]),
+                       vs_strongest=f"{fmt.ratio(s['ratio'])} vs {s['baseline']}" if s else "",
                        mechanism=v3_cells(r)["mechanism"], regime=v3_cells(r)["regime"],
-                       range=f"{h['range'][0]:.2f}-{h['range'][1]:.2f}" if h.get("range") else "",
+                       range=fmt.ratio_range(h.get("range"), h["kind"]),
                        scale=r.get("scale", ""),
                        device=f"{env['device']}, {env.get('usable_cores') or env['cores']} cores",
                        commit=env.get("git_sha", "")[:8] + ("+dirty" if env.get("git_dirty") else ""),
@@ -240,41 +241,22 @@ def _md_table(table: dict[str, Any]) -> list[str]:
     return lines
 
 
-# ----- HTML ---------------------------------------------------------------------------------------
-CSS = """
-body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#1f2328;font-size:14px}
-h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:28px 0 8px}
-p.lead{color:#57606a;max-width:1100px}
-table{border-collapse:collapse;margin:8px 0}
-th,td{border-bottom:1px solid #d0d7de;padding:5px 8px;text-align:left;vertical-align:middle}
-th{background:#f6f8fa;font-weight:600;position:sticky;top:0}
-tr.planned td{color:#8c959f}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.claim{max-width:340px;font-size:12px}
-.kind{display:inline-block;padding:1px 6px;border-radius:8px;font-size:12px;color:#fff}
-.measured{background:#1a7f37}.counted{background:#0969da}.modelled{background:#9a6700}.simulated{background:#8250df}
-.win{font-weight:700;color:#1a7f37}.loss{font-weight:700;color:#cf222e}.tie{font-weight:700}
-img.thumb{width:150px;border:1px solid #d0d7de;display:block}
-img.plot{max-width:100%;border:1px solid #d0d7de}
-code{font-size:12px}a{color:#0969da}
-ul.notes li{margin:3px 0;max-width:1100px}
-"""
+# ----- HTML: Jinja2 templates in mlsys_flows/templates/catalogue/ -------------------------------------
+TEMPLATES = Path(__file__).resolve().parent / "templates" / "catalogue"
 
 
-def _e(v) -> str:
-    return html.escape(str(v))
+def _breakable(text) -> Markup:
+    """Escaped text that may wrap after each '_' or '/' (metric names are long and have no spaces)."""
+    return Markup("<wbr>").join(escape(part) for part in re.split(r"(?<=[_/])", str(text)))
 
 
-def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-            f"<style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
-
-
-def _table(columns: list[str], body_rows: list[list[str]], raw: bool = False) -> str:
-    """A table; cells are escaped unless raw (already HTML)."""
-    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{c if raw else _e(c)}</td>" for c in row) + "</tr>\n" for row in body_rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table>"
+def _outcome(text: str) -> str:
+    """The CSS class of a ratio's text: win above 1, loss below, tie at 1; '' when not a ratio."""
+    try:
+        value = float(str(text).rstrip("x"))
+    except ValueError:
+        return ""
+    return "win" if value > 1 else "loss" if value < 1 else "tie"
 
 
 def _short(text: str, n: int = 140) -> str:
@@ -282,16 +264,19 @@ def _short(text: str, n: int = 140) -> str:
     return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " \u2026"
 
 
-def _ratio_html(text: str) -> str:
-    try:
-        value = float(text.rstrip("x"))
-    except ValueError:
-        return _e(text)
-    return f"<span class=\"{'win' if value > 1 else 'loss' if value < 1 else 'tie'}\">{_e(text)}</span>"
+@functools.cache
+def _templates():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(breakable=_breakable, outcome=_outcome, short=_short)
+    env.globals.update(KIND_TEXT=KIND_TEXT, SMOKE_NOTE=SMOKE_NOTE)
+    return env
 
 
-def _kind_html(kind: str) -> str:
-    return f"<span class=\"kind {_e(kind)}\" title=\"{_e(KIND_TEXT.get(kind, ''))}\">{_e(kind)}</span>" if kind else ""
+def _render(template: str, **context: Any) -> str:
+    return _templates().get_template(template).render(**context) + "\n"
 
 
 def image_names(system: str, runs: list[Found]) -> dict[str, str]:
@@ -308,93 +293,42 @@ def image_names(system: str, runs: list[Found]) -> dict[str, str]:
 def render_pages(by: dict[str, list[Found]], sources: list[str], results: Path | None = None) -> dict[str, str]:
     """Relative path -> HTML text of every page: index.html and systems/<name>.html (pure, no plots)."""
     rs = rows(by)
-    pages = {"index.html": _index(rs, by, sources, overhead(results))}
+    table = overhead(results)
+    if table:
+        table["cells"] = [[_cell(row.get(c)) for c in table["columns"]] for row in table["rows"]]
+        table["numeric"] = [i for i, c in enumerate(table["columns"])
+                            if any(isinstance(row.get(c), (int, float)) for row in table["rows"])]
+    index_rows = [{**r, "link": f"systems/{r['system']}.html",
+                   "thumb": image_names(r["system"], by.get(r["system"], [])).get("thumb")} for r in rs]
+    pages = {"index.html": _render("index.html", title="mlsys-flows results catalogue", rows=index_rows,
+                                   sources=sources, overhead=table,
+                                   implemented=sum(r["status"] == "implemented" for r in rs),
+                                   with_run=sum(bool(r["run_id"]) for r in rs))}
     for r in rs:
         pages[f"systems/{r['system']}.html"] = _system_page(r, by.get(r["system"], []))
     return pages
 
 
-def _index(rs: list[dict[str, str]], by, sources: list[str], table: dict | None) -> str:
-    body_rows = []
-    for r in rs:
-        imgs = image_names(r["system"], by.get(r["system"], []))
-        link = f"systems/{_e(r['system'])}.html"
-        thumb = f"<a href=\"{link}\"><img class=\"thumb\" src=\"{imgs['thumb']}\" alt=\"{_e(r['system'])} plot\"></a>" \
-            if imgs else ""
-        cls = "" if r["run_id"] else " class=\"planned\""
-        body_rows.append(
-            f"<tr{cls}><td><a href=\"{link}\"><b>{_e(r['system'])}</b></a><br><small>{_e(r['title'])}</small></td>"
-            f"<td class=\"claim\" title=\"{_e(r['claim'])}\">{_e(_short(r['claim']))}</td>"
-            f"<td class=\"num\">{_e(r['paper'])}</td>"
-            f"<td>{_e(r['headline'])}</td><td>{_kind_html(r['kind'])}</td>"
-            f"<td class=\"num\">{_ratio_html(r['ratio']) if r['run_id'] else _e(r['ratio'])}</td>"
-            f"<td class=\"num\">{_e(r['range'])}</td><td>{_e(r['vs_strongest'])}</td><td>{_e(r['mechanism'])}</td>"
-            f"<td>{_e(r['regime'])}</td><td>{_e(r['scale'])}</td>"
-            f"<td>{_e(r['device'])}</td><td><code>{_e(r['commit'])}</code></td><td class=\"num\">{_e(r['date'])}</td>"
-            f"<td class=\"num\">{_e(r['runs'])}</td><td>{thumb}</td></tr>\n")
-    head = "".join(f"<th>{c}</th>" for c in (
-        "system", "paper's claim", "paper", "headline (technique vs baseline)", "kind", "ratio", "range",
-        "vs strongest deployable baseline", "mechanism alone", "regime", "scale", "device", "commit", "date", "runs",
-        "plot"))
-    implemented = sum(r["status"] == "implemented" for r in rs)
-    parts = [
-        "<h1>mlsys-flows results catalogue</h1>",
-        f"<p class=\"lead\">{len(rs)} systems, {implemented} implemented, {sum(bool(r['run_id']) for r in rs)} "
-        "with a run. Each row holds the paper's claim beside the newest run of the largest scale found; a ratio "
-        "above 1 means the technique won. Kinds: measured (wall clock), counted (exact counts), modelled (from "
-        "stated constants), simulated (a simulator's clock). The range is the min-max of the ratio over the "
-        "repeats. Click a system for its full report and its history across runs.</p>",
-        f"<p class=\"lead\">Sources: {_e('; '.join(sources))}.</p>",
-        f"<table><thead><tr>{head}</tr></thead><tbody>\n{''.join(body_rows)}</tbody></table>"]
-    if table:
-        parts += ["<h2 id=\"overhead\">Orchestration overhead</h2>",
-                  _table(table["columns"], [[_cell(row.get(c)) for c in table["columns"]] for row in table["rows"]])]
-        if table["notes"]:
-            parts.append("<ul class=\"notes\">" + "".join(f"<li>{_e(n)}</li>" for n in table["notes"]) + "</ul>")
-    return _page("mlsys-flows results catalogue", "\n".join(parts))
-
-
 def _system_page(row: dict[str, str], runs: list[Found]) -> str:
     spec = registry.get(row["system"])
-    parts = ["<p><a href=\"../index.html\">&larr; all systems</a></p>",
-             f"<h1>{_e(spec.title)} <small>({_e(spec.name)})</small></h1>",
-             f"<p class=\"lead\">Paper: {_e(spec.paper)}. Family: {_e(spec.family)}. Status: {_e(spec.status)}.</p>",
-             "<h2>The paper's claims</h2>",
-             _table(["metric", "technique vs baseline", "better", "paper", "statement"],
-                    [[c.metric + (" (headline)" if c.headline else ""), f"{c.technique} vs {c.baseline}", c.better,
-                      _x(c.paper), c.statement] for c in spec.claims])]
-    run = current(runs)
-    if spec.status != "implemented":
-        parts.append("<p><b>planned</b>: not implemented yet, so nothing was measured.</p>")
-    elif run is None:
-        parts.append("<p><b>not run yet</b>: no RunReport was found for this system.</p>")
-    else:
-        imgs = image_names(spec.name, runs)
-        top, rest = _report_html(run, imgs)
-        parts += top + _history_html(runs, imgs) + rest
-    return _page(f"{spec.name}: {spec.title}", "\n".join(parts))
+    paper_claims = [[c.metric + (" (headline)" if c.headline else ""), f"{c.technique} vs {c.baseline}", c.better,
+                     fmt.ratio(c.paper), c.statement] for c in spec.claims]
+    run = current(runs) if spec.status == "implemented" else None
+    return _render("system.html", title=f"{spec.name}: {spec.title}", spec=spec, paper_claims=paper_claims,
+                   run=_run_context(run) if run else None, images=image_names(spec.name, runs),
+                   history=_history_rows(runs))
 
 
-def _report_html(run: Found, imgs: dict[str, str]) -> tuple[list[str], list[str]]:
-    """(the claims and the plot, the details: variants, assumptions, notes, parameters, environment)"""
+def _run_context(run: Found) -> dict[str, Any]:
+    """What the system page shows of its current run, every number formatted."""
     r = run.report
-    h, env = r["headline"], r["environment"]
-    s = h.get("vs_strongest") or {}
+    env = r["environment"]
     claims = []
-    for label, x in [("headline", h), ("vs the strongest deployable baseline", s),
-                     ("the mechanism alone, vs its ablation", h.get("mechanism")),
-                     ("vs the hindsight oracle", h.get("vs_oracle")),
-                     ("projected at the paper's hardware", r.get("projection")), *(("", x) for x in r.get("ratios", []))]:
-        if x:
-            claims.append([f"{x['metric']}" + (f" ({label})" if label else ""), _kind_html(x["kind"]),
-                           _e(f"{x['technique']} vs {x['baseline']}"), _e(_cell(float(x["baseline_value"]))),
-                           _e(_cell(float(x["technique_value"]))), _ratio_html(f"{x['ratio']:.2f}x"),
-                           _e(f"{x['range'][0]:.2f}-{x['range'][1]:.2f}" if x.get("range") else ""),
-                           _e(x.get("repeats", "")), _e(_x(x.get("paper")))])
-    metrics: list[str] = []
-    for ms in r["variants"].values():
-        metrics += [m for m in ms if m not in metrics]
-    kinds = r.get("metric_kinds", {})
+    for name, x in claim_rows(r):
+        base, tech = fmt.column(x["metric"], [x["baseline_value"], x["technique_value"]])
+        claims.append({"name": name, "kind": x["kind"], "baseline": base, "technique": tech,
+                       "ratio": fmt.ratio(x["ratio"]), "range": fmt.ratio_range(x.get("range"), x["kind"]),
+                       "repeats": x.get("repeats", ""), "paper": fmt.ratio(x.get("paper"))})
     load = env.get("load_before"), env.get("load_after")
     facts = [("run", r["run_id"]), ("scale", r.get("scale", "")), ("created", r["created_at"]),
              ("source", run.source), ("device", env["device"]),
@@ -405,41 +339,25 @@ def _report_html(run: Found, imgs: dict[str, str]) -> tuple[list[str], list[str]
              ("code hash", env.get("code_hash", "")), ("harness hash", env.get("harness_hash", "")),
              ("versions", ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items())),
              ("wall time", f"{r.get('wall_time_s', 0):.1f} s")]
-    parts = [f"<h2>Run <code>{_e(r['run_id'][:8])}</code> ({_e(r.get('scale', ''))}, {_e(r['created_at'][:10])})</h2>",
-             _table(["claim", "kind", "technique vs baseline", "baseline", "technique", "ratio", "range", "repeats",
-                     "paper"], claims, raw=True),
-             f"<p><img class=\"plot\" src=\"../{imgs['plot']}\" alt=\"{_e(r['system'])} plot\"></p>"]
-    rest = ["<h2>Variants</h2>",
-            _table(["variant", *(f"{m} ({kinds.get(m, '?')})" for m in metrics)],
-                   [[v, *(_cell(ms.get(m)) for m in metrics)] for v, ms in r["variants"].items()])]
-    if r.get("assumptions"):
-        rest += ["<h2>Assumptions (modelled and simulated metrics)</h2>",
-                 _table(["metric", "constant", "value", "source"],
-                        [[m, k, f"{a.get('value')} {a.get('unit', '')}".strip(), a.get("source", "")]
-                         for m, consts in r["assumptions"].items() for k, a in consts.items()])]
-    if r.get("notes"):
-        rest += ["<h2>Notes written by the run</h2>",
-                 "<ul class=\"notes\">" + "".join(f"<li>{_e(n)}</li>" for n in r["notes"]) + "</ul>"]
-    rest += ["<h2>Parameters (resolved)</h2>",
-             _table(["parameter", "value"], [[k, json.dumps(v)] for k, v in r.get("parameters", {}).items()]),
-             "<h2>Environment</h2>", _table(["", ""], [[k, v] for k, v in facts])]
-    return parts, rest
+    return {"id": r["run_id"], "scale": r.get("scale", ""), "date": r["created_at"][:10], "claims": claims,
+            "variants": variant_tables(r),
+            "assumptions": [[m, k, f"{fmt.exact(a.get('value'))} {a.get('unit', '')}".strip(), a.get("source", "")]
+                            for m, consts in r.get("assumptions", {}).items() for k, a in consts.items()],
+            "notes": r.get("notes", []),
+            "parameters": [[k, fmt.exact(v)] for k, v in r.get("parameters", {}).items()], "facts": facts}
 
 
-def _history_html(runs: list[Found], imgs: dict[str, str]) -> list[str]:
+def _history_rows(runs: list[Found]) -> list[list[str]]:
     body = []
     for f in reversed(runs):
         r, env = f.report, f.report["environment"]
         h = r["headline"]
         s = h.get("vs_strongest") or {}
         body.append([r["created_at"][:19].replace("T", " "), env.get("git_sha", "")[:8], r.get("scale", ""),
-                     env["device"], f"{h['metric']}: {h['technique']} vs {h['baseline']}", f"{h['ratio']:.2f}x",
-                     f"{h['range'][0]:.2f}-{h['range'][1]:.2f}" if h.get("range") else "",
-                     f"{s['ratio']:.2f}x vs {s['baseline']}" if s else "", env.get("code_hash", "")[:8], f.source])
-    return [f"<h2>History: {len(runs)} run{'s' if len(runs) != 1 else ''}</h2>",
-            f"<p><img class=\"plot\" src=\"../{imgs['history']}\" alt=\"{_e(runs[0].report['system'])} history\"></p>",
-            _table(["created (UTC)", "commit", "scale", "device", "headline", "ratio", "range", "vs strongest",
-                    "code", "source"], body)]
+                     env["device"], f"{h['metric']}: {h['technique']} vs {h['baseline']}", fmt.ratio(h["ratio"]),
+                     fmt.ratio_range(h.get("range"), h["kind"]),
+                     f"{fmt.ratio(s['ratio'])} vs {s['baseline']}" if s else "", env.get("code_hash", "")[:8], f.source])
+    return body
 
 
 # ----- plots (matplotlib, imported lazily) ----------------------------------------------------------
@@ -470,6 +388,13 @@ def _bars(ax, r: dict) -> None:
     ax.bar(range(len(names)), [r["variants"][n][h["metric"]] for n in names], color=colors)
     ax.set_xticks(range(len(names)), names, rotation=25, fontsize=6, ha="right")
     ax.set_title(h["metric"], fontsize=8)
+    # tick labels by magnitude with a scaled unit (234.9 MB, 150 ms), not matplotlib's "1e8" offset
+    # above the axis; a fixed unit (samples/s) is left to the title
+    from matplotlib.ticker import FuncFormatter
+
+    unit = fmt.unit_of(h["metric"])
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.metric(h["metric"], v).removesuffix(f" {unit.label}")
+                                               if unit.family == "fixed" else fmt.metric(h["metric"], v)))
 
 
 def thumbnail_png(r: dict) -> bytes:

@@ -2,27 +2,27 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from mlsys_flows import platform_cli, registry
+from mlsys_flows.platform_cli import PipeConsole
 from mlsys_flows.runner import RunError, parse_param, run_system, validate, write_report
+from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.params import SCALES, ParamsError
-from mlsys_flows.systems.common.report import v3_cells
+from mlsys_flows.systems.common.report import SMOKE_NOTE, claim_rows, v3_cells
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Published ML-systems techniques as Prefect flows: run, benchmark and deploy them.")
 blocks_app = typer.Typer(no_args_is_help=True, help="Prefect blocks of mlsys-flows.")
 app.add_typer(blocks_app, name="blocks")
-console = Console()
-err = Console(stderr=True)
+console = PipeConsole()  # piped: no wrapping at 80 columns (tables at their natural width)
+err = PipeConsole(stderr=True)
 
 RESULTS = Path("benchmarks/results")
 
@@ -74,7 +74,8 @@ def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], c
     ui = _use_running_server()
     started = time.perf_counter()
     with console.status(f"[bold]running {name}[/bold] at scale {scale} (Prefect flow on Dask)...", spinner="dots"):
-        report = run_system(name, scale, overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key)
+        report = run_system(name, scale, overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key,
+                            tags=("cli",))
     console.print(f"{name} finished in {time.perf_counter() - started:.1f} s")
     if ui:
         console.print(f"flow run: {ui}/runs/flow-run/{report.run_id}", highlight=False, soft_wrap=True)
@@ -86,14 +87,13 @@ def _use_running_server() -> str | None:
     in its UI; else to an embedded temporary API. Says which; returns the UI's URL when there is one."""
     import json as _json
 
-    from mlsys_flows.server import discover_api_url, embedded_api, start_embedded_api, state_file
+    from mlsys_flows.runner import connect
+    from mlsys_flows.server import state_file
 
-    url = None if embedded_api() else discover_api_url()
+    url = connect()  # the embedded API, when started, boots while the flow is imported
     if url is None:
-        start_embedded_api()  # boots while the flow is imported (runner.run_system waits for it)
         console.print("Prefect API: embedded, temporary (start `mlsys-flows server` to keep runs in its UI)")
         return None
-    os.environ["PREFECT_API_URL"] = url
     ui = None
     if state_file().exists():
         info = _json.loads(state_file().read_text())
@@ -110,25 +110,18 @@ CLUSTER_OPT = typer.Option(None, help="Name of a saved DaskCluster block (where 
 DEVICES_OPT = typer.Option(None, help="Name of a saved ResourcePool block (the devices device tasks claim).")
 
 
-def _paper(r) -> str:
-    return f"{r.paper:.2f}x" if r.paper else "n/a"
-
-
 def _print_report(report) -> None:
-    h = report.headline
     table = Table(title=f"{report.title} [{report.scale}]")
     for col in ("comparison", "kind", "baseline", "technique", "ratio", "range", "paper"):
-        table.add_column(col)
-    extra = {id(h.vs_strongest): " (strongest deployable)", id(h.mechanism): " (mechanism alone: vs its ablation)",
-             id(h.vs_oracle): " (hindsight oracle, an upper bound)", id(report.projection): " (projected, paper's hardware)"}
-    for r in [h, h.vs_strongest, h.mechanism, h.vs_oracle, report.projection, *report.ratios]:
-        if r is None:
-            continue
-        name = f"{r.metric}: {r.technique} vs {r.baseline}" + extra.get(id(r), "")
-        table.add_row(name, r.kind, f"{r.baseline_value:.4g}", f"{r.technique_value:.4g}",
-                      f"[bold]{r.ratio:.2f}x[/bold]", f"{r.range[0]:.2f}-{r.range[1]:.2f}" if r.range else "",
-                      _paper(r))
+        # a narrow terminal folds a long name onto a second line rather than cutting it ("time_to_logloss_…")
+        table.add_column(col, justify="left" if col in ("comparison", "kind") else "right", overflow="fold")
+    for name, r in claim_rows(report.model_dump(mode="json")):
+        table.add_row(name, r["kind"], *fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]]),
+                      f"[bold]{fmt.ratio(r['ratio'])}[/bold]", fmt.ratio_range(r.get("range"), r["kind"]),
+                      fmt.ratio(r.get("paper")))
     console.print(table)
+    if report.scale == "smoke":
+        console.print(SMOKE_NOTE, highlight=False)
     if report.regime is not None:
         console.print(report.regime_sentence().replace("**", ""), highlight=False)
     for note in report.notes:
@@ -209,13 +202,13 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     table = Table(title=f"paper claim vs this run ({scale})")
     for col in ("system", "metric", "technique vs baseline", "kind", "ratio", "range", "paper", "vs strongest",
                 "mechanism alone", "regime"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in reports:
         h, s = r.headline, r.headline.vs_strongest
         v3 = v3_cells(r.model_dump(mode="json"))
-        table.add_row(r.system, h.metric, f"{h.technique} vs {h.baseline}", h.kind, f"[bold]{h.ratio:.2f}x[/bold]",
-                      f"{h.range[0]:.2f}-{h.range[1]:.2f}" if h.range else "", _paper(h),
-                      f"{s.ratio:.2f}x vs {s.baseline}", v3["mechanism"] or "-", v3["regime"] or "-")
+        table.add_row(r.system, h.metric, f"{h.technique} vs {h.baseline}", h.kind, f"[bold]{fmt.ratio(h.ratio)}[/bold]",
+                      fmt.ratio_range(h.range, h.kind), fmt.ratio(h.paper),
+                      f"{fmt.ratio(s.ratio)} vs {s.baseline}", v3["mechanism"] or "-", v3["regime"] or "-")
     console.print(table)
     took = time.perf_counter() - sweep_started
     console.print(f"{len(reports)} system{'s' if len(reports) != 1 else ''} at {scale} took {took:.0f} s "
@@ -244,9 +237,9 @@ def report(storage: Optional[str] = typer.Option(None, help="Also read the RunRe
 
     store = None
     if storage:
-        from mlsys_flows.settings import configure_prefect_home
+        from mlsys_flows.runner import connect
 
-        configure_prefect_home()
+        connect(embedded="://" not in storage)  # a block name is read from the API `run` uses: the running server
         from mlsys_flows.blocks import ObjectStorage
         from mlsys_flows.runner import _load_block
 

@@ -4,7 +4,7 @@ The harness (``flows/common.py``, the function ``run`` inside ``system_flow``) m
 system's Prefect flow with exactly these parameters, in this order. Everything that starts a
 run from outside reads this declaration instead of keeping its own list: the webhook receiver
 (``webhooks.py``: which template keys exist, which the default template reads from the body,
-how a request's parameters are checked), the Airflow operator (``airflow_operator.py``: its
+how a request's parameters are checked), the Airflow operator (``airflow/operators.py``: its
 arguments, templated fields and the parameters it sends) and the generated ``prefect.yaml``
 (``deploy.py``: the deployments' default parameters). ``tests/unit/test_flow_param_drift.py``
 fails when the harness's signature, a system's ``Params`` or any of those drifts from it.
@@ -15,9 +15,12 @@ raises :class:`ParamsError` naming the offending field.
 """
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping
+
+from pydantic import BaseModel, WithJsonSchema
 
 from mlsys_flows import registry
 from mlsys_flows.systems.common.params import SCALES, ParamsError, SystemParams
@@ -74,8 +77,10 @@ PARAMETERS: tuple[FlowParam, ...] = (
                                   "--resources GPU=1`), no more at a time than the pool has devices; none: device "
                                   "tasks run on any worker, on its own device if it has one.",
               block_type="ResourcePool"),
-    FlowParam("run_key", "run_key", "Makes training resumable: a rerun with the same key continues from the "
-                                    "last complete checkpoint; none: not resumable.",
+    FlowParam("run_key", "run_key", "Names the run's training so that it can resume: a later run of the same "
+                                    "system with the same key and storage continues from the last complete "
+                                    "checkpoint (under checkpoints/<system>/<key>) instead of starting over; none: "
+                                    "not resumable.",
               from_webhook_body=True),
 )
 
@@ -134,6 +139,37 @@ def check_system(system: str, params: Mapping[str, Any]) -> SystemParams:
     """:func:`check` with the registry system's Params (raises registry.UnknownSystem, ImportError
     when the system's code cannot be imported here)."""
     return check(params, registry.get(system).params_model(), system)
+
+
+def concrete_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with each optional field as its concrete type (``anyOf [X, null]`` -> X,
+    no ``default: null``): the UI's run form then takes a value at once, without a "None" type to
+    switch away from. Null is still accepted where the server checks a run's parameters (Prefect
+    treats a field that is neither required nor defaulted as nullable)."""
+    schema = model.model_json_schema()
+    if "$defs" in schema:
+        raise ValueError(f"{model.__name__}: nested models are not flattened into the run form")
+    properties = {}
+    for name, prop in schema["properties"].items():
+        options = [o for o in prop.get("anyOf", []) if o != {"type": "null"}]
+        concrete = {k: v for k, v in prop.items() if k != "anyOf" and not (k == "default" and v is None)}
+        properties[name] = {**options[0], **concrete} if len(options) == 1 else concrete
+    return {**schema, "type": "object", "properties": properties}
+
+
+def schema_signature(fn: Callable[..., Any], overrides_model: type[BaseModel]) -> inspect.Signature:
+    """The signature Prefect derives a deployment's parameter schema from (the harness sets it as the
+    flow's ``__signature__``; the flow still calls ``fn`` with ``fn``'s own defaults). Every parameter
+    has a concrete type: block names and run keys are strings, ``overrides`` is the system's typed
+    object; a ``None`` default is left out of the schema (``MISSING``), since JSON ``null`` is not a
+    value of that type and the UI's Parameters tab would show no type for ``anyOf [string, null]``."""
+    from pydantic import MISSING  # pydantic>=2.14; imported here: the Airflow operator's env may be older
+
+    by_kind = {"overrides": Annotated[dict[str, Any], WithJsonSchema(concrete_schema(overrides_model))],
+               "block": str, "run_key": str}
+    return inspect.Signature([p.replace(annotation=by_kind.get(get(p.name).kind, p.annotation),
+                                        default=MISSING if p.default is None else p.default)
+                              for p in inspect.signature(fn, eval_str=True).parameters.values()])
 
 
 def markdown_table() -> str:

@@ -8,12 +8,12 @@ generated file is never edited by hand and never goes stale.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Callable
 
 from mlsys_flows import catalogue, deploy, infra, limits, readme, registry
+from mlsys_flows.settings import project_root
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = project_root()  # generated files are the checkout's; installed, files() refuses
 
 
 def _readme() -> str:
@@ -30,6 +30,9 @@ def _work_pool(pool_type: str) -> Callable[[], str]:
 
 def files() -> dict[str, Callable[[], str]]:
     """path -> renderer, for every generated file."""
+    if not (REPO / "README.md").exists():  # installed from the wheel: no README or docs to regenerate
+        raise RuntimeError(f"generated files live in a source checkout, not in {REPO}; run `mlsys-flows generate` "
+                           "in a clone of the repository")
     out: dict[str, Callable[[], str]] = {
         "README.md": _readme,
         "docs/limits.md": limits.render_markdown,

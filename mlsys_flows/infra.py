@@ -1,24 +1,26 @@
 """Work-pool base job templates and Dask cluster specs kept in ``infra/``.
 
-The templates start from Prefect's own defaults (the worker metadata bundled with the server,
-the same data ``prefect work-pool get-default-base-job-template`` serves, readable offline) with
-mlsys-flows defaults on top: the worker image and resources a flow at ``quick`` scale needs.
-``python -m mlsys_flows.infra`` rewrites ``infra/work-pools/*.json``; a test keeps them in sync.
+The templates start from Prefect's own defaults, asked of Prefect's SDK (see
+``default_job_template``), with mlsys-flows defaults on top: the worker image and resources a flow
+at ``quick`` scale needs. ``python -m mlsys_flows.infra`` rewrites ``infra/work-pools/*.json``; a
+test keeps them in sync. ``python -m mlsys_flows.infra --refresh-defaults`` first saves Prefect's
+current defaults of the worker types whose packages the project does not install.
 """
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
-from functools import lru_cache
+import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from mlsys_flows.settings import project_root
+
+REPO = project_root()  # the checkout, or the wheel's copy of infra/ (settings.py)
 INFRA = REPO / "infra"
 
-# pool type -> prefect collection in the bundled metadata
+# pool type -> the prefect collection that holds its worker
 POOL_TYPES = {"process": "prefect", "docker": "prefect-docker", "kubernetes": "prefect-kubernetes",
               "ecs": "prefect-aws", "cloud-run": "prefect-gcp", "cloud-run-v2": "prefect-gcp"}
 CPU_IMAGE = "mlsys-flows-worker:cpu"   # infra/docker/Dockerfile
@@ -40,19 +42,56 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
-@lru_cache(maxsize=1)
-def _worker_metadata() -> dict[str, Any]:
-    spec = importlib.util.find_spec("prefect")
-    path = Path(spec.origin).parent / "server/api/collections_data/views/aggregate-worker-metadata.json"
-    return json.loads(path.read_text())
+# Worker types whose packages are dependencies of the project (pyproject.toml): their worker class
+# gives the default. The others' defaults are saved under PREFECT_DEFAULTS (see refresh_defaults).
+INSTALLED_WORKERS = ("process", "docker")
+PREFECT_DEFAULTS = INFRA / "work-pools" / "prefect-defaults"
+
+
+def _check_pool_type(pool_type: str) -> None:
+    if pool_type not in POOL_TYPES:
+        raise ValueError(f"pool type must be one of {', '.join(POOL_TYPES)} (got {pool_type!r})")
 
 
 def default_job_template(pool_type: str) -> dict[str, Any]:
-    """Prefect's default base job template of a worker type (offline)."""
-    if pool_type not in POOL_TYPES:
-        raise ValueError(f"pool type must be one of {', '.join(POOL_TYPES)} (got {pool_type!r})")
-    worker = _worker_metadata()[POOL_TYPES[pool_type]][pool_type]
-    return copy.deepcopy(worker["default_base_job_configuration"])
+    """Prefect's default base job template of a worker type, offline: the worker class's own
+    ``get_default_base_job_template()`` for the installed ones, else the copy that
+    ``refresh_defaults`` saved from Prefect's API."""
+    _check_pool_type(pool_type)
+    if pool_type in INSTALLED_WORKERS:
+        from prefect.workers.base import BaseWorker
+
+        worker = BaseWorker.get_worker_class_from_type(pool_type)
+        if worker is None:
+            raise RuntimeError(f"the {pool_type} worker is not installed: pip install {POOL_TYPES[pool_type]}")
+        return copy.deepcopy(worker.get_default_base_job_template())
+    return json.loads((PREFECT_DEFAULTS / f"{pool_type}.json").read_text())
+
+
+def fetch_default_job_template(pool_type: str) -> dict[str, Any]:
+    """Prefect's default as `prefect work-pool get-default-base-job-template --type TYPE` gives it
+    (the same SDK call): the installed worker's, else the collection registry's through the Prefect
+    API (``PREFECT_API_URL``, or Prefect's temporary API when none is set)."""
+    from prefect.utilities.asyncutils import run_coro_as_sync
+    from prefect.workers.utilities import get_default_base_job_template_for_infrastructure_type
+
+    _check_pool_type(pool_type)
+    template = run_coro_as_sync(get_default_base_job_template_for_infrastructure_type(pool_type))
+    if template is None:
+        raise RuntimeError(f"Prefect knows no {pool_type!r} work pool type")
+    return template
+
+
+def refresh_defaults() -> list[Path]:
+    """Save Prefect's current defaults of the worker types the project does not install."""
+    PREFECT_DEFAULTS.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for pool_type in POOL_TYPES:
+        if pool_type not in INSTALLED_WORKERS:
+            path = PREFECT_DEFAULTS / f"{pool_type}.json"
+            path.write_text(json.dumps(fetch_default_job_template(pool_type), indent=2) + "\n")
+            paths.append(path)
+    return paths
 
 
 def job_template(pool_type: str) -> dict[str, Any]:
@@ -89,9 +128,11 @@ def check_job_template(template: dict[str, Any]) -> list[str]:
                  if p not in props and p != "prefect"]
     json_types = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
     for name, prop in props.items():
-        if "default" in prop and prop["default"] is not None and prop.get("type") in json_types:
-            if not isinstance(prop["default"], json_types[prop["type"]]):
-                problems.append(f"variable {name!r}: default {prop['default']!r} is not a {prop['type']}")
+        # a type, or (Prefect's optional fields) anyOf [{type: T}, {type: null}]
+        types = [t for t in [prop.get("type"), *(a.get("type") for a in prop.get("anyOf", []))] if t in json_types]
+        if "default" in prop and prop["default"] is not None and types:
+            if not isinstance(prop["default"], tuple(json_types[t] for t in types)):
+                problems.append(f"variable {name!r}: default {prop['default']!r} is not a {' or '.join(types)}")
     return problems
 
 
@@ -125,5 +166,7 @@ def load_dask_spec(path: str | Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    for p in refresh_defaults() if "--refresh-defaults" in sys.argv[1:] else []:
+        print(p.relative_to(REPO))
     for p in write_templates():
         print(p.relative_to(REPO))

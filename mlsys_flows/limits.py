@@ -87,7 +87,7 @@ def field_limits(model: type[SystemParams]) -> list[FieldLimit]:
                 upper = m.le
             elif isinstance(m, at.Lt):
                 upper, upper_strict = m.lt, True
-        presets = {s: model.PRESETS.get(s, {}).get(name, f.default) for s in SCALES}
+        presets = {s: model.preset(s).get(name, f.default) for s in SCALES}
         out.append(FieldLimit(name, kind, optional, lower, lower_strict, upper, upper_strict, choices,
                               f.description or "", presets))
     return out

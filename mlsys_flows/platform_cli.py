@@ -8,18 +8,38 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 from mlsys_flows.settings import configure_prefect_home, home
 
-console = Console()
-err = Console(stderr=True)
+PIPE_WIDTH = 10_000
+
+
+class PipeConsole(Console):
+    """A rich console that wraps nothing when its output is not a terminal (a pipe, a file, a CI log),
+    where rich would wrap at $COLUMNS or 80 and split commands, URLs and names across lines; on a
+    terminal, its real width. Tables then take their natural width."""
+
+    def _size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    size = property(_size, Console.size.fset)
+
+
+console = PipeConsole()
+err = PipeConsole(stderr=True)
 webhooks_app = typer.Typer(no_args_is_help=True, help="Signed webhooks that start deployment runs.")
 
 
 def _fail(message: str, code: int = 2) -> None:
     err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _warn(message: Optional[str]) -> None:
+    if message:
+        err.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
 
 def _api_url(explicit: Optional[str]) -> str:
@@ -34,17 +54,23 @@ def _api_url(explicit: Optional[str]) -> str:
 def server(host: str = typer.Option("127.0.0.1", help="Interface to bind (keep 127.0.0.1 unless behind a proxy)."),
            port: int = typer.Option(4200, help="API and UI port."),
            worker: bool = typer.Option(True, help="Start a process worker for the mlsys-process work pool."),
-           worker_query_seconds: float = typer.Option(5.0, min=1, max=60, help="How often the worker polls.")) -> None:
+           worker_query_seconds: float = typer.Option(5.0, min=1, max=60, help="How often the worker polls."),
+           warm_cluster: bool = typer.Option(True, help="Start a Dask cluster with the flows imported; runs "
+                                                        "without --cluster attach to it."),
+           allow_insecure: bool = typer.Option(False, "--allow-insecure", help="Bind a non-loopback --host without "
+                                               "PREFECT_SERVER_API_AUTH_STRING (warns; default: refuse).")) -> None:
     """Start a local Prefect server, the mlsys-process work pool, a worker, and register the blocks.
 
     SQLite under the data folder (MLSYS_FLOWS_HOME/server/), or PostgreSQL when
     PREFECT_API_DATABASE_CONNECTION_URL is set. Ctrl-C stops everything.
     """
     configure_prefect_home()
-    from mlsys_flows.server import LocalPlatform, PlatformError, serve_forever
+    from mlsys_flows.server import LocalPlatform, PlatformError, check_binding, serve_forever, server_missing_auth
 
     try:
-        serve_forever(LocalPlatform(host=host, port=port, worker=worker, worker_query_s=worker_query_seconds),
+        _warn(check_binding(host, "the Prefect API and UI", server_missing_auth(), allow_insecure))
+        serve_forever(LocalPlatform(host=host, port=port, worker=worker, worker_query_s=worker_query_seconds,
+                                    warm_cluster=warm_cluster),
                       echo=lambda m: console.print(m, highlight=False, soft_wrap=True))
     except PlatformError as exc:
         _fail(str(exc))
@@ -54,8 +80,18 @@ def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to de
            write_yaml: bool = typer.Option(False, "--write-yaml", help="Only regenerate prefect.yaml from the registry."),
            check: bool = typer.Option(False, "--check", help="Only check that prefect.yaml matches the registry."),
            api_url: Optional[str] = typer.Option(None, help="Prefect API (default: PREFECT_API_URL or the running "
-                                                           "`mlsys-flows server`).")) -> None:
-    """Deploy every implemented flow from prefect.yaml (same as `prefect deploy --all` there)."""
+                                                           "`mlsys-flows server`)."),
+           pool: str = typer.Option("mlsys-process", help="Work pool the deployments target (created if missing)."),
+           image: Optional[str] = typer.Option(None, help="Worker image for a container pool, e.g. "
+                                                         "mlsys-flows-worker:cpu (infra/docker/)."),
+           pool_type: Optional[str] = typer.Option(None, help="Type of a pool created here (default: docker with "
+                                                             "--image, else process)."),
+           prefect_file: Optional[Path] = typer.Option(None, "--prefect-file", help="Deploy this prefect.yaml as "
+                                                       "written (one you edited), without the registry check."),
+           project_dir: Optional[Path] = typer.Option(None, help="Write the rendered prefect.yaml here (default: the "
+                                                      "checkout's for the default pool, MLSYS_FLOWS_HOME/deploy/POOL/ "
+                                                      "for another; installed, the current folder).")) -> None:
+    """Deploy every implemented flow (same as `prefect deploy --all` on the rendered prefect.yaml)."""
     from mlsys_flows.deploy import PREFECT_YAML, DeployError, write_yaml as write, yaml_in_sync
     from mlsys_flows.deploy import deploy as run_deploy
 
@@ -71,10 +107,16 @@ def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to de
     configure_prefect_home()
     try:
         with console.status(f"prefect deploy on {url} ..."):
-            done = run_deploy(url, names or None)
+            done = run_deploy(url, names or None, path=prefect_file, pool=pool, image=image, pool_type=pool_type,
+                              project_dir=project_dir)
     except DeployError as exc:
         _fail(str(exc))
-    # a command that works in a fresh shell: this venv's prefect, the API named explicitly
+    print_deployed(done, url)
+
+
+def print_deployed(done: List[str], url: str) -> None:
+    """Each deployment with a command that runs it from a fresh shell (this venv's prefect, the API
+    named explicitly), on one line even on a narrow terminal: a wrapped command cannot be pasted."""
     import shlex
     import sys as _sys
     from pathlib import Path as _Path
@@ -82,7 +124,7 @@ def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to de
     prefect = shlex.quote(str(_Path(_sys.executable).parent / "prefect"))
     for name in done:
         console.print(f"deployed {name}  (run: PREFECT_API_URL={shlex.quote(url)} {prefect} deployment run "
-                      f"'{name}' --param scale=smoke)", highlight=False)
+                      f"{shlex.quote(name)} --param scale=smoke)", highlight=False, soft_wrap=True)
 
 
 @webhooks_app.command("serve")
@@ -90,12 +132,15 @@ def webhooks_serve(config: Path = typer.Option(None, help="Hook config (YAML/JSO
                    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
                    port: int = typer.Option(8765, help="Port."),
                    api_url: Optional[str] = typer.Option(None, help="Prefect API (default: PREFECT_API_URL or the "
-                                                                   "running `mlsys-flows server`).")) -> None:
+                                                                   "running `mlsys-flows server`)."),
+                   allow_insecure: bool = typer.Option(False, "--allow-insecure", help="Bind a non-loopback --host "
+                                                       "although a hook's secret is weak (warns; default: refuse).")) -> None:
     """Serve POST /hooks/{name}: a signed request starts a run of the hook's deployment."""
     import uvicorn
 
     from mlsys_flows.prefect_rest import PrefectREST
-    from mlsys_flows.webhooks import WebhookConfig, check as check_hooks, create_app
+    from mlsys_flows.server import PlatformError, check_binding
+    from mlsys_flows.webhooks import MIN_SECRET_CHARS, WebhookConfig, check as check_hooks, create_app, weak_secrets
 
     path = config or home() / "hooks.yaml"
     try:
@@ -103,13 +148,24 @@ def webhooks_serve(config: Path = typer.Option(None, help="Hook config (YAML/JSO
     except ValueError as exc:
         _fail(f"{exc} (create one with `mlsys-flows webhooks init`)")
     api = PrefectREST(_api_url(api_url))
-    try:
+    try:  # every hook is signed; a secret short enough to brute-force from one capture counts as none
+        weak = weak_secrets(cfg, api)
+        _warn(check_binding(host, "the webhooks", f"hooks {weak} have secrets under {MIN_SECRET_CHARS} characters"
+                            if weak else None, allow_insecure))
         for problem in check_hooks(cfg, api):
-            err.print(f"[yellow]warning:[/yellow] {problem}", highlight=False)
-    except ValueError as exc:
+            _warn(problem)
+    except (ValueError, PlatformError) as exc:
         _fail(str(exc))
-    console.print(f"webhooks on http://{host}:{port}/hooks/{{{','.join(cfg.hooks)}}} -> {api.api_url}", highlight=False)
+    print_serving(list(cfg.hooks), host, port, api.api_url)
     uvicorn.run(create_app(cfg, api), host=host, port=port, log_level="info")
+
+
+def print_serving(hooks: List[str], host: str, port: int, api_url: str) -> None:
+    """What `webhooks serve` listens on: a line per hook (a list of 27 names on one line wrapped
+    mid-name), each URL whole."""
+    console.print(f"webhooks ({len(hooks)}) -> Prefect API {api_url}:", highlight=False, soft_wrap=True)
+    for name in hooks:
+        console.print(f"  POST http://{host}:{port}/hooks/{name}", highlight=False, soft_wrap=True)
 
 
 @webhooks_app.command("init")

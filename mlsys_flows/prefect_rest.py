@@ -2,7 +2,10 @@
 
 The webhook receiver and the Airflow operator use it: Airflow cannot share a virtualenv with
 Prefect (DESIGN.md), and the webhook needs the raw status code of ``create_flow_run`` (201 = a
-new run, 200 = an existing run returned for the same idempotency key).
+new run, 200 = an existing run returned for the same idempotency key). The CLI's health probes use
+it too: ``server.discover_api_url`` runs before prefect is imported (prefect reads its settings once,
+at import), and ``EmbeddedAPI.ready`` polls every 0.1 s on the start-up path. Other code that runs
+with prefect imported uses Prefect's own client (``prefect.get_client``; ``server.prefect_client``).
 """
 from __future__ import annotations
 
@@ -16,6 +19,13 @@ import httpx
 
 FINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 RETRY_STATUS = {429, 502, 503, 504}  # a busy server (SQLite locked -> 503): retry like Prefect's client
+
+
+def cancelling(message: str) -> dict[str, Any]:
+    """The body of ``POST flow_runs/{id}/set_state`` that cancels a run, as Prefect's UI and
+    `prefect flow-run cancel` do: Cancelling, after which the worker stops the run's process and
+    sets Cancelled (a run with no process yet goes straight to Cancelled)."""
+    return {"state": {"type": "CANCELLING", "name": "Cancelling", "message": message}}
 
 
 class PrefectAPIError(RuntimeError):
@@ -49,11 +59,11 @@ class PrefectREST:
         elif auth_string:
             user, _, password = auth_string.partition(":")
             auth = httpx.BasicAuth(user, password)
-        self._http = httpx.Client(base_url=self.api_url + "/", headers=headers, auth=auth, timeout=timeout,
-                                  limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
+        self.http = httpx.Client(base_url=self.api_url + "/", headers=headers, auth=auth, timeout=timeout,
+                                 limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
 
     def close(self) -> None:
-        self._http.close()
+        self.http.close()
 
     def __enter__(self) -> "PrefectREST":
         return self
@@ -61,12 +71,13 @@ class PrefectREST:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, attempts: int = 10, **kwargs) -> httpx.Response:
-        """One request, retried with jittered exponential backoff while the server is busy.
-        Safe for the POSTs made here: flow runs are created with an idempotency key."""
+    def request(self, method: str, path: str, attempts: int = 10, **kwargs) -> httpx.Response:
+        """One request to ``path`` (relative to ``api_url``), retried with jittered exponential backoff
+        while the server is busy or unreachable, at most ``attempts`` times; raises ``PrefectAPIError``
+        for an HTTP error. Safe for the POSTs made here: flow runs are created with an idempotency key."""
         for attempt in range(attempts):
             try:
-                response = self._http.request(method, path.lstrip("/"), **kwargs)
+                response = self.http.request(method, path.lstrip("/"), **kwargs)
             except httpx.TransportError as exc:
                 if attempt == attempts - 1:
                     raise PrefectAPIError(f"Prefect API at {self.api_url} unreachable: {type(exc).__name__}") from None
@@ -84,7 +95,7 @@ class PrefectREST:
 
     def healthy(self) -> bool:
         try:
-            return self._http.get("health", timeout=2).status_code == 200
+            return self.http.get("health", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -94,7 +105,7 @@ class PrefectREST:
         if not sep:
             raise PrefectAPIError(f"deployment {full_name!r}: expected flow-name/deployment-name")
         try:
-            return self._call("GET", f"deployments/name/{flow}/{name}").json()
+            return self.request("GET", f"deployments/name/{flow}/{name}").json()
         except PrefectAPIError as exc:
             if "HTTP 404" in str(exc):
                 raise PrefectAPIError(f"no deployment {full_name!r} on {self.api_url}") from None
@@ -106,12 +117,12 @@ class PrefectREST:
                                 "state": {"type": "SCHEDULED", "name": "Scheduled"}}
         if idempotency_key:
             body["idempotency_key"] = idempotency_key
-        response = self._call("POST", f"deployments/{deployment_id}/create_flow_run", json=body)
+        response = self.request("POST", f"deployments/{deployment_id}/create_flow_run", json=body)
         run = response.json()
         return CreatedRun(id=run["id"], name=run["name"], created=response.status_code == 201)
 
     def read_flow_run(self, run_id: str) -> dict[str, Any]:
-        return self._call("GET", f"flow_runs/{run_id}").json()
+        return self.request("GET", f"flow_runs/{run_id}").json()
 
     def wait_for_final_state(self, run_id: str, timeout_s: float = 3600, poll_s: float = 2.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -124,16 +135,21 @@ class PrefectREST:
                                    f"(state {(run.get('state') or {}).get('name')})")
             time.sleep(poll_s)
 
+    def cancel_flow_run(self, run_id: str, message: str) -> str:
+        """Ask for the run's cancellation; the orchestration status (ACCEPT, or REJECT for a run
+        already in a final state)."""
+        return self.request("POST", f"flow_runs/{run_id}/set_state", json=cancelling(message)).json()["status"]
+
     def count_flow_runs(self, deployment_id: str | None = None) -> int:
         body: dict[str, Any] = {}
         if deployment_id:
             body["deployments"] = {"id": {"any_": [deployment_id]}}
-        return int(self._call("POST", "flow_runs/count", json=body).json())
+        return int(self.request("POST", "flow_runs/count", json=body).json())
 
     def read_secret(self, block_name: str) -> str:
         """The value of a Prefect ``Secret`` block (block type slug ``secret``)."""
         try:
-            doc = self._call("GET", f"block_types/slug/secret/block_documents/name/{block_name}",
+            doc = self.request("GET", f"block_types/slug/secret/block_documents/name/{block_name}",
                              params={"include_secrets": "true"}).json()
         except PrefectAPIError as exc:
             if "HTTP 404" in str(exc):

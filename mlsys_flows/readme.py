@@ -10,11 +10,12 @@ import json
 from pathlib import Path
 
 from mlsys_flows import docnumbers, registry
+from mlsys_flows.settings import project_root
 from mlsys_flows.systems.common.report import v3_cells
 
 SECTIONS = {"systems": registry.markdown_table}
 RESULTS = Path("benchmarks/results")  # shown relative; read under the repository (REPO / an absolute path = it)
-REPO = Path(__file__).resolve().parent.parent
+REPO = project_root()  # the checkout, or the wheel's copy of benchmarks/results (settings.py)
 
 
 def results_table(results: Path = RESULTS) -> str:

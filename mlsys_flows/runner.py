@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mlsys_flows import registry
-from mlsys_flows.server import api_ready
+from mlsys_flows.server import api_ready, discover_api_url, embedded_api, start_embedded_api
 from mlsys_flows.settings import configure_prefect_home
 
 
@@ -39,36 +39,91 @@ def validate(name: str, scale: str, overrides: dict[str, Any]):
     return spec, spec.params_model().for_scale(scale, **overrides)
 
 
+def connect(embedded: bool = True) -> str | None:
+    """Find the Prefect API, the same way for every command: ``PREFECT_API_URL``, else a running
+    `mlsys-flows server` (its ``server.json`` under ``MLSYS_FLOWS_HOME``). Its URL is exported as
+    ``PREFECT_API_URL`` before prefect is imported, so this process and the Dask workers it starts use
+    it; returns it. With no server: None, after starting the embedded temporary API when ``embedded``
+    (it boots while the command goes on; :func:`api_ready` waits for it)."""
+    configure_prefect_home()
+    url = None if embedded_api() else discover_api_url()
+    if url is not None:
+        os.environ["PREFECT_API_URL"] = url
+    elif embedded:
+        start_embedded_api()
+    return url
+
+
 def run_system(name: str, scale: str = "quick", overrides: dict[str, Any] | None = None,
-               storage: Any = None, cluster: Any = None, devices: Any = None, run_key: str | None = None):
+               storage: Any = None, cluster: Any = None, devices: Any = None, run_key: str | None = None,
+               *, tags: tuple[str, ...] = ()):
     """Validate, run the flow, return its RunReport. ``run_key`` makes a training run resumable:
-    a rerun with the same key continues from its last complete checkpoint."""
+    a rerun with the same key continues from its last complete checkpoint. The run is tagged
+    ``system:<name>`` and ``tags``; on a server where the system is deployed it is a run of that
+    deployment (see :func:`_start`)."""
     overrides = dict(overrides or {})
-    spec, _ = validate(name, scale, overrides)
+    spec, params = validate(name, scale, overrides)
+    # as validated (e.g. `-p rows=1e3` -> 1000): a deployment's schema checks JSON types strictly
+    overrides = {k: v for k, v in params.model_dump(mode="json").items() if k in overrides}
     configure_prefect_home()
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     from mlsys_flows.blocks import DaskCluster, ObjectStorage, ResourcePool
     from mlsys_flows.systems.common.report import RunReport
 
-    if any(isinstance(v, str) for v in (storage, cluster, devices)):
-        api_ready()  # saved blocks are read from the API
-    storage = _load_block(ObjectStorage, storage, "--storage")
-    cluster = _load_block(DaskCluster, cluster, "--cluster")
-    devices = _load_block(ResourcePool, devices, "--devices")
-    if storage is not None:
-        storage.check()
+    blocks = {"storage": storage, "cluster": cluster, "devices": devices}
+    loaded = {"storage": _load_block(ObjectStorage, storage, "--storage"),
+              "cluster": _load_block(DaskCluster, cluster, "--cluster"),
+              "devices": _load_block(ResourcePool, devices, "--devices")}
+    if loaded["storage"] is not None:
+        loaded["storage"].check()
     flow = spec.load_flow()
     api_ready()  # an embedded API started early by the CLI has booted meanwhile
-    state = flow(scale=scale, overrides=overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key,
-                 return_state=True)
+    # block names travel as names (the flow loads them, as in a deployment run); objects as loaded
+    parameters = {"scale": scale, "overrides": overrides, "run_key": run_key,
+                  **{k: v if isinstance(v, str) else loaded[k] for k, v in blocks.items()}}
+    state = _start(name, flow, parameters, (f"system:{name}", *tags))
     if not state.is_completed():
         raise RunError(f"{name} flow run ended {state.type.value}: {state.message}")
     return RunReport.model_validate(state.result())
 
 
+def _start(name: str, flow, parameters: dict[str, Any], tags: tuple[str, ...]):
+    """Run the flow in this process; its final state. Against a server where the system is deployed
+    (``<name>/<name>``), the run is created as a run of that deployment, so the deployment's Runs tab
+    lists it beside the UI's and the webhooks' runs: created Pending (a worker takes only Scheduled
+    runs), then executed here. Otherwise (the embedded API, no deployment, or block objects rather
+    than names, which a deployment's parameters cannot carry) a plain run with the same tags."""
+    from prefect import tags as tagged
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+    from prefect.flow_engine import run_flow
+    from prefect.states import Pending
+
+    deployment = None
+    if embedded_api() is None and all(v is None or isinstance(v, str) for k, v in parameters.items()
+                                       if k in ("storage", "cluster", "devices")):
+        with get_client(sync_client=True) as client:
+            try:
+                deployment = client.read_deployment_by_name(f"{name}/{name}")
+            except ObjectNotFound:
+                pass
+            if deployment is not None:
+                sent = {k: v for k, v in parameters.items() if v is not None}  # None: the flow's default
+                try:
+                    flow_run = client.create_flow_run_from_deployment(deployment.id, parameters=sent,
+                                                                      tags=list(tags), state=Pending())
+                except PrefectHTTPStatusError as exc:  # e.g. a deployment made from other code refuses them
+                    raise RunError(f"deployment {name}/{name} refused the run: {exc.response.text[:300]}") from None
+    if deployment is None:
+        with tagged(*tags):
+            return flow(**parameters, return_state=True)
+    return run_flow(flow, flow_run=flow_run, parameters=parameters, return_type="state")
+
+
 def _load_block(cls, value, option: str):
     if value is None or not isinstance(value, str):
         return value
+    api_ready()  # saved blocks are read from the API
     try:
         return cls.load(value)
     except ValueError as exc:

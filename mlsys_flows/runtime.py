@@ -1,4 +1,4 @@
-"""Make the embedded (ephemeral) Prefect API reachable from Dask worker processes.
+"""Dask runtime glue: the embedded Prefect API reachable from Dask worker processes; workers warmed.
 
 Without ``PREFECT_API_URL`` each Dask worker process would start its own temporary API and
 time out (DESIGN.md, Known pitfalls). Inside a flow run the ephemeral server already runs in
@@ -6,9 +6,13 @@ a subprocess; its URL is exported so that workers spawned afterwards report to t
 """
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 from contextlib import contextmanager
 from typing import Iterator
+
+from distributed.diagnostics.plugin import WorkerPlugin
 
 
 @contextmanager
@@ -34,3 +38,27 @@ def shared_api() -> Iterator[str | None]:
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
+
+
+class WarmImports(WorkerPlugin):
+    """A Dask worker plugin that imports ``module`` on every worker of the cluster, those present
+    when a run starts and those that join later (an adaptive cluster's), before their first task:
+    a cold worker would stall the run in the middle. One name per module: registering it again
+    replaces it rather than adding one."""
+
+    def __init__(self, module: str):
+        self.module = module
+        self.name = f"mlsys-warm-{module}"
+
+    def setup(self, worker) -> None:
+        try:
+            importlib.import_module(self.module)
+        except ImportError as exc:  # warming only saves time: the first task would fail on its own, clearly
+            logging.getLogger(__name__).warning("could not pre-import %s on worker %s: %s",
+                                                self.module, worker.address, exc)
+
+
+def warm_workers(client, module: str) -> None:
+    """Register :class:`WarmImports` for ``module``: the workers present import it now, in parallel."""
+    plugin = WarmImports(module)
+    client.register_plugin(plugin, name=plugin.name)

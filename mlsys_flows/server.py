@@ -6,11 +6,17 @@ a process worker, and the mlsys block types registered. Server and worker run in
 groups of their own and stop TERM -> INT -> KILL (see procs.py), so Ctrl-C leaves no strays.
 The API URL is written to ``<home>/server/server.json`` so that `mlsys-flows deploy` and
 `mlsys-flows webhooks serve` in another terminal find it without any export.
+
+A warm Dask cluster (on by default, ``warm_cluster=False`` / ``--no-warm-cluster`` to skip): a scheduler and
+two worker processes (the default ``DaskCluster``'s shape) whose workers import every flow as they start
+(``dask_setup``, their preload). Its address goes into the same server.json; a flow run reporting to this
+server with no cluster of its own attaches to it (``settings.warm_cluster_address``), so no run starts or
+stops a cluster or waits for cold imports. It outlives the runs and stops with the platform.
 """
 from __future__ import annotations
 
 import atexit
-import importlib.util
+import ipaddress
 import json
 import os
 import shutil
@@ -18,15 +24,20 @@ import signal
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlsys_flows.prefect_rest import PrefectREST
 from mlsys_flows.procs import Proc, stop_all, stop_on_signals
-from mlsys_flows.settings import configure_prefect_home, home
+from mlsys_flows.settings import configure_prefect_home, home, server_state_file
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
 
 WORK_POOL = "mlsys-process"
 STOP_GRACE_S = 3.0  # per signal and process: the whole platform stops within 10 s of Ctrl-C
+WARM_WORKERS = 2  # as DaskCluster()'s embedded LocalCluster: 2 processes, 1 thread each
 
 
 class PlatformError(RuntimeError):
@@ -34,7 +45,7 @@ class PlatformError(RuntimeError):
 
 
 def state_file(root: Path | None = None) -> Path:
-    return (root or home()) / "server" / "server.json"
+    return server_state_file(root)
 
 
 def _bin(name: str) -> str:
@@ -61,8 +72,51 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses; any other name or address may be reachable from outside."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, what: str, missing_auth: str | None, allow_insecure: bool = False) -> str | None:
+    """Refuse (PlatformError) to serve ``what`` on a non-loopback ``host`` when ``missing_auth`` says
+    which authentication is lacking, unless ``allow_insecure``: then the warning to print. None: fine."""
+    if missing_auth is None or is_loopback(host):
+        return None
+    problem = f"{what} on {host} would be reachable from other machines, and {missing_auth}"
+    if not allow_insecure:
+        raise PlatformError(f"refusing to bind: {problem}. Bind 127.0.0.1 (behind a proxy that authenticates), "
+                            f"configure the authentication, or pass --allow-insecure")
+    return f"insecure binding (--allow-insecure): {problem}"
+
+
+def server_missing_auth() -> str | None:
+    """What `mlsys-flows server` lacks to authenticate its API and UI, or None."""
+    if os.environ.get("PREFECT_SERVER_API_AUTH_STRING"):
+        return None
+    return "PREFECT_SERVER_API_AUTH_STRING is not set (the API and UI accept anyone)"
+
+
+@contextmanager
+def prefect_client(api_url: str, retries: int | None = None) -> Iterator["SyncPrefectClient"]:
+    """Prefect's own synchronous client (``prefect.get_client``) on ``api_url``, whatever this
+    process's ``PREFECT_API_URL`` says; ``retries`` overrides ``PREFECT_CLIENT_MAX_RETRIES``."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    updates: dict[Any, Any] = {PREFECT_API_URL: api_url}
+    if retries is not None:
+        updates[PREFECT_CLIENT_MAX_RETRIES] = retries
+    with temporary_settings(updates=updates), get_client(sync_client=True) as client:
+        yield client
+
+
 def discover_api_url() -> str | None:
-    """``PREFECT_API_URL`` if set, else the URL of a running `mlsys-flows server`, else None."""
+    """``PREFECT_API_URL`` if set, else the URL of a running `mlsys-flows server`, else None.
+    Imports no prefect (a bare HTTP health check): the CLI calls it before prefect is imported,
+    and prefect reads its settings once, at import."""
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
     path = state_file()
@@ -80,8 +134,10 @@ class LocalPlatform:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 4200, root: Path | None = None,
                  work_pool: str = WORK_POOL, worker: bool = True, worker_query_s: float = 5.0,
-                 database_url: str | None = None, extra_env: dict[str, str] | None = None):
+                 database_url: str | None = None, extra_env: dict[str, str] | None = None,
+                 warm_cluster: bool = True):
         self.host, self.port, self.work_pool, self.with_worker = host, port, work_pool, worker
+        self.with_warm_cluster, self.dask_address = warm_cluster, None
         self.root = Path(root or home()).resolve()
         self.dir = self.root / "server"
         self.api_url = f"http://{host}:{port}/api"
@@ -128,23 +184,52 @@ class LocalPlatform:
                                    env=self.env(), log=self.dir / "server.log"))
             self._wait_healthy(timeout_s)
             self.setup()
+            if self.with_warm_cluster:
+                self.start_warm_cluster(timeout_s)
             if self.with_worker:
                 self.start_worker(timeout_s)
             state_file(self.root).write_text(json.dumps(
-                {"api_url": self.api_url, "ui_url": self.ui_url, "pid": os.getpid(), "work_pool": self.work_pool}))
+                {"api_url": self.api_url, "ui_url": self.ui_url, "pid": os.getpid(), "work_pool": self.work_pool,
+                 "dask_address": self.dask_address}))
         except BaseException:
             self.stop()
             raise
         return self
 
     def _wait_healthy(self, timeout_s: float) -> None:
-        with PrefectREST(self.api_url) as api:
-            _wait_ready(self.procs[0], api.healthy, "healthy", timeout_s)
+        with prefect_client(self.api_url, retries=0) as client:
+            _wait_ready(self.procs[0], lambda: client.api_healthcheck() is None, "healthy", timeout_s)
 
     def setup(self) -> None:
         """Create the process work pool and register the block types (idempotent)."""
         ensure_work_pool(self.api_url, self.work_pool)
         register_blocks(self.api_url, self.root)
+
+    def start_warm_cluster(self, timeout_s: float = 240.0) -> str:
+        """`dask scheduler` and `dask worker` (its nannies restart a lost worker, preloaded again) on
+        127.0.0.1; returns the scheduler's address once every worker has imported the flows."""
+        scheduler_file = self.dir / "dask-scheduler.json"
+        scheduler_file.unlink(missing_ok=True)
+        cwd = self.root.parent if self.root.parent.exists() else None
+        dask = [sys.executable, "-m", "dask"]  # no console script needed (an installed wheel borrowing a venv's)
+        scheduler = Proc("dask-scheduler", [*dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                            "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+                         env=self.env(), cwd=cwd, log=self.dir / "dask-scheduler.log")
+        self.procs.append(scheduler)
+        _wait_ready(scheduler, lambda: _scheduler_address(scheduler_file) is not None, "up", timeout_s)
+        address = _scheduler_address(scheduler_file)
+        workers = Proc("dask-workers", [*dask, "worker", address, "--nworkers", str(WARM_WORKERS),
+                                        "--nthreads", "1", "--no-dashboard", "--preload", __name__,
+                                        "--local-directory", str(self.dir / "dask-workers")],
+                       env=self.env(), cwd=cwd, log=self.dir / "dask-workers.log")
+        self.procs.append(workers)
+        from distributed import Client
+
+        with Client(address, timeout=timeout_s) as client:  # a worker registers after its preload
+            _wait_ready(workers, lambda: len(client.scheduler_info(n_workers=-1)["workers"]) >= WARM_WORKERS,
+                        "registered (flows imported)", timeout_s)
+        self.dask_address = address
+        return address
 
     def start_worker(self, timeout_s: float = 120.0) -> Proc:
         worker = Proc("worker", [_bin("prefect"), "worker", "start", "--pool", self.work_pool, "--type", "process",
@@ -153,12 +238,11 @@ class LocalPlatform:
                       log=self.dir / "worker.log")
         self.procs.append(worker)
 
-        def online(api: PrefectREST) -> bool:  # the worker has polled the pool
-            workers = api._call("POST", f"work_pools/{self.work_pool}/workers/filter", json={}).json()
-            return any(w.get("status") == "ONLINE" for w in workers)
+        from prefect.client.schemas.objects import WorkerStatus
 
-        with PrefectREST(self.api_url) as api:
-            _wait_ready(worker, lambda: online(api), "online", timeout_s)
+        with prefect_client(self.api_url) as client:  # online: the worker has polled the pool
+            _wait_ready(worker, lambda: any(w.status == WorkerStatus.ONLINE for w in
+                                            client.read_workers_for_work_pool(self.work_pool)), "online", timeout_s)
         return worker
 
     def stop(self) -> None:
@@ -178,18 +262,22 @@ class LocalPlatform:
     def _crash_orphans(self) -> list[str]:
         """Mark this work pool's runs that are still Pending or Running as Crashed: their processes
         are gone with the worker, and a run left Running would read as still going in the UI."""
+        from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
+                                                    WorkPoolFilter, WorkPoolFilterName)
+        from prefect.client.schemas.objects import StateType
+        from prefect.states import Crashed
+
         crashed = []
+        live = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
         try:
-            with PrefectREST(self.api_url) as api:
-                runs = api._call("POST", "flow_runs/filter", attempts=2, json={
-                    "work_pools": {"name": {"any_": [self.work_pool]}},
-                    "flow_runs": {"state": {"type": {"any_": ["PENDING", "RUNNING", "CANCELLING"]}}}}).json()
+            with prefect_client(self.api_url, retries=1) as client:  # one retry: the stop has 10 s in all
+                runs = client.read_flow_runs(
+                    work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[self.work_pool])),
+                    flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=live))))
                 for run in runs:
-                    api._call("POST", f"flow_runs/{run['id']}/set_state", attempts=2, json={
-                        "state": {"type": "CRASHED", "name": "Crashed",
-                                  "message": "the local platform (`mlsys-flows server`) was stopped during the run"},
-                        "force": True})
-                    crashed.append(run["id"])
+                    client.set_flow_run_state(run.id, Crashed(
+                        message="the local platform (`mlsys-flows server`) was stopped during the run"), force=True)
+                    crashed.append(str(run.id))
         except Exception:  # noqa: BLE001 - best effort: the stop goes on whatever the API says
             pass
         return crashed
@@ -199,6 +287,29 @@ class LocalPlatform:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _scheduler_address(path: Path) -> str | None:
+    try:  # absent, or half-written on the first look
+        return json.loads(path.read_text())["address"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def dask_setup(worker) -> None:
+    """The warm cluster's worker preload (`dask worker --preload mlsys_flows.server`): import every
+    implemented flow now, so no run waits for it. A system that fails to import is only logged: its
+    runs fail on their own, the others still run warm."""
+    import importlib
+    import logging
+
+    from mlsys_flows import registry
+
+    for spec in registry.implemented():
+        try:
+            importlib.import_module(f"mlsys_flows.flows.{spec.name}")
+        except Exception as exc:  # noqa: BLE001 - see above
+            logging.getLogger("distributed.worker").warning("warm cluster: flow %s not imported: %r", spec.name, exc)
 
 
 def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.5) -> None:
@@ -214,16 +325,20 @@ def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: flo
 
 def ensure_work_pool(api_url: str, name: str = WORK_POOL, pool_type: str = "process",
                      base_job_template: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Create the work pool unless it exists; returns it."""
+    """Create the work pool unless it exists; returns it (as JSON)."""
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
     from mlsys_flows.infra import default_job_template
 
-    with PrefectREST(api_url) as api:
-        existing = api._http.get(f"work_pools/{name}")
-        if existing.status_code == 200:
-            return existing.json()
-        return api._call("POST", "work_pools/", json={
-            "name": name, "type": pool_type, "description": f"mlsys-flows {pool_type} work pool",
-            "base_job_template": base_job_template or default_job_template(pool_type)}).json()
+    with prefect_client(api_url) as client:
+        try:
+            pool = client.read_work_pool(name)
+        except ObjectNotFound:
+            pool = client.create_work_pool(WorkPoolCreate(
+                name=name, type=pool_type, description=f"mlsys-flows {pool_type} work pool",
+                base_job_template=base_job_template or default_job_template(pool_type)))
+        return pool.model_dump(mode="json")
 
 
 def register_blocks(api_url: str, root: Path | None = None) -> list[str]:
@@ -252,6 +367,9 @@ def serve_forever(platform: LocalPlatform, echo=print) -> None:
         echo(f"API             export PREFECT_API_URL={platform.api_url}")
         echo(f"work pool       {platform.work_pool} (process), worker online" if platform.with_worker
              else f"work pool       {platform.work_pool} (process), no worker")
+        if platform.dask_address:
+            echo(f"warm cluster    {platform.dask_address} ({WARM_WORKERS} Dask workers, flows imported; "
+                 f"runs with no --cluster use it)")
         echo(f"logs            {platform.dir}/server.log, worker.log")
         echo("next: `mlsys-flows deploy` in another terminal; Ctrl-C stops everything")
         while all(p.alive() for p in platform.procs):
@@ -267,36 +385,47 @@ def serve_forever(platform: LocalPlatform, echo=print) -> None:
         echo("stopped")
 
 
+# Prefect's public settings that make `prefect server start` what its own temporary API is: no UI, no
+# analytics, and only the services a temporary API runs (task-run recording, events, automations):
+# the scheduler, late runs, foreman, cancellation cleanup, pause expirations, repossessor, cleanup
+# reconciler and database vacuum stay off.
+EMBEDDED_SETTINGS = {
+    "PREFECT_SERVER_UI_ENABLED": "false",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
+    **{f"PREFECT_SERVER_SERVICES_{service}_ENABLED": "false" for service in
+       ("SCHEDULER", "LATE_RUNS", "FOREMAN", "CANCELLATION_CLEANUP", "PAUSE_EXPIRATIONS", "REPOSSESSOR",
+        "CLEANUP_RECONCILER")},
+    "PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED": "[]",  # a set of what to vacuum: nothing
+}
+
+
 class EmbeddedAPI:
     """The embedded (temporary) Prefect API, started the moment a command knows it needs one.
 
-    Prefect's own ephemeral mode starts this same server (uvicorn on
-    ``prefect.server.api.server:create_app``, UI off) on the first API call, and the command waits
-    for it: about 10 s of importing and booting on these 2 cores. Started first, in its own process,
-    it boots while the command imports the flow and its libraries. ``PREFECT_API_URL`` is set at once
-    (before prefect is imported) so that this process and every Dask worker use it; ``ready()``
-    blocks until it answers. Stopped, by its process group, when the command exits."""
+    Prefect's own ephemeral mode starts a server on the first API call, and the command waits for
+    it: several seconds of importing and booting on 2 cores. This one is `prefect server start` on a
+    free 127.0.0.1 port with ``EMBEDDED_SETTINGS`` (over the user's environment), started
+    first, in its own process group, so that it boots while the command imports the flow and its
+    libraries. ``PREFECT_API_URL`` is set at once (before prefect is imported) so that this process
+    and every Dask worker use it; ``ready()`` blocks until it answers. Stopped, by its process group
+    (TERM, INT, KILL), when the command exits."""
 
     def __init__(self, log: Path):
-        spec = importlib.util.find_spec("prefect")
-        if spec is None or not spec.submodule_search_locations:
-            raise RuntimeError("prefect is not installed")
         port = free_port()
         self.api_url = f"http://127.0.0.1:{port}/api"
-        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-        env.update({"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"})
+        env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}, **EMBEDDED_SETTINGS}
         log.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = Proc("embedded-api", [sys.executable, "-m", "uvicorn", "--app-dir",
-                                          str(Path(spec.submodule_search_locations[0]).parent), "--factory",
-                                          "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
-                                          str(port), "--log-level", "error", "--lifespan", "on"], env=env, log=log)
+        self.proc = Proc("embedded-api", [_bin("prefect"), "--no-prompt", "server", "start", "--host", "127.0.0.1",
+                                          "--port", str(port)], env=env, log=log)
         os.environ["PREFECT_API_URL"] = self.api_url
         self._ready = False
         atexit.register(self.stop)
 
     def ready(self, timeout_s: float | None = None) -> str:
         """Wait until the API answers its health check; its URL. Raises with the server's log tail
-        when it exits or does not answer within ``timeout_s`` (default: Prefect's ephemeral timeout)."""
+        when it exits or does not answer within ``timeout_s`` (default: Prefect's ephemeral timeout).
+        A bare HTTP probe every 0.1 s: through Prefect's client the first task started ~0.5 s later."""
         if not self._ready:
             timeout_s = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180"))
             with PrefectREST(self.api_url) as api:

@@ -4,18 +4,19 @@ Prefect's open-source server has no webhooks (a Cloud feature), so this small St
 maps ``POST /hooks/{name}`` to a run of the hook's deployment. A request must carry
 
     X-Mlsys-Timestamp: <unix seconds>
-    X-Mlsys-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>." + raw body)>
     X-Mlsys-Delivery:  <unique delivery id, [A-Za-z0-9._:-]{1,128}>
+    X-Mlsys-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>\n<delivery id>\n" + raw body)>
 
 Checks, in order, and the answer when one fails (no failed check creates a run):
-  body over ``max_body_bytes`` -> 413; unknown hook -> 404; missing/wrong signature -> 401;
-  timestamp outside ``tolerance_s`` (either side) -> 401; missing delivery id -> 400;
-  replay (a delivery id or a signature seen before) -> 409 with the first run's id;
-  body not a JSON object -> 400; parameters invalid -> 422 with ``field`` naming the field.
-A new run answers 202 with its id. Replays are stopped twice: the delivery id is the flow run's
-idempotency key (Prefect returns the existing run, across restarts and replicas), and each
-accepted signature is remembered for the tolerance window, so a captured request re-sent
-with a fresh delivery id is refused too.
+  over the hook's rate limit -> 429 with Retry-After; body over ``max_body_bytes`` -> 413;
+  missing signature headers -> 401; unknown hook or wrong signature -> 401, the same answer for
+  both; timestamp outside ``tolerance_s`` (either side) -> 401; bad delivery id -> 400;
+  body not a JSON object -> 400; parameters invalid -> 422 with ``field`` naming the field;
+  replay (a delivery id reserved before) -> 409 with the first run's id when it has one.
+A new run answers 202 with its id. The signature covers the delivery id, so a captured request
+cannot be re-sent under a fresh one; the delivery id is reserved in a ``ReplayStore`` (SQLite,
+shared by every receiver that opens the file, kept across restarts) before the run is created,
+and is also the flow run's idempotency key (Prefect returns the existing run, whatever the store).
 
 The body becomes flow parameters through the hook's ``template``: a value ``"{{ body.a.b }}"``
 takes the body's field ``a.b`` (absent: the deployment's default), anything else is literal.
@@ -31,9 +32,13 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import re
+import secrets
+import sqlite3
 import threading
 import time
+from contextlib import closing
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mlsys_flows import flow_params, registry
 from mlsys_flows.prefect_rest import PrefectAPIError, PrefectREST
+from mlsys_flows.settings import home
 from mlsys_flows.systems.common.params import ParamsError
 
 log = logging.getLogger("mlsys_flows.webhooks")
@@ -52,19 +58,27 @@ FLOW_PARAMETERS = flow_params.NAMES  # the harness's flow signature, declared in
 BODY_REF = re.compile(r"^\{\{\s*body((?:\.[A-Za-z0-9_-]+)*)\s*\}\}$")
 DELIVERY_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 DEFAULT_TEMPLATE = flow_params.webhook_template()  # scale, overrides, run_key from the body
+UNIX_SECONDS = re.compile(r"^[0-9]{1,12}$")
+MIN_SECRET_CHARS = 16  # shorter secrets can be brute-forced from one captured request
 
 
 # --- signing -----------------------------------------------------------------------------------
-def signature(secret: str, timestamp: str | int, body: bytes) -> str:
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+def signed_message(timestamp: str | int, delivery_id: str, body: bytes) -> bytes:
+    """The exact bytes signed: ``"<timestamp>\n<delivery id>\n" + raw body``. Neither header value
+    can hold a newline, so no other (timestamp, delivery id, body) gives the same bytes."""
+    return f"{timestamp}\n{delivery_id}\n".encode() + body
+
+
+def signature(secret: str, timestamp: str | int, delivery_id: str, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), signed_message(timestamp, delivery_id, body), hashlib.sha256)
     return "sha256=" + mac.hexdigest()
 
 
 def signed_headers(secret: str, body: bytes, delivery_id: str, timestamp: int | None = None) -> dict[str, str]:
     """Headers a sender adds (see docs/platform.md for curl + openssl)."""
     ts = int(time.time()) if timestamp is None else timestamp
-    return {TIMESTAMP_HEADER: str(ts), SIGNATURE_HEADER: signature(secret, ts, body), DELIVERY_HEADER: delivery_id,
-            "Content-Type": "application/json"}
+    return {TIMESTAMP_HEADER: str(ts), SIGNATURE_HEADER: signature(secret, ts, delivery_id, body),
+            DELIVERY_HEADER: delivery_id, "Content-Type": "application/json"}
 
 
 # --- configuration -----------------------------------------------------------------------------
@@ -125,6 +139,12 @@ class WebhookConfig(BaseModel):
     max_body_bytes: int = Field(65536, ge=64, le=16 * 2**20, description="Larger bodies are refused with 413.")
     api_concurrency: int = Field(2, ge=1, le=64, description="Run creations in flight at once against the Prefect "
                                                              "API (more only adds lock contention on SQLite).")
+    rate_per_s: float = Field(1.0, gt=0, le=100000, description="Requests per second each hook accepts on average "
+                                                                "(token bucket per receiver); more get 429.")
+    rate_burst: int = Field(30, ge=1, le=100000, description="Requests a hook accepts at once before rate_per_s applies.")
+    replay_store: Path | None = Field(None, description="SQLite file of delivery-id reservations, shared by every "
+                                                        "receiver that opens it; default MLSYS_FLOWS_HOME/webhooks/"
+                                                        "replays.sqlite. Keep it on a local disk (file locks).")
 
     @field_validator("hooks")
     @classmethod
@@ -133,6 +153,10 @@ class WebhookConfig(BaseModel):
         if bad:
             raise ValueError(f"hook names must match [a-z0-9][a-z0-9._-]*: {bad}")
         return v
+
+    @property
+    def replay_store_path(self) -> Path:
+        return Path(self.replay_store) if self.replay_store else home() / "webhooks" / "replays.sqlite"
 
     @classmethod
     def load(cls, path: str | Path) -> "WebhookConfig":
@@ -208,23 +232,73 @@ def build_parameters(hook: HookConfig, body: Any) -> dict[str, Any]:
 
 
 # --- the app -----------------------------------------------------------------------------------
-class _SeenSignatures:
-    """Signatures accepted within the tolerance window -> their run id (bounded by the window)."""
+class ReplayStore:
+    """Reservations of (hook, delivery id) until their request's timestamp goes stale, in a SQLite
+    file: every receiver (replica) that opens the same file shares them, and a restart keeps them.
+    A reservation is one ``BEGIN IMMEDIATE`` transaction (the file's write lock) whose INSERT fails
+    on a key already there, so of concurrent requests for one delivery exactly one reserves."""
 
-    def __init__(self, window_s: int):
-        self.window_s, self._seen, self._lock = window_s, {}, threading.Lock()
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute("PRAGMA journal_mode=WAL")  # readers never wait; persists in the file
+            db.execute("CREATE TABLE IF NOT EXISTS deliveries (hook TEXT NOT NULL, delivery TEXT NOT NULL, "
+                       "body_sha256 TEXT NOT NULL, expires REAL NOT NULL, flow_run_id TEXT, "
+                       "PRIMARY KEY (hook, delivery))")
+            db.execute("CREATE INDEX IF NOT EXISTS deliveries_expires ON deliveries (expires)")
 
-    def get(self, sig: str) -> str | None:
+    def _db(self):
+        return closing(sqlite3.connect(self.path, timeout=60, isolation_level=None))  # autocommit; own BEGINs
+
+    def reserve(self, hook: str, delivery: str, body_sha256: str, expires: float) -> tuple | None:
+        """None when reserved; else the existing (body_sha256, flow_run_id), the run id None while
+        its request is still creating the run. Expired reservations are purged first."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM deliveries WHERE expires < ?", (time.time(),))
+                db.execute("INSERT INTO deliveries VALUES (?, ?, ?, ?, NULL)", (hook, delivery, body_sha256, expires))
+                return None
+            except sqlite3.IntegrityError:
+                return db.execute("SELECT body_sha256, flow_run_id FROM deliveries WHERE hook = ? AND delivery = ?",
+                                  (hook, delivery)).fetchone()
+            finally:
+                db.execute("COMMIT")
+
+    def record(self, hook: str, delivery: str, flow_run_id: str) -> None:
+        with self._db() as db:
+            db.execute("UPDATE deliveries SET flow_run_id = ? WHERE hook = ? AND delivery = ?",
+                       (flow_run_id, hook, delivery))
+
+    def release(self, hook: str, delivery: str) -> None:
+        """Drop a reservation whose run could not be created, so that the sender's retry proceeds."""
+        with self._db() as db:
+            db.execute("DELETE FROM deliveries WHERE hook = ? AND delivery = ? AND flow_run_id IS NULL",
+                       (hook, delivery))
+
+
+class RateLimiter:
+    """A token bucket per hook name, known or not (so a 429 never tells which hooks exist)."""
+
+    MAX_BUCKETS = 10000
+
+    def __init__(self, rate_per_s: float, burst: int):
+        self.rate, self.burst, self._buckets, self._lock = rate_per_s, burst, {}, threading.Lock()
+
+    def wait_s(self, name: str) -> float:
+        """0 when ``name`` may go on (a token taken), else the seconds until a token is there."""
         with self._lock:
-            cutoff = time.time() - 2 * self.window_s
-            for key in [k for k, (t, _) in self._seen.items() if t < cutoff]:
-                del self._seen[key]
-            hit = self._seen.get(sig)
-            return hit[1] if hit else None
-
-    def add(self, sig: str, run_id: str) -> None:
-        with self._lock:
-            self._seen[sig] = (time.time(), run_id)
+            now = time.monotonic()
+            tokens, last = self._buckets.pop(name, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            if len(self._buckets) >= self.MAX_BUCKETS:  # a full bucket is a fresh one: forget it
+                self._buckets = {k: (t, at) for k, (t, at) in self._buckets.items()
+                                 if t + (now - at) * self.rate < self.burst}
+                while len(self._buckets) >= self.MAX_BUCKETS:  # still too many names: oldest out
+                    del self._buckets[next(iter(self._buckets))]
+            self._buckets[name] = (tokens - 1 if tokens >= 1 else tokens, now)
+            return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
 
 
 class WebhookService:
@@ -234,7 +308,8 @@ class WebhookService:
         self.config, self.api = config, api
         self._secrets: dict[str, str] = {}
         self._deployments: dict[str, str] = {}
-        self._seen = _SeenSignatures(config.tolerance_s)
+        self.replays = ReplayStore(config.replay_store_path)
+        self._unknown_key = secrets.token_hex(32)  # for unknown hooks: see verify()
         self._api_slots = threading.BoundedSemaphore(config.api_concurrency)
 
     def secret(self, name: str) -> str:
@@ -256,44 +331,58 @@ class WebhookService:
             self._deployments[name] = self.api.read_deployment(self.config.hooks[name].deployment_name)["id"]
         return self._deployments[name]
 
-    def verify(self, name: str, headers: Any, body: bytes) -> tuple[str, str]:
-        """Signature, then freshness, then delivery id. Returns (delivery id, signature)."""
+    def verify(self, name: str, headers: Any, body: bytes) -> tuple[str, int]:
+        """Signature, then freshness, then delivery id. Returns (delivery id, timestamp). An unknown
+        hook gets the answer of a wrong signature, after the same work (an HMAC under a key nobody
+        holds), so that neither the answer nor its time tells which hooks exist."""
         ts, sig = headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER)
         if not ts or not sig:
             raise Rejected(401, f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header")
-        if not hmac.compare_digest(signature(self.secret(name), ts, body).encode(), sig.encode()):
-            raise Rejected(401, "bad signature")
-        try:
-            age = time.time() - int(ts)
-        except ValueError:
-            raise Rejected(401, f"{TIMESTAMP_HEADER} must be unix seconds") from None
+        delivery = headers.get(DELIVERY_HEADER) or ""
+        key = self.secret(name) if name in self.config.hooks else self._unknown_key
+        good = hmac.compare_digest(signature(key, ts, delivery, body).encode(), sig.encode())
+        if not good or name not in self.config.hooks:
+            raise Rejected(401, "unknown hook or bad signature")
+        if not UNIX_SECONDS.match(ts):
+            raise Rejected(401, f"{TIMESTAMP_HEADER} must be unix seconds")
+        age = time.time() - int(ts)
         if abs(age) > self.config.tolerance_s:
             when = f"{age:.0f} s in the past" if age > 0 else f"{-age:.0f} s in the future"
             raise Rejected(401, f"timestamp outside the tolerance: {when}, tolerance {self.config.tolerance_s} s")
-        delivery = headers.get(DELIVERY_HEADER) or ""
         if not DELIVERY_ID.match(delivery):
             raise Rejected(400, f"{DELIVERY_HEADER} header required: 1-128 characters of [A-Za-z0-9._:-]")
-        previous = self._seen.get(sig)
-        if previous:
-            raise Rejected(409, "replayed request (signature already used)", flow_run_id=previous)
-        return delivery, sig
+        return delivery, int(ts)
 
     def handle(self, name: str, headers: Any, body: bytes) -> tuple[int, dict[str, Any]]:
-        if name not in self.config.hooks:
-            raise Rejected(404, f"unknown hook {name!r}")
+        delivery, ts = self.verify(name, headers, body)
         hook = self.config.hooks[name]
-        delivery, sig = self.verify(name, headers, body)
         try:
             payload = json.loads(body or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise Rejected(400, "body is not valid JSON") from None
         params = build_parameters(hook, payload)
-        with self._api_slots:
-            run = self.api.create_flow_run(self.deployment_id(name), params, idempotency_key=f"webhook:{name}:{delivery}",
-                                           tags=["webhook", f"hook:{name}", *hook.tags])
-        self._seen.add(sig, run.id)
+        # Reserved before the run is created, kept until the signed timestamp goes stale (then the
+        # request is refused as stale, and Prefect's idempotency key still names the run).
+        digest = hashlib.sha256(body).hexdigest()
+        previous = self.replays.reserve(name, delivery, digest, ts + self.config.tolerance_s + 1)
+        if previous is not None:
+            what = "already processed" if previous[0] == digest else "already used for another body"
+            if not previous[1]:
+                raise Rejected(409, f"replay: delivery {delivery!r} {what} (its run is being created)")
+            raise Rejected(409, f"replay: delivery {delivery!r} {what}", flow_run_id=previous[1])
+        try:
+            with self._api_slots:
+                run = self.api.create_flow_run(self.deployment_id(name), params,
+                                               idempotency_key=f"webhook:{name}:{delivery}",
+                                               tags=["webhook", f"hook:{name}", *hook.tags])
+        except BaseException:
+            # no run, or one Prefect returns to the retry by its idempotency key: let the retry in
+            self.replays.release(name, delivery)
+            raise
+        self.replays.record(name, delivery, run.id)
         if not run.created:
-            raise Rejected(409, f"delivery {delivery!r} already processed", flow_run_id=run.id)
+            raise Rejected(409, f"replay: delivery {delivery!r} already has a run (Prefect idempotency key)",
+                           flow_run_id=run.id)
         return 202, {"flow_run_id": run.id, "flow_run_name": run.name, "deployment": hook.deployment_name,
                      "parameters": params}
 
@@ -306,6 +395,7 @@ def create_app(config: WebhookConfig, api: PrefectREST):
     from starlette.routing import Route
 
     service = WebhookService(config, api)
+    limiter = RateLimiter(config.rate_per_s, config.rate_burst)
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -322,6 +412,12 @@ def create_app(config: WebhookConfig, api: PrefectREST):
     async def hook(request: Request) -> JSONResponse:
         name = request.path_params["name"]
         delivery = request.headers.get(DELIVERY_HEADER, "-")[:128]
+        wait_s = limiter.wait_s(name)
+        if wait_s:
+            log.info("hook %s delivery %s -> 429", name, delivery)
+            return JSONResponse({"detail": f"rate limit: {config.rate_per_s:g} requests/s per hook, burst "
+                                           f"{config.rate_burst}"}, status_code=429,
+                                headers={"Retry-After": str(max(1, math.ceil(wait_s)))})
         try:
             body = await read_body(request)
             status, payload = await run_in_threadpool(service.handle, name, request.headers, body)
@@ -336,11 +432,20 @@ def create_app(config: WebhookConfig, api: PrefectREST):
         return JSONResponse(payload, status_code=status)
 
     async def health(_: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "hooks": sorted(config.hooks)})
+        return JSONResponse({"status": "ok"})  # no hook names: they are not public
 
     app = Starlette(routes=[Route("/hooks/{name}", hook, methods=["POST"]), Route("/health", health)])
     app.state.service = service
     return app
+
+
+def weak_secrets(config: WebhookConfig, api: PrefectREST) -> list[str]:
+    """Hooks whose secret has fewer than MIN_SECRET_CHARS characters (refused on a public interface)."""
+    service = WebhookService(config, api)
+    try:
+        return [name for name in config.hooks if len(service.secret(name)) < MIN_SECRET_CHARS]
+    except PrefectAPIError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def check(config: WebhookConfig, api: PrefectREST) -> list[str]:

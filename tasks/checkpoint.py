@@ -53,7 +53,7 @@ def bench(p: Params, storage: ObjectStorage, prefix: str) -> dict:
         if saver is None:
             return
         if repeat == 0:  # the newest checkpoint of each mode, kept for the comparison
-            first[variant] = store.load(saver.run_key)[1]
+            first[variant] = store.restore(saver.run_key)[1]
         storage.delete(f"{prefix}/{saver.run_key}")
 
     t0 = time.perf_counter()

@@ -9,8 +9,10 @@ from mlsys_flows.systems.shef import Params
 
 
 @task(name="shef-session")
-def shielded_session(p: Params, storage: ObjectStorage, key: str, pool: ResourcePool) -> dict:
-    """On a claimed board: secure boot and attestation, the four variants' workloads with repeats
+def shielded_session(p: Params, storage: ObjectStorage, key: str, pool: ResourcePool,
+                     expected_measurement: bytes) -> dict:
+    """On a claimed board: secure boot and attestation against ``expected_measurement`` (the
+    user's own build, measured in the flow, not on the host), the four variants' workloads with repeats
     interleaved (timed on the device), the results checked against the plaintext reference, then
     the attacks each variant's Shield must reject. Saves the per-repeat runs at ``key``."""
     from mlsys_flows.systems.shef import session
@@ -19,7 +21,7 @@ def shielded_session(p: Params, storage: ObjectStorage, key: str, pool: Resource
     with pool.claim() as device:
         with open_board(device) as board:
             log.info("ShEF session on %s (board process %s)", device, board.pid)
-            out = session.run(board, p, p.repeats, log=log.info)
+            out = session.run(board, p, p.repeats, log=log.info, expected_measurement=expected_measurement)
             data_key = out.pop("data_key")
             out["attacks"] = session.attacks(board, p, data_key)
     log.info("attacks rejected: %s", out["attacks"])

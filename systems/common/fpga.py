@@ -3,6 +3,7 @@
 Interface (:class:`FpgaBoard`), what every board driver implements::
 
     board = open_board("fpga-sw:0")           # holds one of the device's job slots until close()
+    image = build_image(["pkg.module:function"], payload)   # a manifest of its kernels + the accelerator
     measurement = board.load_image(image)     # configure the board; returns sha256(image)
     report = board.attest(nonce, user_pub)    # signed {device, measurement, nonce, session keys}
     board.alloc("table", 1 << 20)             # a device memory region with bounds
@@ -11,15 +12,21 @@ Interface (:class:`FpgaBoard`), what every board driver implements::
     fut = board.run_async("pkg.module:function", x)         # concurrent.futures.Future
     board.close()                             # also ``with open_board(...) as board:``
 
-Kernel calling convention: ``run(kernel, *args, **kwargs)`` imports ``package.module`` *inside the
-device process* and calls ``function(*args, **kwargs)`` -- plain arguments, plain result, both
-crossing the host-device pipe by pickle (numpy arrays in, numpy arrays out work as they are). A
-kernel that needs the board's own state calls the device-side accessors of this module from inside
-the kernel: :func:`board_memory` (the board's memory regions: ``read``/``write``/``buffer``),
+Kernel calling convention: ``run(kernel, *args, **kwargs)`` calls ``function(*args, **kwargs)``
+*inside the device process* -- plain arguments, plain result, both crossing the host-device pipe by
+pickle (numpy arrays in, numpy arrays out work as they are). The board runs only the kernels the
+loaded image declares in its manifest (:func:`build_image`): ``load_image`` imports each declared
+``package.module`` on the device and accepts only functions marked :func:`device_kernel`; ``run``
+refuses (:class:`KernelRefused`, before any import) a name the manifest does not declare, a dotted
+attribute path and a private (``_``) name. What the host sends is unpickled on the device by a
+loader that admits plain data and numpy arrays only, since a pickle can call any function it names.
+A kernel that needs the board's own state calls the device-side accessors of this module from
+inside the kernel: :func:`board_memory` (the board's memory regions: ``read``/``write``/``buffer``),
 :func:`board_session_key` (the session key the last attestation established) and
 :func:`board_measurement` (the loaded image's measurement). They raise :class:`FpgaError` on the
-host: only code running on the device sees the device's memory and keys. Kernels run one at a time
-per board, in submission order (one command queue); ``run_async`` lets the host work meanwhile.
+host: only code running on the device sees the device's memory and keys (and they are no kernels).
+Kernels run one at a time per board, in submission order (one command queue); ``run_async`` lets
+the host work meanwhile.
 
 Software board (``"fpga-sw:N"``, :class:`SoftwareBoard`): a separate process (multiprocessing
 *spawn* context, so host and device really run side by side on different cores) that holds
@@ -30,9 +37,9 @@ Software board (``"fpga-sw:N"``, :class:`SoftwareBoard`): a separate process (mu
   device's private key. :func:`manufacturer_root_public_key` is what a remote verifier trusts.
 - memory regions with bounds (``alloc``; every read and write is bounds-checked, out-of-bounds
   access raises :class:`BoundsError`; total capacity ``memory_bytes``);
-- the loaded image and its measurement (sha256), signed into attestation reports together with the
-  caller's nonce, the caller's ephemeral X25519 public key and the board's own ephemeral X25519
-  public key; the board derives the session key (X25519 + HKDF-SHA256) and keeps it on the device;
+- the loaded image's kernels and its measurement (sha256), signed into attestation reports together
+  with the caller's nonce, the caller's ephemeral X25519 public key and the board's own ephemeral
+  X25519 public key; the board derives the session key (X25519 + HKDF-SHA256) and keeps it on the device;
 - a kernel runner (above).
 
 Device slots: a board allows ``slots`` concurrent jobs (option, default 1). Opening a board takes a
@@ -59,9 +66,12 @@ import concurrent.futures
 import fcntl
 import hashlib
 import importlib
+import io
 import itertools
+import json
 import multiprocessing
 import os
+import pickle
 import re
 import tempfile
 import threading
@@ -69,12 +79,14 @@ import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["FpgaError", "BoundsError", "SlotTimeout", "KernelError", "AttestationReport", "FpgaBoard",
+__all__ = ["FpgaError", "BoundsError", "SlotTimeout", "KernelError", "KernelRefused", "AttestationReport", "FpgaBoard",
            "SoftwareBoard", "SlotLock", "BoardMemory", "open_board", "register_driver", "pick_device",
            "software_device", "manufacturer_root_public_key", "board_memory", "board_session_key",
-           "board_measurement", "report_payload", "certificate_payload", "session_key_from", "state_dir"]
+           "board_measurement", "report_payload", "certificate_payload", "session_key_from", "state_dir",
+           "build_image", "read_image", "Image", "device_kernel", "check_kernel_name", "diagnostic_image"]
 
 
 class FpgaError(RuntimeError):
@@ -96,6 +108,73 @@ class KernelError(FpgaError):
         super().__init__(message)
         self.remote = remote
         self.cause = cause
+
+
+class KernelRefused(FpgaError):
+    """The board refused a kernel or a request: not declared by the loaded image, not a kernel entry
+    point (dotted, private or unmarked name), or an argument that is not plain data."""
+
+
+# ---------------------------------------------------------------------------------------------
+# images and their kernel manifest
+
+
+_IMAGE_MAGIC = b"mlsys-fpga-image-v1\n"
+
+
+def check_kernel_name(kernel: Any) -> str:
+    """``kernel`` when it names a module-level public function as ``package.module:function``;
+    raises :class:`KernelRefused` for anything else (no import happens here)."""
+    if not isinstance(kernel, str):
+        raise KernelRefused(f"kernel {kernel!r}: a kernel is named by a string 'package.module:function', "
+                            f"not a {type(kernel).__name__}")
+    module, sep, name = kernel.partition(":")
+    if not sep or not module or not name:
+        raise KernelRefused(f"kernel {kernel!r}: expected 'package.module:function'")
+    if "." in name or ":" in name:
+        raise KernelRefused(f"kernel {kernel!r}: a dotted attribute path is not a kernel entry point "
+                            "(name a module-level function)")
+    parts = module.split(".") + [name]
+    if not all(part.isidentifier() for part in parts):
+        raise KernelRefused(f"kernel {kernel!r}: expected 'package.module:function' made of Python names")
+    if any(part.startswith("_") for part in parts):
+        raise KernelRefused(f"kernel {kernel!r}: a private ('_') name is not a kernel entry point")
+    return kernel
+
+
+@dataclass(frozen=True)
+class Image:
+    """A parsed image: the kernel entry points its manifest declares, and the accelerator itself."""
+
+    kernels: tuple[str, ...]
+    payload: bytes
+
+
+def build_image(kernels: Iterable[str], payload: bytes = b"") -> bytes:
+    """An image: a manifest declaring its kernel entry points, then ``payload`` (the accelerator,
+    e.g. its bitstream). The board measures the whole, so the manifest is part of the measurement."""
+    names = sorted({check_kernel_name(k) for k in kernels})
+    manifest = json.dumps({"kernels": names}, separators=(",", ":")).encode()
+    return _IMAGE_MAGIC + len(manifest).to_bytes(4, "big") + manifest + bytes(payload)
+
+
+def read_image(image: bytes) -> Image:
+    """The manifest and payload of ``image``. Bytes without the image header are an image that
+    declares no kernels (it loads and attests; nothing runs on it)."""
+    image = bytes(image)
+    if not image.startswith(_IMAGE_MAGIC):
+        return Image((), image)
+    head = len(_IMAGE_MAGIC) + 4
+    size = int.from_bytes(image[len(_IMAGE_MAGIC):head], "big")
+    try:
+        if len(image) < head + size:
+            raise ValueError("truncated")
+        kernels = json.loads(image[head:head + size])["kernels"]
+        if not isinstance(kernels, list):
+            raise ValueError("'kernels' is not a list")
+    except (ValueError, KeyError, TypeError) as e:
+        raise FpgaError(f"the image's manifest is malformed ({e}); build images with build_image()") from None
+    return Image(tuple(check_kernel_name(k) for k in kernels), image[head + size:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +227,8 @@ class FpgaBoard(abc.ABC):
 
     @abc.abstractmethod
     def load_image(self, image: bytes) -> bytes:
-        """Configure the board with ``image``; returns its measurement (sha256)."""
+        """Configure the board with ``image`` (:func:`build_image`); returns its measurement (sha256).
+        From then on the board runs only the kernels the image's manifest declares."""
 
     @abc.abstractmethod
     def attest(self, nonce: bytes, session_public_key: bytes) -> AttestationReport:
@@ -167,12 +247,13 @@ class FpgaBoard(abc.ABC):
         """Read ``length`` bytes at ``offset`` of ``region``."""
 
     def run(self, kernel: str, *args: Any, **kwargs: Any) -> Any:
-        """Run ``kernel`` ("package.module:function") on the device and wait for its result."""
+        """Run ``kernel`` ("package.module:function", declared by the loaded image) and wait for its result."""
         return self.run_async(kernel, *args, **kwargs).result()
 
     @abc.abstractmethod
     def run_async(self, kernel: str, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        """Start ``kernel`` on the device; the Future holds its result (or raises its error)."""
+        """Start ``kernel`` on the device; the Future holds its result (or raises its error). A kernel
+        the loaded image's manifest does not declare is refused (:class:`KernelRefused`)."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -413,6 +494,7 @@ class _DeviceState:
         self.memory = BoardMemory(memory_bytes)
         self.measurement: bytes | None = None
         self.session_key: bytes | None = None
+        self.kernels: dict[str, Callable] = {}  # the loaded image's manifest, resolved
 
 
 _DEVICE: _DeviceState | None = None  # set in the board's process only
@@ -446,16 +528,64 @@ def board_measurement() -> bytes:
     return st.measurement
 
 
-def _resolve(kernel: str) -> Callable:
-    module, sep, name = kernel.partition(":")
-    if not sep or not module or not name:
-        raise FpgaError(f"kernel {kernel!r}: expected 'package.module:function'")
-    fn = importlib.import_module(module)
-    for part in name.split("."):
-        fn = getattr(fn, part)
-    if not callable(fn):
-        raise FpgaError(f"kernel {kernel!r} is not callable")
+_DEVICE_KERNELS: dict[int, Callable] = {}  # id -> function: identity, so no look-alike object passes
+
+
+def device_kernel(fn: Callable) -> Callable:
+    """Marks ``fn`` as a kernel entry point: an image's manifest may declare it (nothing else runs
+    on the board, whatever a host-built manifest names). The function itself is unchanged."""
+    _DEVICE_KERNELS[id(fn)] = fn
     return fn
+
+
+def _resolve(kernel: str) -> Callable:
+    """Device side, at load: the marked function a manifest entry names (already name-checked)."""
+    module, _, name = kernel.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise KernelRefused(f"the image declares kernel {kernel!r}, which the device cannot find: {e}") from None
+    if _DEVICE_KERNELS.get(id(fn)) is not fn:
+        raise KernelRefused(f"the image declares {kernel!r}, which is not a device kernel "
+                            "(only functions marked @device_kernel are)")
+    return fn
+
+
+def _load_image(st: _DeviceState, image: bytes) -> bytes:
+    """Reconfigure: the old image's kernels and session key go first, so a failed load leaves none."""
+    st.measurement, st.session_key, st.kernels = None, None, {}
+    kernels = {k: _resolve(k) for k in read_image(image).kernels}
+    st.kernels, st.measurement = kernels, hashlib.sha256(image).digest()
+    return st.measurement
+
+
+def _kernel(st: _DeviceState, kernel: Any) -> Callable:
+    """The loaded image's kernel ``kernel``; anything else is refused without importing anything."""
+    check_kernel_name(kernel)
+    if st.measurement is None:
+        raise KernelRefused(f"{st.device}: kernel {kernel!r}: no image loaded (load an image that declares it)")
+    fn = st.kernels.get(kernel)
+    if fn is None:
+        raise KernelRefused(f"{st.device}: kernel {kernel!r} is not declared in the loaded image's manifest "
+                            f"(declared: {sorted(st.kernels) or 'none'})")
+    return fn
+
+
+# What the host may send: plain data (no globals needed) and numpy arrays. Unpickling calls the
+# globals a pickle names, so any other global would let the host run code on the device.
+_HOST_GLOBALS = frozenset(
+    {("builtins", n) for n in ("bytearray", "set", "frozenset", "complex", "slice")}
+    | {(m, n) for m in ("numpy._core.multiarray", "numpy.core.multiarray") for n in ("_reconstruct", "scalar")}
+    | {(m, "_frombuffer") for m in ("numpy._core.numeric", "numpy.core.numeric")}
+    | {("numpy", "ndarray"), ("numpy", "dtype")})
+
+
+class _HostUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _HOST_GLOBALS:
+            raise KernelRefused(f"the host sent an object of {module}.{name}: only plain data and numpy "
+                                "arrays cross to the device")
+        return super().find_class(module, name)
 
 
 def _attest(st: _DeviceState, nonce: bytes, session_public_key: bytes) -> AttestationReport:
@@ -492,16 +622,17 @@ def _device_main(conn, device: str, root: str | None, memory_bytes: int) -> None
         return
     while True:
         try:
-            rid, op, args, kwargs = conn.recv()
+            raw = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the host is gone
-        if op == "close":
-            conn.send((rid, True, None))
-            return
+        rid, op = int.from_bytes(raw[:8], "big"), None
         try:
+            op, args, kwargs = _HostUnpickler(io.BytesIO(raw[8:])).load()
+            if op == "close":
+                conn.send((rid, True, None))
+                return
             if op == "load_image":
-                st.measurement, st.session_key = hashlib.sha256(bytes(args[0])).digest(), None
-                out: Any = st.measurement
+                out: Any = _load_image(st, bytes(args[0]))
             elif op == "attest":
                 out = _attest(st, *args)
             elif op == "alloc":
@@ -511,16 +642,14 @@ def _device_main(conn, device: str, root: str | None, memory_bytes: int) -> None
             elif op == "read":
                 out = st.memory.read(*args)
             elif op == "run":
-                out = _resolve(args[0])(*args[1:], **kwargs)
+                out = _kernel(st, args[0])(*args[1:], **kwargs)
             elif op == "pid":
                 out = os.getpid()
             else:
-                raise FpgaError(f"unknown board operation {op!r}")
+                raise KernelRefused(f"unknown board operation {op!r}")
             reply = (rid, True, out)
         except BaseException as e:  # noqa: BLE001 - every error goes back to the caller
             try:  # send the exception itself when it pickles (BoundsError etc.), else its text
-                import pickle
-
                 pickle.dumps(e)
                 exc = e
             except Exception:  # noqa: BLE001
@@ -637,8 +766,8 @@ class SoftwareBoard(FpgaBoard):
         with self._send_lock:
             rid = next(self._ids)
             self._pending[rid] = fut
-            try:
-                self._conn.send((rid, op, args, kwargs))
+            try:  # the id travels outside the pickle, so the device can answer a request it refuses to unpickle
+                self._conn.send_bytes(rid.to_bytes(8, "big") + bytes(ForkingPickler.dumps((op, args, kwargs))))
             except Exception as e:  # noqa: BLE001
                 self._pending.pop(rid, None)
                 raise FpgaError(f"{self.device}: cannot send {op} to the board: {e}") from e
@@ -660,7 +789,7 @@ class SoftwareBoard(FpgaBoard):
         return self._call("read", region, offset, length).result()
 
     def run_async(self, kernel: str, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        return self._call("run", kernel, *args, **kwargs)
+        return self._call("run", check_kernel_name(kernel), *args, **kwargs)
 
     def _kill(self) -> None:
         proc = getattr(self, "_proc", None)
@@ -717,11 +846,19 @@ def open_board(device: str = "fpga-sw:0", **options: Any) -> FpgaBoard:
 # diagnostic kernels (used by tests and by a pool's self-check)
 
 
+def diagnostic_image() -> bytes:
+    """An image that declares this module's diagnostic kernels (and nothing that touches a key)."""
+    return build_image(f"{__name__}:{k}" for k in ("echo", "busy", "occupancy", "interval", "read_region",
+                                                   "has_session_key"))
+
+
+@device_kernel
 def echo(*args: Any, **kwargs: Any) -> dict:
     """Returns the device process's pid and its arguments."""
     return {"pid": os.getpid(), "args": args, "kwargs": kwargs}
 
 
+@device_kernel
 def busy(seconds: float) -> float:
     """Spins on the device for ``seconds``; returns the time it took."""
     t0 = time.perf_counter()
@@ -730,6 +867,7 @@ def busy(seconds: float) -> float:
     return time.perf_counter() - t0
 
 
+@device_kernel
 def occupancy(counter_path: str, seconds: float) -> int:
     """Marks one job active in a shared counter file for ``seconds``; returns the peak seen, so
     tests can check how many jobs ran on a device at once (across threads and processes)."""
@@ -750,6 +888,7 @@ def occupancy(counter_path: str, seconds: float) -> int:
     return max(peak, bump(-1))
 
 
+@device_kernel
 def interval(seconds: float) -> tuple[float, float]:
     """Sleeps on the device; returns the wall-clock (time.time) start and end."""
     t0 = time.time()
@@ -757,11 +896,13 @@ def interval(seconds: float) -> tuple[float, float]:
     return t0, time.time()
 
 
+@device_kernel
 def read_region(region: str, offset: int, length: int) -> bytes:
     """Reads a region through the device-side memory view (bounds-checked like the host's read)."""
     return bytes(board_memory().buffer(region, offset, length))
 
 
+@device_kernel
 def has_session_key() -> bool:
     """Whether the board holds a 32-byte session key (never returns the key itself)."""
     return len(board_session_key()) == 32
@@ -770,4 +911,5 @@ def has_session_key() -> bool:
 def occupancy_job(device: str, counter_path: str, seconds: float, **options: Any) -> int:
     """One job: open ``device`` (takes a slot), run :func:`occupancy` on it, close; returns the peak."""
     with open_board(device, **options) as board:
+        board.load_image(diagnostic_image())
         return board.run(f"{__name__}:occupancy", counter_path, seconds)

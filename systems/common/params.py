@@ -14,8 +14,14 @@ from pydantic.fields import FieldInfo
 
 Scale = Literal["smoke", "quick", "full"]
 SCALES: tuple[str, ...] = get_args(Scale)
-# Every system's values at a scale, under its own PRESETS: smoke runs are for tests, one sample.
-_SCALE_DEFAULTS: dict[str, dict[str, Any]] = {"smoke": {"repeats": 1}}
+# Every system's values at a scale, under its own PRESETS: smoke runs are for tests, one sample. The
+# timeouts are far above what a scale takes on 2 loaded cores (a smoke run: seconds to minutes): past
+# them a task or a run is stuck (a hung call, a lost device), not slow.
+_SCALE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "smoke": {"repeats": 1, "task_timeout_s": 900, "flow_timeout_s": 1800},
+    "quick": {"task_timeout_s": 3600, "flow_timeout_s": 7200},
+    "full": {"task_timeout_s": 86400, "flow_timeout_s": 3 * 86400},
+}
 
 
 class ParamsError(ValueError):
@@ -48,6 +54,15 @@ class SystemParams(BaseModel):
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random generator in the run.")
     repeats: int = Field(3, ge=1, le=50, description="Repeats of every timed (measured) metric, variants interleaved; "
                                                       "the report keeps each sample and uses the median (1 at smoke).")
+    task_timeout_s: float = Field(3600, gt=0, le=7 * 86400, description="Longest one task may run before it fails "
+                                  "as timed out (900 s at smoke, 3600 at quick, 86400 at full).")
+    flow_timeout_s: float = Field(7200, gt=0, le=30 * 86400, description="Longest the run's work (its tasks, from the "
+                                  "cluster's start to the last result) may take before it fails as timed out (1800 s at smoke, 7200 at quick, 3 days at full).")
+
+    @classmethod
+    def preset(cls, scale: str) -> dict[str, Any]:
+        """The values ``scale`` sets: every system's (``_SCALE_DEFAULTS``), then this system's ``PRESETS``."""
+        return {**_SCALE_DEFAULTS.get(scale, {}), **cls.PRESETS.get(scale, {})}
 
     @classmethod
     def for_scale(cls, scale: str | None = None, /, **overrides: Any):
@@ -62,7 +77,7 @@ class SystemParams(BaseModel):
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ParamsError(cls.SYSTEM, unknown[0], f"unknown parameter; known: {', '.join(sorted(known - {'scale'}))}")
-        values = {**_SCALE_DEFAULTS.get(scale, {}), **cls.PRESETS.get(scale, {}), **overrides, "scale": scale}
+        values = {**cls.preset(scale), **overrides, "scale": scale}
         try:
             return cls(**values)
         except ValidationError as exc:
@@ -89,8 +104,7 @@ class SystemParams(BaseModel):
             if name == "scale":
                 continue
             default = info.get_default(call_default_factory=True)
-            presets = {s: {**_SCALE_DEFAULTS.get(s, {}), **cls.PRESETS.get(s, {})}.get(name, default)
-                       for s in SCALES}
+            presets = {s: cls.preset(s).get(name, default) for s in SCALES}
             shown = ", ".join(f"{s} {v!r}" for s, v in presets.items())
             optional = FieldInfo.merge_field_infos(info, default=None, default_factory=None, validate_default=False,
                                                    description=f"{info.description or name} Preset: {shown}.")

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from . import formatting as fmt
 from .spec import KINDS, Better, Claim, Kind, SystemSpec
 
 
@@ -89,7 +90,7 @@ class Ratio(BaseModel):
 
     def label(self) -> str:
         spread = f", {self.range[0]:.2f}-{self.range[1]:.2f} over {self.repeats}" if self.range else ""
-        return f"{self.ratio:.2f}x {self.kind}{spread}"
+        return f"{fmt.ratio(self.ratio)} {self.kind}{spread}"
 
 
 class ContractError(ValueError):
@@ -149,8 +150,8 @@ def regime_phrase(regime: dict | None) -> str:
     unit = f" {regime['unit']}" if regime.get("unit") else ""
     if regime["wins"] in ("everywhere", "nowhere"):
         lo, hi = regime["points"][0]["value"], regime["points"][-1]["value"]
-        return f"wins {regime['wins']} over {regime['parameter']} {lo:g}-{hi:g}{unit}"
-    return f"wins {regime['wins']} {regime['parameter']} = {regime['crossover']:.3g}{unit}"
+        return f"wins {regime['wins']} over {regime['parameter']} {fmt.number(lo)}-{fmt.number(hi)}{unit}"
+    return f"wins {regime['wins']} {regime['parameter']} = {fmt.number(regime['crossover'], 3)}{unit}"
 
 
 def v3_cells(report: dict) -> dict[str, str]:
@@ -159,11 +160,61 @@ def v3_cells(report: dict) -> dict[str, str]:
     h = report["headline"]
 
     def vs(r):
-        return f"{r['ratio']:.2f}x vs {r['baseline']}" if r else ""
+        return f"{fmt.ratio(r['ratio'])} vs {r['baseline']}" if r else ""
     p = report.get("projection")
     return {"mechanism": vs(h.get("mechanism")), "oracle": vs(h.get("vs_oracle")),
             "regime": regime_phrase(report.get("regime")),
-            "projection": f"{p['ratio']:.2f}x modelled" if p else ""}
+            "projection": f"{fmt.ratio(p['ratio'])} modelled" if p else ""}
+
+
+# How each comparison of a report (as JSON) is named: (where it is, words after the baseline, words in brackets)
+_ROLES = ((lambda r: r["headline"], "", "headline"),
+          (lambda r: r["headline"].get("vs_strongest"), ", the strongest deployable baseline", ""),
+          (lambda r: r["headline"].get("mechanism"), ", its ablation", "the mechanism alone"),
+          (lambda r: r["headline"].get("vs_oracle"), ", the hindsight oracle", "an upper bound"),
+          (lambda r: r.get("projection"), "", "projected at the paper's hardware"))
+
+
+def claim_rows(report: dict) -> list[tuple[str, dict]]:
+    """Every comparison of a report (as JSON) once, headline first, each with its name: the headline,
+    the strongest deployable baseline, the mechanism's ablation, the oracle, the projection and the
+    spec's other claims. A comparison reached twice (the strongest baseline is also a claim, or the
+    headline's own baseline) is one row whose name says both."""
+    candidates = [(where(report), after, label) for where, after, label in _ROLES]
+    candidates += [(r, "", "") for r in report.get("ratios") or []]
+    found: dict[tuple, tuple[dict, list[str], list[str]]] = {}
+    for r, after, label in candidates:
+        if not r:
+            continue
+        key = (r["metric"], r["baseline"], r["technique"], r["baseline_value"], r["technique_value"])
+        _, afters, labels = found.setdefault(key, (r, [], []))
+        afters += [after] if after and after not in afters else []
+        labels += [label] if label and label not in labels else []
+    return [(f"{r['metric']}: {r['technique']} vs {r['baseline']}" + "".join(afters)
+             + (f" ({'; '.join(labels)})" if labels else ""), r) for r, afters, labels in found.values()]
+
+
+def variant_tables(report: dict, width: int = 6) -> list[tuple[list[str], list[list[str]]]]:
+    """A report's (as JSON) variants and metrics as (columns, rows) tables of at most ``width`` value
+    columns: a row per metric and a column per variant, or a row per variant when there are more
+    variants than metrics. Every value with its unit, at its metric's noise floor over all variants."""
+    variants, kinds = report["variants"], report.get("metric_kinds", {})
+    names = list(variants)
+    metrics = list(dict.fromkeys(m for ms in variants.values() for m in ms))
+    cells = {m: dict(zip(names, fmt.column(m, [variants[v].get(m) for v in names]))) for m in metrics}
+    labels = {m: f"{m} ({kinds.get(m, '?')})" for m in metrics} | {v: v for v in names}
+    by_metric = len(names) <= len(metrics)
+    corner, row_keys, col_keys = ("metric (kind)", metrics, names) if by_metric else ("variant", names, metrics)
+    tables = []
+    for start in range(0, len(col_keys), width):
+        cols = col_keys[start:start + width]
+        rows = [[labels[r], *(cells[r][c] if by_metric else cells[c][r] for c in cols)] for r in row_keys]
+        tables.append(([corner, *(labels[c] for c in cols)], rows))
+    return tables
+
+
+SMOKE_NOTE = ("Smoke run: a pipeline check on a tiny workload. Its ratios are not "
+              "measurements of the technique; run at scale quick or full for those.")
 
 
 def crossover(points: list[tuple[float, float]]) -> tuple[float | None, str]:
@@ -232,12 +283,11 @@ class RunReport(BaseModel):
 
     def summary_markdown(self) -> str:
         h, s = self.headline, self.headline.vs_strongest
-        lines = [
-            f"# {self.title} ({self.system}, scale `{self.scale}`)",
-            "",
-            f"**Headline** {h.metric}: {h.technique} vs {h.baseline} = **{h.label()}** (paper: {_x(h.paper)}; "
-            ">1 means the technique wins).",
-        ]
+        lines = [f"# {self.title} ({self.system}, scale `{self.scale}`)", ""]
+        if self.scale == "smoke":
+            lines += [f"> **{SMOKE_NOTE}**", ""]
+        lines.append(f"**Headline** {h.metric}: {h.technique} vs {h.baseline} = **{h.label()}** (paper: "
+                     f"{fmt.ratio(h.paper)}; >1 means the technique wins).")
         if s is not None:
             lines.append(f"Against the strongest deployable baseline of this run, **{s.baseline}**: {s.label()}.")
         if h.mechanism is not None:
@@ -253,19 +303,15 @@ class RunReport(BaseModel):
                          f"{p.label()}; constants under Assumptions.")
         lines += ["", "| comparison | kind | baseline | technique | ratio | range | paper |",
                   "|---|---|---|---|---|---|---|"]
-        for r in [h, *self.ratios]:
-            spread = f"{r.range[0]:.2f}-{r.range[1]:.2f}" if r.range else ""
-            lines.append(f"| {r.metric}: {r.technique} vs {r.baseline} | {r.kind} | {_fmt(r.baseline_value)} | "
-                         f"{_fmt(r.technique_value)} | {r.ratio:.2f}x | {spread} | {_x(r.paper)} |")
-        names = self.metric_names()
-        lines += ["", "| variant | " + " | ".join(f"{m} ({self.metric_kinds.get(m, '?')})" for m in names) + " |",
-                  "|---|" + "---|" * len(names)]
-        for name, metrics in self.variants.items():
-            lines.append(f"| {name} | " + " | ".join(_fmt(metrics.get(m)) for m in names) + " |")
+        for name, r in claim_rows(self.model_dump(mode="json")):
+            base, tech = fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]])
+            lines.append(f"| {name} | {r['kind']} | {base} | {tech} | {fmt.ratio(r['ratio'])} | "
+                         f"{fmt.ratio_range(r.get('range'), r['kind'])} | {fmt.ratio(r.get('paper'))} |")
+        lines += ["", *self.variants_markdown()]
         if self.assumptions:
             lines += ["", "**Assumptions** (modelled and simulated metrics)"]
             for metric, consts in self.assumptions.items():
-                lines.append(f"- {metric}: " + "; ".join(f"{k} = {a.value}{(' ' + a.unit) if a.unit else ''} "
+                lines.append(f"- {metric}: " + "; ".join(f"{k} = {fmt.exact(a.value)}{(' ' + a.unit) if a.unit else ''} "
                                                          f"({a.source})" for k, a in consts.items()))
         if self.notes:
             lines += ["", "**Notes**", *[f"- {n}" for n in self.notes]]
@@ -276,11 +322,20 @@ class RunReport(BaseModel):
                       f"wall time {self.wall_time_s:.1f} s."]
         return "\n".join(lines)
 
+    def variants_markdown(self) -> list[str]:
+        """Every variant's metrics as markdown tables narrow enough for a panel (``variant_tables``)."""
+        lines: list[str] = []
+        for columns, rows in variant_tables(self.model_dump(mode="json")):
+            lines += [""] if lines else []
+            lines += ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|",
+                      *("| " + " | ".join(row) + " |" for row in rows)]
+        return lines
+
     def regime_sentence(self) -> str:
         g = self.regime
-        pts = ", ".join(f"{p.value:g}: {p.ratio:.2f}x" for p in g.points)
+        pts = ", ".join(f"{fmt.number(p.value)}: {fmt.ratio(p.ratio)}" for p in g.points)
         unit = f" {g.unit}" if g.unit else ""
-        paper = f"; the paper's setting: {g.paper_value:g}{unit}" if g.paper_value is not None else ""
+        paper = f"; the paper's setting: {fmt.number(g.paper_value)}{unit}" if g.paper_value is not None else ""
         return (f"Regime over **{g.parameter}** (ratio against the strongest deployable baseline at each value: "
                 f"{pts}): the technique {regime_phrase(g.model_dump())}{paper}.")
 
@@ -291,40 +346,29 @@ class RunReport(BaseModel):
         return names
 
     def table_rows(self) -> list[dict[str, str]]:
-        """One row per claim, headline first, every number formatted: what the paper claims beside
-        what this run measured, so the table reads left to right without scrolling."""
-        rows, h = [], self.headline
-        labels = {id(h): " (headline)", id(h.mechanism): " (the mechanism alone: vs its ablation)",
-                  id(h.vs_oracle): " (hindsight oracle: an upper bound)", id(self.projection): " (projected at the "
-                  "paper's hardware)"}
-        for r in [h, h.mechanism, h.vs_oracle, self.projection, *self.ratios]:
-            if r is None:
-                continue
-            rows.append({
-                "claim": f"{r.metric}: {r.technique} vs {r.baseline}" + labels.get(id(r), ""),
-                "paper": _x(r.paper),
-                "this run": f"{r.ratio:.2f}x",
-                "kind": r.kind,
-                "range": f"{r.range[0]:.2f}-{r.range[1]:.2f}x" if r.range else "",
-                "baseline value": _fmt(r.baseline_value),
-                "technique value": _fmt(r.technique_value),
-                "vs strongest": f"{r.vs_strongest.ratio:.2f}x vs {r.vs_strongest.baseline}" if r.vs_strongest else "",
-            })
+        """One row per comparison, headline first, each once (``claim_rows``), every number with its
+        unit: what the paper claims beside what this run measured, narrow enough to read without
+        scrolling."""
+        rows = []
+        for name, r in claim_rows(self.model_dump(mode="json")):
+            base, tech = fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]])
+            rows.append({"claim": name, "paper": fmt.ratio(r.get("paper")), "this run": fmt.ratio(r["ratio"]),
+                         "kind": r["kind"], "range": fmt.ratio_range(r.get("range"), r["kind"]),
+                         "baseline value": base, "technique value": tech})
         return rows
+
+    def table_description(self) -> str:
+        """The table artifact's description: the headline in words; a smoke run says its ratios are
+        not measurements."""
+        h = self.headline
+        text = f"{self.title}: {h.metric} {h.technique} vs {h.baseline} = {h.label()} (paper {fmt.ratio(h.paper)})"
+        return f"{SMOKE_NOTE} {text}" if self.scale == "smoke" else text
 
     def parameters_markdown(self) -> str:
         """The run's resolved parameters (preset of its scale plus overrides), as a markdown table."""
         lines = ["| parameter | value |", "|---|---|"]
-        lines += [f"| {k} | `{v}` |" for k, v in self.parameters.items()]
+        lines += [f"| {k} | `{fmt.exact(v)}` |" for k, v in self.parameters.items()]
         return "\n".join(lines)
-
-
-def _fmt(v: float | None) -> str:
-    return "" if v is None else f"{v:.4g}"
-
-
-def _x(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.2f}x"
 
 
 @dataclass

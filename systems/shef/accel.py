@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from mlsys_flows.systems.common.fpga import FpgaError, board_measurement, board_memory, board_session_key
+from mlsys_flows.systems.common.fpga import (FpgaError, board_measurement, board_memory, board_session_key,
+                                             device_kernel, read_image)
 
 from .attest import unwrap_data_key
 from .shield import EngineConfig, Shield, ShieldError, Traffic, region_keys
@@ -23,24 +24,34 @@ from .workload import block_order, lookup_indices, stream_digest, table_digest
 _STATE: dict = {}
 
 
+@device_kernel
 def configure(image: bytes, wrapped_key: bytes) -> dict:
     """Take the Shield configurations from ``image`` (which must be the measured one) and unwrap the
     data key with the attested session key."""
     measurement = board_measurement()
     if hashlib.sha256(image).digest() != measurement:
         raise ShieldError("configure: the image handed to the accelerator is not the loaded (measured) one")
-    doc = json.loads(image)
+    doc = json.loads(read_image(image).payload)
     _STATE.clear()
-    _STATE.update(doc=doc, data_key=unwrap_data_key(board_session_key(), wrapped_key, measurement), shields={})
+    _STATE.update(doc=doc, measurement=measurement, shields={},
+                  data_key=unwrap_data_key(board_session_key(), wrapped_key, measurement))
     return {"variants": sorted(doc["variants"]), "regions": sorted(doc["regions"])}
 
 
 def _doc() -> dict:
-    if "doc" not in _STATE:
-        raise FpgaError("the accelerator is not configured (attest, then run configure)")
+    # on-chip state belongs to the image that configured it: another image loaded since cannot use it
+    if "doc" not in _STATE or _STATE["measurement"] != board_measurement():
+        raise FpgaError("the accelerator is not configured for the loaded image "
+                        "(attest, then run configure)")
     return _STATE["doc"]
 
 
+def _shield(variant: str, region: str) -> Shield:
+    _doc()
+    return _STATE["shields"][variant][region]
+
+
+@device_kernel
 def attach(variant: str) -> None:
     """Put a Shield in front of each of the variant's regions (the host has written them)."""
     doc, mem = _doc(), board_memory()
@@ -49,6 +60,7 @@ def attach(variant: str) -> None:
         for r, cfg in doc["variants"][variant].items()}
 
 
+@device_kernel
 def run_workload(variant: str, rep: int) -> dict:
     """One pass of the three workloads through the variant's Shields, each timed on the device."""
     doc = _doc()
@@ -86,10 +98,11 @@ def run_workload(variant: str, rep: int) -> dict:
     return {"seconds": seconds, "traffic": traffic, "stream_digest": total % (1 << 64), "table_digest": table}
 
 
+@device_kernel
 def export_versions(variant: str, region: str) -> tuple[bytes, bytes]:
     """The region's chunk versions and a MAC over them (region MAC key), so the user can open the
     region's DRAM image and knows the versions are the accelerator's, not an old set."""
-    shield = _STATE["shields"][variant][region]
+    shield = _shield(variant, region)
     versions = shield.versions.astype("<u4").tobytes()
     _, mac_key = region_keys(_STATE["data_key"], shield.region)
     return versions, hmac.digest(mac_key, b"versions|" + shield.region.encode() + b"|" + versions, "sha256")
@@ -103,11 +116,13 @@ def verify_versions(data_key: bytes, region: str, versions: bytes, mac: bytes) -
     return np.frombuffer(versions, "<u4")
 
 
+@device_kernel
 def shield_read(variant: str, region: str, offset: int, length: int) -> bytes:
     """One read through the Shield (for tests and spot checks)."""
-    return _STATE["shields"][variant][region].read(offset, length)
+    return _shield(variant, region).read(offset, length)
 
 
+@device_kernel
 def shield_write(variant: str, region: str, offset: int, data: bytes) -> None:
     """One write through the Shield (for tests and spot checks)."""
-    _STATE["shields"][variant][region].write(offset, data)
+    _shield(variant, region).write(offset, data)

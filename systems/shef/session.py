@@ -25,14 +25,24 @@ class OutputsDiffer(RuntimeError):
     """A variant's results differ from the plaintext reference (the Shield is not transparent)."""
 
 
-def boot(board: FpgaBoard, p, trusted_roots: list[bytes] | None = None) -> tuple[bytes, dict]:
-    """Load the image, attest, verify and provision; returns (data key, timings). The user trusts
-    ``trusted_roots`` (default: the software boards' manufacturer root on this machine)."""
-    img = image(p)
+def trusted_measurement(p) -> bytes:
+    """The user's side: the measurement of the image the user builds from ``p`` itself."""
+    return hashlib.sha256(image(p)).digest()
+
+
+def boot(board: FpgaBoard, p, trusted_roots: list[bytes] | None = None, expected_measurement: bytes | None = None,
+         host_image: bytes | None = None) -> tuple[bytes, dict]:
+    """The host loads its copy of the image (``host_image``, default built from ``p``), then the
+    user attests, verifies and provisions; returns (data key, timings). The user trusts
+    ``trusted_roots`` (default: the software boards' manufacturer root on this machine) and
+    ``expected_measurement``, the measurement of its own build (default: :func:`trusted_measurement`),
+    never the host's copy: the board measures what the host loaded, so a changed copy fails."""
+    trusted = expected_measurement or trusted_measurement(p)
+    img = image(p) if host_image is None else host_image
     t0 = time.perf_counter()
     measurement = board.load_image(img)
     t1 = time.perf_counter()
-    user = RemoteUser(trusted_roots or [manufacturer_root_public_key()], hashlib.sha256(img).digest())
+    user = RemoteUser(trusted_roots or [manufacturer_root_public_key()], trusted)
     nonce, pub = user.challenge()
     session_key = user.verify(board.attest(nonce, pub))
     data_key = os.urandom(16)
@@ -71,10 +81,11 @@ def read_back(board: FpgaBoard, p, data_key: bytes, variant: str, region: str) -
 
 
 def run(board: FpgaBoard, p, repeats: int, log: Callable[[str], None] = lambda _: None,
-        trusted_roots: list[bytes] | None = None) -> dict:
+        trusted_roots: list[bytes] | None = None, expected_measurement: bytes | None = None) -> dict:
     """The whole session; returns per-variant samples of each repeat, the counted traffic, and the
-    user's data key (``data_key``: the caller keeps it, e.g. for :func:`attacks`)."""
-    data_key, boot_t = boot(board, p, trusted_roots)
+    user's data key (``data_key``: the caller keeps it, e.g. for :func:`attacks`).
+    ``expected_measurement``: the measurement of the user's build (see :func:`boot`)."""
+    data_key, boot_t = boot(board, p, trusted_roots, expected_measurement)
     log(f"attested {board.device}: image measured and verified, data key provisioned "
         f"(load {boot_t['load_s']:.3f} s, attest+provision {boot_t['attest_s']:.3f} s)")
     plain = plaintexts(p)

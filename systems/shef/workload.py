@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlsys_flows.systems.common.fpga import build_image
+
 from .shield import EngineConfig
 
 VARIANTS = ("no_shield", "uniform_shield", "uniform_coarse", "custom_shield")
@@ -71,18 +73,22 @@ def metadata_bytes(p) -> dict[str, dict[str, int]]:
 
 
 _CODE = ("accel.py", "shield.py", "attest.py", "workload.py")
+# the accelerator's entry points, declared in the image's manifest: the board runs nothing else
+KERNELS = tuple(f"mlsys_flows.systems.shef.accel:{k}" for k in (
+    "configure", "attach", "run_workload", "export_versions", "shield_read", "shield_write"))
 
 
 def image(p) -> bytes:
-    """The accelerator image: its code (the modules the device runs) and every Shield configuration
-    and workload shape, canonically encoded. Its sha256 is the measurement the user expects."""
+    """The accelerator image: the manifest of its kernels, then its code (the modules the device
+    runs) and every Shield configuration and workload shape, canonically encoded. Its sha256 is the
+    measurement the user expects."""
     here = Path(__file__).parent
     code = {f: hashlib.sha256((here / f).read_bytes()).hexdigest() for f in _CODE}
     doc = {"accelerator": "shef-bench-v1", "code": code,
            "regions": {r: asdict(s) for r, s in regions(p).items()},
            "variants": {v: {r: c.as_dict() for r, c in cfgs.items()} for v, cfgs in variant_configs(p).items()},
            "workload": {"lookups": p.lookups, "scratch_passes": p.scratch_passes, "seed": p.seed}}
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return build_image(KERNELS, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
 
 
 def plaintexts(p) -> dict[str, bytes]:

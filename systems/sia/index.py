@@ -28,10 +28,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mlsys_flows.systems.common.fpga import build_image
+
 from . import train
 
 KERNELS = {"full_retrain": "mlsys_flows.systems.sia.train:retrain_full",
            "sia": "mlsys_flows.systems.sia.train:retrain_sia"}
+
+
+def image() -> bytes:
+    """The retrain accelerator's image: its manifest declares the kernels the board may run."""
+    return build_image([*KERNELS.values(), "mlsys_flows.systems.sia.train:warm_up"])
+
 
 Submit = Callable[..., concurrent.futures.Future]
 

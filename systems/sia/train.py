@@ -27,6 +27,8 @@ import time
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from mlsys_flows.systems.common.fpga import device_kernel
+
 EPS = float(np.finfo(np.float64).eps)
 _BLAS_LIMIT: list = []
 
@@ -122,6 +124,7 @@ def error_bound(a: np.ndarray, w: np.ndarray) -> int:
     return int(np.max(np.abs(pred - np.arange(len(a)))))
 
 
+@device_kernel
 def retrain_full(keys: np.ndarray, offset: int, n_feat: int, lam: float) -> dict:
     """Baseline kernel: QR of all of the group's (merged, sorted) keys. Returns weights, R, error
     bound and the kernel's own compute time."""
@@ -133,6 +136,7 @@ def retrain_full(keys: np.ndarray, offset: int, n_feat: int, lam: float) -> dict
     return {"w": w, "r": r, "err": err, "kernel_s": time.perf_counter() - t0, "qr_rows": len(a)}
 
 
+@device_kernel
 def retrain_sia(keys: np.ndarray, new_keys: np.ndarray, r_old: np.ndarray, offset: int, n_feat: int,
                 lam: float) -> dict:
     """SIA kernel: factorise only ``new_keys`` under the memoised ``r_old``; ``keys`` (the merged,
@@ -183,6 +187,7 @@ def check_equal_weights(w_test: np.ndarray, keys: np.ndarray, offset: int, n_fea
     return {"rel_diff": diff, "bound": bound, "ok": bool(diff <= bound)}
 
 
+@device_kernel
 def warm_up() -> int:
     """A tiny retrain of each kind, so the device process has imported and pinned everything before
     a clock starts; returns the process id."""

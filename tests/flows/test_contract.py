@@ -56,11 +56,15 @@ def test_smoke_run_meets_the_contract(name):
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
 
-        keys = {a.key for a in client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"{name}-report", f"{name}-summary"])))}
-    assert keys == {f"{name}-report", f"{name}-summary"}
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"{name}-report", f"{name}-summary"])),
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[report.run_id])))
+    assert {a.key for a in arts} == {f"{name}-report", f"{name}-summary"}
+    # artifacts of the flow run itself: the UI's Artifacts tab lists them under the run, not a task run
+    assert all(str(a.flow_run_id) == report.run_id and a.task_run_id is None for a in arts), \
+        [(a.key, a.flow_run_id, a.task_run_id) for a in arts]
 
 
 def test_bad_parameters_fail_before_the_flow_starts(local_storage):

@@ -88,7 +88,7 @@ def test_sigkill_during_a_flush_then_resume_ends_with_the_uninterrupted_weights(
     # the final checkpoint holds exactly the weights and Adam state of an uninterrupted run
     uninterrupted = train(p.width, p.depth, p.batch_size, p.steps, p.seed, threads=p.train_threads)
     model, opt = build(p.width, p.depth, p.seed)
-    assert load_state(model, opt, checkpoints.load(run_key)[1]) == p.steps
+    assert load_state(model, opt, checkpoints.restore(run_key)[1]) == p.steps
     assert digest(model, opt) == uninterrupted.digest
     v = report["variants"]
     assert v["training_run"]["weights_digest"] == v["none"]["weights_digest"]  # the flow's own uninterrupted runs
@@ -118,7 +118,7 @@ def test_lazy_async_checkpoints_on_s3(s3_storage):
     res = train(64, 2, 8, 6, seed=2, saver=Keep(saver), every=2, threads=1)
     assert [e["step"] for e in store.manifest("s3run")] == [4, 6]  # keep_last=2; older ones deleted
     assert len([k for k in s3_storage.list("ck/s3run") if k.endswith(".pt")]) == 2
-    step, state = store.load("s3run")
+    step, state = store.restore("s3run")
     assert step == 6 and all(torch.equal(state["model"][k], rec[6][k]) for k in rec[6])
     assert res.digest == train(64, 2, 8, 6, seed=2, threads=1).digest
     assert all(f["bytes"] > 0 and f["seconds"] > 0 for f in saver.flushes)

@@ -113,3 +113,111 @@ def test_a_device_pool_no_worker_has_fails_naming_the_parameter(prefect_api, loc
     assert state.is_failed()
     assert "'devices'" in str(state.result(raise_on_failure=False)) and "--resources GPU=" in state.message
     assert time.monotonic() - started < 60
+
+
+def test_a_remote_cluster_with_a_loopback_api_fails_before_work_naming_the_fix(prefect_api, local_storage):
+    """The test harness's API is on 127.0.0.1; a scheduler on another machine (TEST-NET, unroutable)
+    fails the run at once naming ``cluster`` and the fix, not after a connection attempt."""
+    from mlsys_flows import registry
+
+    state = registry.get("recd").load_flow()(scale="smoke", cluster=DaskCluster(address="tcp://192.0.2.1:8786"),
+                                             storage=local_storage, return_state=True)
+    assert state.is_failed()
+    message = str(state.result(raise_on_failure=False))
+    assert "'cluster'" in message and "prefect server start --host 0.0.0.0" in message and "192.0.2.1" in message
+
+
+def test_a_worker_that_joins_after_the_run_started_is_warmed():
+    """warm_workers registers a worker plugin: the worker present imports the module at once, and a
+    worker added later imports it before it runs its first task (plugins are set up before a new
+    worker reads the scheduler's stream)."""
+    from distributed import Client, LocalCluster
+
+    from mlsys_flows.runtime import warm_workers
+
+    def imported() -> bool:
+        return "colorsys" in sys.modules  # a standard module nothing here imports
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        first = set(client.scheduler_info()["workers"])
+        assert client.run(imported) == {a: False for a in first}
+        warm_workers(client, "colorsys")
+        assert client.run(imported) == {a: True for a in first}
+        cluster.scale(2)
+        client.wait_for_workers(2, timeout=120)
+        (late,) = set(client.scheduler_info()["workers"]) - first
+        assert client.submit(imported, workers=[late], pure=False).result(timeout=120)
+
+
+def test_the_device_check_waits_for_a_worker_that_joins_late():
+    """check_workers_have waits (up to worker_wait_s) for a worker with the pool's resource: a GPU
+    worker added once the check says it is waiting lets it pass; with none it fails naming the wait."""
+    import logging
+    import threading
+    from types import SimpleNamespace
+
+    from distributed import Client, LocalCluster, Worker
+
+    from mlsys_flows.flows.common import check_workers_have
+    from mlsys_flows.systems.common.params import ParamsError
+
+    pool = ResourcePool(kind="gpu", name="late")
+    waiting, outcome = threading.Event(), []
+
+    class Waiting(logging.Handler):
+        def emit(self, record):
+            if "waiting up to" in record.getMessage():
+                waiting.set()
+
+    handler, logger = Waiting(), logging.getLogger("mlsys_flows.flows")
+    logger.addHandler(handler)
+    previous_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+            runner = SimpleNamespace(client=client)
+            with pytest.raises(ParamsError, match=r"'devices'.*within 0.5 s"):
+                check_workers_have(runner, pool, DaskCluster(address=cluster.scheduler_address, worker_wait_s=0.5))
+
+            def check():
+                try:
+                    check_workers_have(runner, pool, DaskCluster(address=cluster.scheduler_address, worker_wait_s=300))
+                    outcome.append("passed")
+                except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=check)
+            thread.start()
+            assert waiting.wait(120), "the check never said it was waiting"
+            assert not outcome  # still waiting: no worker has a GPU yet
+            cluster.worker_spec["gpu"] = {"cls": Worker, "options": {"nthreads": 1, "resources": {"GPU": 1},
+                                                                     "dashboard_address": None}}
+            cluster.scale(len(cluster.worker_spec))
+            thread.join(300)
+            assert outcome == ["passed"]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous_level)
+
+
+def test_a_tls_scheduler_is_reached_with_certificates_from_secret_blocks(prefect_api):
+    """A TLS-only scheduler (a certificate made here, in memory): DaskCluster builds distributed's
+    Security from three Secret blocks (PEM text) and its task runner's client computes on it."""
+    from distributed import LocalCluster
+    from distributed.security import Security
+    from prefect.blocks.system import Secret
+
+    security = Security.temporary()
+    pem = {"t-tls-ca": security.tls_ca_file, "t-tls-cert": security.tls_client_cert,
+           "t-tls-key": security.tls_client_key}
+    for name, value in pem.items():
+        Secret(value=value).save(name, overwrite=True)
+    with LocalCluster(n_workers=1, processes=False, protocol="tls://", host="127.0.0.1", security=security,
+                      dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        block = DaskCluster(address=cluster.scheduler_address, tls_ca_secret="t-tls-ca", tls_cert_secret="t-tls-cert",
+                            tls_key_secret="t-tls-key", client_kwargs={"timeout": 60})
+        assert block.security().require_encryption
+        with block.task_runner() as runner:
+            assert runner.client.submit(sum, [1, 2]).result(timeout=60) == 3

@@ -13,7 +13,7 @@ from faultkit import survivors
 
 pytestmark = pytest.mark.integration
 
-APP = "prefect.server.api.server:create_app"
+SERVER = "server start"  # the embedded API is `prefect server start` (server.EmbeddedAPI)
 
 
 def _api_servers(home: Path) -> set[int]:
@@ -22,7 +22,7 @@ def _api_servers(home: Path) -> set[int]:
     found = set()
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if APP in " ".join(p.info["cmdline"] or []) and p.environ().get("MLSYS_FLOWS_HOME") == str(home):
+            if SERVER in " ".join(p.info["cmdline"] or []) and p.environ().get("MLSYS_FLOWS_HOME") == str(home):
                 found.add(p.info["pid"])
         except psutil.Error:
             pass

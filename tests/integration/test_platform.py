@@ -1,12 +1,15 @@
 """The whole platform, as a user runs it: `mlsys-flows server` (real Prefect server + process work
 pool + worker + blocks), `mlsys-flows deploy` (prefect deploy --all on prefect.yaml), a run
-triggered by a signed webhook and one by the Airflow operator, both completing on the worker,
-then the Prefect UI in headless Chromium showing the deployment, the run and its RunReport."""
+triggered by a signed webhook and one by the Airflow operator, both completing on the worker, one
+by `mlsys-flows run` in a fresh shell (a run of the deployment) and `mlsys-flows report --storage
+local` finding the server, then the Prefect UI in headless Chromium showing the deployment, the runs
+and the RunReport."""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,7 +27,7 @@ import yaml
 from faultkit import survivors
 from webhook_fixtures import ServerThread
 
-from mlsys_flows import deploy, registry
+from mlsys_flows import deploy, flow_params, registry
 from mlsys_flows.prefect_rest import PrefectREST
 from mlsys_flows.server import WORK_POOL, free_port, state_file
 from mlsys_flows.webhooks import WebhookConfig, create_app, signed_headers
@@ -135,7 +138,8 @@ def runs(platform, deployed):
         operator = threading.Thread(target=lambda: out.update(airflow=_run_operator(platform.api_url, name)))
         operator.start()
         body = b'{"scale": "smoke"}'
-        r = httpx.post(f"{hooks.url}/hooks/{name}", content=body, headers=signed_headers(secret, body, "e2e-1"), timeout=60)
+        r = httpx.post(f"{hooks.url}/hooks/{name}", content=body, timeout=60,
+                       headers=signed_headers(secret, body, f"e2e-{uuid.uuid4().hex}"))
         assert r.status_code == 202, r.text
         assert r.json()["parameters"] == {"scale": "smoke", "cluster": "threads"}
         out["webhook"] = api.wait_for_final_state(r.json()["flow_run_id"], timeout_s=540, poll_s=1)
@@ -146,21 +150,54 @@ def runs(platform, deployed):
     return out
 
 
+AIRFLOW_CONN = "prefect_platform_test"
+
+
+def _airflow_connection(api_url: str) -> None:
+    """The operator's Prefect connection, as Airflow reads one from the environment."""
+    os.environ[f"AIRFLOW_CONN_{AIRFLOW_CONN.upper()}"] = json.dumps({"conn_type": "prefect", "host": api_url})
+
+
 def _run_operator(api_url: str, name: str):
+    """The operator outside Airflow's task runner, waiting in the worker (deferrable=False: deferral
+    needs Airflow's runtime, tested by test_airflow_dags.py); returns its XCom and pushed XComs."""
     try:
         from airflow.sdk.bases.operator import ExecutorSafeguard
     except ImportError as exc:
         return exc  # the test using it skips with the reason
-    from mlsys_flows.airflow_operator import MlsysFlowOperator
+    from mlsys_flows.airflow.operators import MlsysFlowOperator
 
     ExecutorSafeguard.test_mode = True  # execute() outside Airflow's task runner
-    op = MlsysFlowOperator(task_id=f"{name}_smoke", system=name, scale="smoke", api_url=api_url, cluster="threads",
-                           poll_interval_s=1, run_timeout_s=540)
-    ti = SimpleNamespace(dag_id="mlsys", task_id=op.task_id, try_number=1)
+    _airflow_connection(api_url)
+    op = MlsysFlowOperator(task_id=f"{name}_smoke", system=name, scale="smoke", prefect_conn_id=AIRFLOW_CONN,
+                           cluster="threads", deferrable=False, poll_interval_s=1, run_timeout_s=540)
+    pushed: dict = {}
+    ti = SimpleNamespace(dag_id="mlsys", task_id=op.task_id, try_number=1,
+                         xcom_push=lambda key, value: pushed.update({key: value}))
     try:
-        return op.execute({"ti": ti, "run_id": f"manual__{uuid.uuid4().hex}"})
+        return {**op.execute({"ti": ti, "run_id": f"manual__{uuid.uuid4().hex}"}), "pushed": pushed}
     except Exception as exc:  # noqa: BLE001 - reported by the test
         return exc
+
+
+def _cli(platform, *args: str) -> subprocess.CompletedProcess:
+    """`mlsys-flows ARGS` as a user types it in a fresh shell: no PREFECT_* variable, the platform's
+    data folder; it must find the running server itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["MLSYS_FLOWS_HOME"] = str(platform.root)
+    return subprocess.run([str(Path(sys.executable).parent / "mlsys-flows"), *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def cli_run(platform, runs, tmp_path_factory):
+    """`mlsys-flows run <system> --scale smoke` against the running server (after the webhook and
+    Airflow runs: one run at a time on 2 cores); its output, RunReport and flow run."""
+    path = tmp_path_factory.mktemp("cli") / "report.json"
+    out = _cli(platform, "run", runs["system"], "--scale", "smoke", "-p", "seed=3", "--json", str(path))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    report = json.loads(path.read_text())
+    return SimpleNamespace(out=out, report=report, run=runs["api"].read_flow_run(report["run_id"]))
 
 
 def test_deploy_creates_every_deployment_from_prefect_yaml(platform, deployed):
@@ -172,6 +209,14 @@ def test_deploy_creates_every_deployment_from_prefect_yaml(platform, deployed):
             assert dep["work_pool_name"] == WORK_POOL and dep["parameters"] == {"scale": "quick"}
             assert dep["entrypoint"] == d["entrypoint"] and set(d["tags"]) <= set(dep["tags"])
             assert all(not s["active"] for s in dep["schedules"]) and len(dep["schedules"]) == len(d.get("schedules", []))
+            # a paused example says so: its slug and the deployment's description
+            assert all(s["slug"] == deploy.PAUSED_EXAMPLE for s in dep["schedules"]), dep["schedules"]
+            assert ("paused example" in dep["description"]) == bool(dep["schedules"]), dep["description"]
+            # the Parameters tab: a type for every parameter, a default where one exists
+            props = dep["parameter_openapi_schema"]["properties"]
+            assert list(props) == list(flow_params.NAMES), (d["name"], list(props))
+            for p in flow_params.PARAMETERS:
+                assert props[p.name].get("type") and props[p.name].get("default") == p.default, (d["name"], props[p.name])
             assert Path(dep["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"]) == \
                 deploy.PREFECT_YAML.parent
 
@@ -180,21 +225,30 @@ def test_webhook_run_completes_with_its_report(runs):
     run, api = runs["webhook"], runs["api"]
     assert run["state"]["type"] == "COMPLETED", run["state"]
     assert run["parameters"] == {"scale": "smoke", "cluster": "threads"}
-    arts = api._call("POST", "artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
-    assert {a["key"] for a in arts} >= {f"{runs['system']}-report", f"{runs['system']}-summary"}
+    _assert_flow_run_artifacts(api, run["id"], runs["system"])
+
+
+def _assert_flow_run_artifacts(api: PrefectREST, run_id: str, name: str) -> None:
+    """The run's table and summary belong to the flow run itself, not to a task run of it (the UI's
+    Artifacts tab would list them under the `publish-report` task run)."""
+    arts = api.request("POST", "artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
+    mine = {a["key"]: a for a in arts if a["key"] in (f"{name}-report", f"{name}-summary")}
+    assert len(mine) == 2, [a["key"] for a in arts]
+    assert all(a["flow_run_id"] == run_id and a["task_run_id"] is None for a in mine.values()), \
+        [(a["key"], a["flow_run_id"], a["task_run_id"]) for a in mine.values()]
 
 
 def test_the_run_the_user_started_holds_every_task_and_the_resolved_parameters(runs):
     """One run page: no body subflow; the system's tasks are task runs of the run the webhook
     started; the summary artifact carries the resolved parameters and the plot."""
     run, api = runs["webhook"], runs["api"]
-    children = api._call("POST", "flow_runs/filter", json={
+    children = api.request("POST", "flow_runs/filter", json={
         "flow_runs": {"parent_flow_run_id": {"any_": [run["id"]]}}}).json()
     assert children == [], [c["name"] for c in children]
-    tasks = api._call("POST", "task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}}).json()
+    tasks = api.request("POST", "task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}}).json()
     names = {t["name"].rsplit("-", 1)[0] for t in tasks}
     assert {f"{runs['system']}-train", "publish-report"} <= names, names
-    arts = {a["key"]: a for a in api._call("POST", "artifacts/filter", json={
+    arts = {a["key"]: a for a in api.request("POST", "artifacts/filter", json={
         "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()}
     summary = arts[f"{runs['system']}-summary"]["data"]
     assert "## Parameters (resolved)" in summary and "| scale | `smoke` |" in summary
@@ -204,7 +258,7 @@ def test_the_run_the_user_started_holds_every_task_and_the_resolved_parameters(r
     assert list(rows[0])[:3] == ["claim", "paper", "this run"] and rows[0]["claim"].endswith("(headline)")
 
 
-def test_airflow_operator_runs_the_deployment(runs):
+def test_airflow_operator_runs_the_deployment(runs, platform):
     result = runs.get("airflow")
     if isinstance(result, ImportError):
         pytest.skip(f"apache-airflow-task-sdk not installed (pip install -e '.[airflow]'): {result}")
@@ -212,6 +266,8 @@ def test_airflow_operator_runs_the_deployment(runs):
     assert result["state"] == "COMPLETED"
     run = runs["api"].read_flow_run(result["flow_run_id"])
     assert run["state"]["type"] == "COMPLETED" and "airflow" in run["tags"]
+    # the extra link's XCom, pushed as soon as the run existed
+    assert result["pushed"] == {"_link_PrefectRunLink": f"{platform.ui_url}/runs/flow-run/{run['id']}"}
 
 
 def test_airflow_operator_refuses_bad_parameters_before_any_run(platform, deployed):
@@ -219,24 +275,38 @@ def test_airflow_operator_refuses_bad_parameters_before_any_run(platform, deploy
     from airflow.sdk.bases.operator import ExecutorSafeguard
     from airflow.sdk.exceptions import AirflowException
 
-    from mlsys_flows.airflow_operator import MlsysFlowOperator
+    from mlsys_flows.airflow.operators import MlsysFlowOperator
 
     ExecutorSafeguard.test_mode = True
+    _airflow_connection(platform.api_url)
     name = system()
     with PrefectREST(platform.api_url) as api:
         dep = api.read_deployment(f"{name}/{name}")
         before = api.count_flow_runs(dep["id"])
-        op = MlsysFlowOperator(task_id="bad", system=name, overrides={"no_such_param": 1}, api_url=platform.api_url)
+        op = MlsysFlowOperator(task_id="bad", system=name, overrides={"no_such_param": 1}, prefect_conn_id=AIRFLOW_CONN)
         with pytest.raises(AirflowException, match="no_such_param"):
             op.execute({})
         assert api.count_flow_runs(dep["id"]) == before
 
 
-def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
+E_NOTATION = re.compile(r"\d[eE][+-]\d")  # 3.489e+04, -1.836e-10: unreadable in a table
+
+
+def test_ui_shows_deployment_run_and_report(platform, runs, cli_run, tmp_path):
+    """What a user sees in the Prefect UI (the one `/` opens, under /v2/): the example schedules
+    labelled Paused in the deployments list, the CLI run in its deployment's Runs tab, a type for every
+    parameter in the Parameters tab, the run form's override fields taking a value at once, the run's
+    two artifacts on the flow run itself, the summary's plot loaded, and no number in scientific
+    notation in the table artifact."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not installed (apt-get install -y chromium; `make system-deps`)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
-    name, run = runs["system"], runs["webhook"]
+    name, run, api = runs["system"], cli_run.run, runs["api"]
+    ui = f"{platform.ui_url}/v2"
+    deployment = api.read_deployment(f"{name}/{name}")
+    arts = {a["key"]: a for a in api.request("POST", "artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()}
+    shots = {}
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
@@ -245,33 +315,52 @@ def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
             # nothing leaves the machine: the UI's analytics calls are aborted
             page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(platform.ui_url)
                        else route.abort())
-            # the deployment's own page: the list is paginated, and with every system deployed this
-            # one need not be on its first page
-            deployment = runs["api"].read_deployment(f"{name}/{name}")
-            page.goto(f"{platform.ui_url}/deployments/deployment/{deployment['id']}", wait_until="domcontentloaded")
-            page.get_by_text(f"{name}", exact=True).first.wait_for(timeout=60_000)
-            page.get_by_text("Parameters").first.wait_for(timeout=60_000)
-            page.screenshot(path=str(tmp_path / "deployments.png"))
-            # the custom run form: the system's own parameters, each with its description
+
+            def shot(key: str, full_page: bool = True) -> None:
+                # the pictures in the docs: taken once every loading placeholder has its content
+                page.wait_for_function("() => !document.querySelector('.animate-pulse')", timeout=60_000)
+                shots[key] = tmp_path / f"{key}.png"
+                page.screenshot(path=str(shots[key]), full_page=full_page)
+
+            # the deployments list: every example schedule on the page reads Paused, none Active
+            page.goto(f"{ui}/deployments", wait_until="domcontentloaded")
+            page.get_by_text("Paused", exact=True).first.wait_for(timeout=60_000)
+            assert page.get_by_text("Active", exact=True).count() == 0
+            # the deployment's own page (the list is paginated): its Runs tab lists the CLI run
+            page.goto(f"{ui}/deployments/deployment/{deployment['id']}?tab=Runs", wait_until="domcontentloaded")
+            page.get_by_text(run["name"]).first.wait_for(timeout=60_000)
+            shot("deployments")
+            # the Parameters tab: a Type for every parameter
+            page.goto(f"{ui}/deployments/deployment/{deployment['id']}?tab=Parameters", wait_until="domcontentloaded")
+            page.get_by_text("run_key", exact=True).first.wait_for(timeout=60_000)
+            cells = page.locator("table tbody tr").evaluate_all(
+                "rows => rows.map(r => Array.from(r.cells, c => c.innerText.trim()))")
+            assert [c[0] for c in cells] == list(flow_params.NAMES), cells
+            assert all(c[-1] for c in cells), f"a parameter without a type: {cells}"
+            shot("parameters")
+            # the custom run form: the system's own parameters with descriptions and presets, each a
+            # typed field that takes a value at once (no "None" type to switch away from)
             field = next(f for n, f in registry.get(name).params_model().model_fields.items()
                          if n not in ("scale", "seed", "repeats"))  # the first of the system's own
-            page.goto(f"{platform.ui_url}/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
-            overrides = registry.get(name).params_model().overrides_model().__name__
-            page.get_by_text(overrides, exact=True).first.click()  # the form's "<Model> | None" switch
+            page.goto(f"{ui}/deployments/deployment/{deployment['id']}/run", wait_until="domcontentloaded")
             page.get_by_text(field.description[:40]).first.wait_for(timeout=60_000)
             page.get_by_text("Preset: smoke").first.wait_for(timeout=60_000)
-            page.screenshot(path=str(tmp_path / "run-form.png"), full_page=True)
-            page.goto(f"{platform.ui_url}/runs/flow-run/{run['id']}", wait_until="domcontentloaded")
-            page.get_by_text(run["name"]).first.wait_for(timeout=60_000)
+            page.get_by_label("Seed (Optional)").fill("5")
+            assert page.get_by_text('Property is type "None"').count() == 0
+            shot("run-form", full_page=False)  # the first fields; the form is a few screens long
+            # the CLI run's Artifacts tab: both artifacts, on the flow run, none under a task run
+            with page.expect_response(lambda r: "/graph-v2" in r.url, timeout=60_000):  # the run's task graph
+                page.goto(f"{ui}/runs/flow-run/{run['id']}", wait_until="domcontentloaded")
             page.get_by_text("Completed").first.wait_for(timeout=60_000)
-            page.get_by_text("Artifacts").first.click()
-            page.get_by_text(f"{name}-report").first.wait_for(timeout=60_000)
-            shot = tmp_path / "flow-run.png"
-            page.screenshot(path=str(shot), full_page=True)
+            page.get_by_role("tab", name="Artifacts").first.click()
+            panel = page.get_by_role("tabpanel", name="Artifacts")
+            for key in (f"{name}-report", f"{name}-summary"):
+                panel.get_by_text(key, exact=True).first.wait_for(timeout=60_000)
+            listed = panel.inner_text()
+            assert "publish-report" not in listed and "Task run" not in listed, listed
+            shot("flow-run")
             # the summary artifact's page: the table with the paper column and the plot, really loaded
-            summary = next(a for a in runs["api"]._call("POST", "artifacts/filter", json={
-                "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json() if a["key"] == f"{name}-summary")
-            page.goto(f"{platform.ui_url}/artifacts/artifact/{summary['id']}", wait_until="domcontentloaded")
+            page.goto(f"{ui}/artifacts/artifact/{arts[f'{name}-summary']['id']}", wait_until="domcontentloaded")
             page.get_by_text("Parameters (resolved)").first.wait_for(timeout=60_000)
             page.get_by_text("paper").first.wait_for(timeout=60_000)
             plot = page.locator(f"img[alt='{name} plot']").first
@@ -279,36 +368,48 @@ def test_ui_shows_deployment_run_and_report(platform, runs, tmp_path):
             page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=plot.element_handle(),
                                    timeout=60_000)
             width = plot.evaluate("img => img.naturalWidth")
-            plot.scroll_into_view_if_needed()
-            report_shot = tmp_path / "report-artifact.png"
-            page.screenshot(path=str(report_shot), full_page=True)
+            shot("report-artifact")
+            # the table artifact's page: every cell as the UI shows it
+            page.goto(f"{ui}/artifacts/artifact/{arts[f'{name}-report']['id']}", wait_until="domcontentloaded")
+            page.locator("td").first.wait_for(timeout=60_000)
+            shown = page.locator("td").evaluate_all("tds => tds.map(td => td.innerText.trim())")
         finally:
             browser.close()
     assert width > 300, width
-    assert shot.stat().st_size > 10_000
-    if os.environ.get("MLSYS_FLOWS_SAVE_SCREENSHOTS"):  # refresh the docs' picture
+    assert shots["flow-run"].stat().st_size > 10_000
+    if os.environ.get("MLSYS_FLOWS_SAVE_SCREENSHOTS"):  # refresh the docs' pictures
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, DOCS_IMG / "prefect-ui-flow-run.png")
-        shutil.copy(tmp_path / "deployments.png", DOCS_IMG / "prefect-ui-deployments.png")
-        shutil.copy(report_shot, DOCS_IMG / "prefect-ui-report-artifact.png")
-        shutil.copy(tmp_path / "run-form.png", DOCS_IMG / "prefect-ui-run-form.png")
+        for key, path in shots.items():
+            shutil.copy(path, DOCS_IMG / f"prefect-ui-{key}.png")
+    # the UI shows a page of rows; the artifact's data holds them all
+    data = arts[f"{name}-report"]["data"]
+    rows = json.loads(data) if isinstance(data, str) else data
+    assert len(shown) > 10 and rows, shown
+    every = shown + [str(v) for row in rows for v in row.values()]
+    assert not [c for c in every if E_NOTATION.search(c)], sorted({c for c in every if E_NOTATION.search(c)})
 
 
-def test_cli_run_uses_the_running_server(platform, runs, tmp_path):
+def test_cli_run_is_a_run_of_the_systems_deployment(platform, runs, cli_run):
     """`mlsys-flows run` in a fresh shell (no PREFECT_* variables) finds the running server through
-    its server.json, says so, and its run is on that server (so in its UI)."""
-    name = runs["system"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env["MLSYS_FLOWS_HOME"] = str(platform.root)
-    out = subprocess.run([str(Path(sys.executable).parent / "mlsys-flows"), "run", name, "--scale", "smoke",
-                          "-p", "seed=3", "--json", str(tmp_path / "report.json")],
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    its server.json, says so, and its run is a run of the system's deployment (listed in that
+    deployment's Runs tab), tagged `system:<name>` and `cli`, with its artifacts on the flow run."""
+    name, run, out = runs["system"], cli_run.run, cli_run.out
     assert f"Prefect API: {platform.api_url}" in out.stdout, out.stdout
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["parameters"]["seed"] == 3
-    run = runs["api"].read_flow_run(report["run_id"])
-    assert run["state"]["type"] == "COMPLETED" and f"/runs/flow-run/{report['run_id']}" in out.stdout
+    assert cli_run.report["parameters"]["seed"] == 3 and run["parameters"]["overrides"] == {"seed": 3}
+    assert run["state"]["type"] == "COMPLETED" and f"/runs/flow-run/{run['id']}" in out.stdout
+    deployment = runs["api"].read_deployment(f"{name}/{name}")
+    assert run["deployment_id"] == deployment["id"], run
+    assert {f"system:{name}", "cli"} <= set(run["tags"]), run["tags"]
+    _assert_flow_run_artifacts(runs["api"], run["id"], name)
+
+
+def test_report_finds_the_running_server(platform, cli_run, tmp_path):
+    """`mlsys-flows report --storage local` in a fresh shell reads the `local` block from the running
+    server (found as `run` finds it) and lists the CLI run's report from that storage."""
+    out = _cli(platform, "report", "--storage", "local", "--out", str(tmp_path / "catalogue"))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    pages = "".join(p.read_text() for p in (tmp_path / "catalogue").rglob("*.html"))
+    assert cli_run.report["run_id"] in pages
 
 
 def test_ctrl_c_stops_everything_with_a_run_in_flight(platform, deployed):
@@ -322,13 +423,15 @@ def test_ctrl_c_stops_everything_with_a_run_in_flight(platform, deployed):
         run = api.create_flow_run(dep["id"], parameters={"scale": "smoke"})
 
         def a_task_is_running():  # the moment: the run's first task has started on its Dask cluster
-            tasks = api._call("POST", "task_runs/filter", json={"flow_runs": {"id": {"any_": [run.id]}}}).json()
+            tasks = api.request("POST", "task_runs/filter", json={"flow_runs": {"id": {"any_": [run.id]}}}).json()
             return any(t["state"]["type"] == "RUNNING" for t in tasks if t.get("state"))
 
         deadline = time.monotonic() + 300  # a hang guard, not the test's moment
         while not a_task_is_running():
             state = api.read_flow_run(run.id)["state"]["type"]
-            assert state not in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"), f"the run ended first: {state}"
+            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                logs = api.request("POST", "logs/filter", json={"logs": {"flow_run_id": {"any_": [run.id]}}}).json()
+                pytest.fail(f"the run ended first: {state}\n" + "\n".join(x["message"][-1500:] for x in logs[-5:]))
             assert time.monotonic() < deadline, "the run's first task never started"
             time.sleep(0.2)
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage, StorageError
+from storage_keys import KEY_METHODS, assert_refused_everywhere
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +27,17 @@ def test_s3_roundtrip(s3_storage):
     assert not s3_storage.exists("x/a.bin")
 
 
+@pytest.mark.parametrize("method", sorted(KEY_METHODS))
+def test_s3_every_key_method_refuses_keys_leaving_the_root(s3_storage, method):
+    s3_storage.write_bytes("a/inside.bin", b"x")
+    assert_refused_everywhere(s3_storage, method)
+    assert s3_storage.list() == ["a/inside.bin"]
+
+
 def test_s3_checkpoints_detect_corruption(s3_storage):
     store = CheckpointStore(storage=s3_storage, keep_last=2)
-    store.save("r", 1, {"w": torch.ones(4)})
-    store.save("r", 2, {"w": torch.full((4,), 2.0)})
+    store.write("r", 1, {"w": torch.ones(4)})
+    store.write("r", 2, {"w": torch.full((4,), 2.0)})
     key = store.manifest("r")[-1]["key"]
     blob = bytearray(s3_storage.read_bytes(key))
     blob[-5] ^= 0x55
@@ -45,6 +53,19 @@ def test_wrong_credentials_are_a_clear_error(s3, s3_storage):
         bad.write_bytes("k.bin", b"x")
     assert "rejected the credentials" in str(exc.value)
     assert "wrong-secret-value" not in str(exc.value)
+
+
+def test_a_session_token_is_sent_and_checked(s3, s3_storage):
+    """The session-token path reaches the server: SeaweedFS accepts the keys alone (s3_storage) and
+    rejects the same keys with a token it did not issue. (It issues none: no STS here.)"""
+    with_token = ObjectStorage(url=s3_storage.url, endpoint_url=s3.endpoint_url, region="us-east-1",
+                               access_key_id=s3.access_key, secret_access_key=s3.secret_key,
+                               session_token="not-issued-by-this-server", max_attempts=1)
+    s3_storage.write_bytes("k.bin", b"x")
+    with pytest.raises(StorageError) as exc:
+        with_token.read_bytes("k.bin")
+    assert "rejected the credentials (check access_key_id, secret_access_key, session_token)" in str(exc.value)
+    assert "not-issued-by-this-server" not in str(exc.value)
 
 
 def test_missing_bucket_is_a_clear_error(s3):

@@ -116,7 +116,7 @@ def test_corrupted_checkpoint_detected_and_never_loaded(where, damage, request, 
     any_storage = request.getfixturevalue("local_storage" if where == "local" else "s3_storage")
     store = CheckpointStore(storage=any_storage, prefix="ck", keep_last=5)
     for step in (1, 2):
-        store.save("run", step, _state(step))
+        store.write("run", step, _state(step))
     entry = store.manifest("run")[-1]
     blob = bytearray(any_storage.read_bytes(entry["key"]))
     if damage == "flip":
@@ -137,10 +137,10 @@ def test_corrupted_checkpoint_detected_and_never_loaded(where, damage, request, 
 
     monkeypatch.setattr(torch, "load", spy)
     assert store.latest("run")["step"] == 1
-    step, state = store.load("run")
+    step, state = store.restore("run")
     assert step == 1 and torch.equal(state["model"]["w"], _state(1)["model"]["w"])
     with pytest.raises(StorageError, match="no valid checkpoint"):
-        store.load("run", step=2)
+        store.restore("run", step=2)
     assert store.resume("run", default=None)[0] == 1
     assert bad_sha not in loaded and loaded, "the corrupted checkpoint reached torch.load"
     assert store.resumes("run")[-1]["step"] == 1

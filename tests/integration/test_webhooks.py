@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import httpx
 import pytest
-from webhook_fixtures import hook_env, systems  # noqa: F401 (fixture)
+from webhook_fixtures import ServerThread, hook_env, systems  # noqa: F401 (fixture)
 
 from mlsys_flows import registry
-from mlsys_flows.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, signed_headers
+from mlsys_flows.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, create_app, signed_headers
 
 pytestmark = pytest.mark.integration
 
@@ -43,13 +45,14 @@ def test_signed_request_creates_one_run_and_replays_create_none(hook_env):
     # the sender retries the same delivery (new timestamp, so a new signature): same run, 409
     again = post(env, hook, body, delivery=delivery)
     assert again.status_code == 409 and again.json()["flow_run_id"] == run_id
-    # a captured request re-sent verbatim with a fresh delivery id: the signature was used, 409
+    # a captured request re-sent verbatim: the delivery id is reserved, 409 naming the run
     payload = json.dumps(body).encode()
     headers = signed_headers(env.secrets[hook], payload, delivery)
-    assert httpx.post(f"{env.url}/hooks/{hook}", content=payload, headers=headers).status_code == 409
-    headers[DELIVERY_HEADER] = "fresh-" + uuid.uuid4().hex
     replay = httpx.post(f"{env.url}/hooks/{hook}", content=payload, headers=headers)
     assert replay.status_code == 409 and replay.json()["flow_run_id"] == run_id
+    # ... or under a fresh delivery id: the signature covers the id, so it no longer matches
+    headers[DELIVERY_HEADER] = "fresh-" + uuid.uuid4().hex
+    assert httpx.post(f"{env.url}/hooks/{hook}", content=payload, headers=headers).status_code == 401
     assert env.runs(hook) == before + 1
 
 
@@ -62,16 +65,19 @@ def _rejections(env, hook):
         "bad signature": (401, lambda: post(env, hook, good, secret="not-the-secret")),
         "signature of another body": (401, lambda: post(env, hook, good, headers={
             SIGNATURE_HEADER: signed_headers(secret, b"{}", "x")[SIGNATURE_HEADER]})),
+        "signature of another delivery id": (401, lambda: post(env, hook, good, headers={
+            DELIVERY_HEADER: "not-the-signed-one"})),
         "missing signature": (401, lambda: httpx.post(f"{env.url}/hooks/{hook}", json=good)),
         "stale timestamp": (401, lambda: post(env, hook, good, ts=int(time.time()) - 360)),
         "future timestamp": (401, lambda: post(env, hook, good, ts=int(time.time()) + 360)),
         "timestamp not a number": (401, lambda: post(env, hook, good, ts=None, headers={TIMESTAMP_HEADER: "soon"})),
-        "unknown hook": (404, lambda: post(env, "no-such-hook", good, secret=secret)),
+        "unknown hook": (401, lambda: post(env, "no-such-hook", good, secret=secret)),
         "body too big": (413, lambda: post(env, hook, {"scale": "smoke", "pad": "x" * 5000})),
         "body too big, chunked": (413, lambda: httpx.post(
             f"{env.url}/hooks/{hook}", content=iter([b"{" + b" " * 3000, b" " * 3000 + b"}"]),
             headers=signed_headers(secret, b"", "chunked"))),
-        "missing delivery id": (400, lambda: post(env, hook, good, headers={DELIVERY_HEADER: ""})),
+        "missing delivery id": (400, lambda: httpx.post(  # signed with an empty id
+            f"{env.url}/hooks/{hook}", content=b"{}", headers=signed_headers(secret, b"{}", ""))),
         "bad delivery id": (400, lambda: post(env, hook, good, delivery="no spaces/or slashes")),
         "not JSON": (400, lambda: post(env, hook, None, raw=b"scale=smoke")),
         "not an object": (400, lambda: post(env, hook, ["smoke"])),
@@ -81,7 +87,8 @@ def _rejections(env, hook):
     }
 
 
-CASES = ["bad signature", "signature of another body", "missing signature", "stale timestamp", "future timestamp",
+CASES = ["bad signature", "signature of another body", "signature of another delivery id", "missing signature",
+         "stale timestamp", "future timestamp",
          "timestamp not a number", "unknown hook", "body too big", "body too big, chunked", "missing delivery id",
          "bad delivery id", "not JSON", "not an object", "unknown body field", "bad scale", "overrides not an object"]
 
@@ -149,3 +156,116 @@ def test_secrets_never_leak(hook_env, caplog):
     blob = "\n".join(texts)
     for secret in env.secrets.values():
         assert secret not in blob
+
+
+# --- issue 35: replays across replicas and restarts, unknown hooks, /health, rate limit ----------------
+def _post_at_once(requests: list[tuple[str, bytes, dict]]) -> list[httpx.Response]:
+    """POST every (url, body, headers) from a thread of its own, all released by one barrier."""
+    barrier, responses = threading.Barrier(len(requests)), [None] * len(requests)
+
+    def send(i: int) -> None:
+        url, body, headers = requests[i]
+        barrier.wait()
+        responses[i] = httpx.post(url, content=body, headers=headers, timeout=60)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return responses
+
+
+def test_concurrent_replays_to_two_receivers_sharing_one_store_start_one_run(hook_env):
+    env, hook = hook_env, first(hook_env)
+    replica = ServerThread(create_app(env.config, env.api)).start()  # same config: same replay store file
+    body = json.dumps({"scale": "smoke"}).encode()
+    headers = signed_headers(env.secrets[hook], body, f"race-{uuid.uuid4().hex}")
+    fresh_id = {**headers, DELIVERY_HEADER: f"race-{uuid.uuid4().hex}"}  # the captured signature, a new id
+    before = env.runs(hook)
+    try:
+        responses = _post_at_once([(f"{url}/hooks/{hook}", body, h) for url in (env.url, replica.url)
+                                   for h in (headers, headers, headers, fresh_id)])
+    finally:
+        replica.stop()
+    assert sorted(r.status_code for r in responses) == [202] + [401] * 2 + [409] * 5, [r.text for r in responses]
+    run_id = next(r.json()["flow_run_id"] for r in responses if r.status_code == 202)
+    assert all(r.json().get("flow_run_id", run_id) == run_id for r in responses if r.status_code == 409)
+    assert env.runs(hook) == before + 1
+
+
+def test_replay_after_a_receiver_restart_is_refused(hook_env):
+    env, hook = hook_env, first(hook_env)
+    body = json.dumps({"scale": "smoke"}).encode()
+    headers = signed_headers(env.secrets[hook], body, f"restart-{uuid.uuid4().hex}")
+    before = env.runs(hook)
+    receiver = ServerThread(create_app(env.config, env.api)).start()
+    try:
+        accepted = httpx.post(f"{receiver.url}/hooks/{hook}", content=body, headers=headers, timeout=60)
+    finally:
+        receiver.stop()
+    assert accepted.status_code == 202, accepted.text
+    restarted = ServerThread(create_app(env.config, env.api)).start()  # nothing kept in memory
+    try:
+        replay = httpx.post(f"{restarted.url}/hooks/{hook}", content=body, headers=headers, timeout=60)
+        fresh_id = httpx.post(f"{restarted.url}/hooks/{hook}", content=body, timeout=60,
+                              headers={**headers, DELIVERY_HEADER: f"restart-{uuid.uuid4().hex}"})
+    finally:
+        restarted.stop()
+    assert replay.status_code == 409 and replay.json()["flow_run_id"] == accepted.json()["flow_run_id"]
+    assert "already processed" in replay.json()["detail"]  # refused by the durable store, before Prefect
+    assert fresh_id.status_code == 401
+    assert env.runs(hook) == before + 1
+
+
+def test_unknown_hook_and_bad_signature_answer_alike(hook_env):
+    env, hook = hook_env, first(hook_env)
+    unknown = post(env, "no-such-hook", {"scale": "smoke"}, secret=env.secrets[hook])
+    bad = post(env, hook, {"scale": "smoke"}, secret="not-the-secret")
+    assert unknown.status_code == bad.status_code == 401
+    assert unknown.content == bad.content
+    assert {k: v for k, v in unknown.headers.items() if k != "date"} == \
+        {k: v for k, v in bad.headers.items() if k != "date"}
+
+
+def test_health_names_no_hook(hook_env):
+    r = httpx.get(f"{hook_env.url}/health", timeout=30)
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert not any(name in r.text for name in hook_env.config.hooks)
+
+
+def test_rate_limit_answers_429_with_retry_after(hook_env):
+    """Two requests per hook name, then 429 (one token per 1000 s: the test never waits for one);
+    a made-up name is limited alike, so a 429 does not tell which hooks exist."""
+    env, hook = hook_env, first(hook_env)
+    receiver = ServerThread(create_app(env.config.model_copy(update={"rate_per_s": 0.001, "rate_burst": 2}),
+                                       env.api)).start()
+    before = env.runs(hook)
+    try:
+        statuses = {}
+        for name in (hook, "no-such-hook"):
+            sent = [post(SimpleNamespace(url=receiver.url, secrets=env.secrets), name, {"scale": "smoke"},
+                         secret=env.secrets[hook]) for _ in range(3)]
+            statuses[name] = [r.status_code for r in sent]
+            assert int(sent[-1].headers["retry-after"]) >= 1 and "rate limit" in sent[-1].json()["detail"]
+    finally:
+        receiver.stop()
+    assert statuses == {hook: [202, 202, 429], "no-such-hook": [401, 401, 429]}
+    assert env.runs(hook) == before + 2  # the limited request created nothing
+
+
+def test_a_failed_run_creation_releases_the_delivery(hook_env):
+    """The reservation precedes the run; when the run cannot be created (502) it is released, so
+    the sender's retry of that delivery is tried again rather than refused as a replay."""
+    env, hook = hook_env, first(hook_env)
+    ghost = env.config.hooks[hook].model_copy(update={"deployment": "no-such-flow/no-such-deployment"})
+    config = env.config.model_copy(update={"hooks": {**env.config.hooks, "ghost": ghost}})
+    receiver = ServerThread(create_app(config, env.api)).start()
+    body = json.dumps({"scale": "smoke"}).encode()
+    headers = signed_headers(env.secrets[hook], body, f"ghost-{uuid.uuid4().hex}")
+    try:
+        statuses = [httpx.post(f"{receiver.url}/hooks/ghost", content=body, headers=headers, timeout=60).status_code
+                    for _ in range(2)]
+    finally:
+        receiver.stop()
+    assert statuses == [502, 502]

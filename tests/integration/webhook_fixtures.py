@@ -63,9 +63,10 @@ def systems() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def hook_env(prefect_api):
+def hook_env(prefect_api, tmp_path_factory):
     """A hook per implemented system, each with its own deployment (no work pool: runs stay
-    Scheduled, nothing executes) and its own Secret block."""
+    Scheduled, nothing executes) and its own Secret block. The rate limit is lifted (the load test
+    sends hundreds of requests to one hook); test_webhooks.py tests it on a receiver of its own."""
     from prefect.blocks.system import Secret
     from prefect.settings import PREFECT_API_URL
 
@@ -80,15 +81,17 @@ def hook_env(prefect_api):
     tag = uuid.uuid4().hex[:8]
     secrets, deployments, hooks = {}, {}, {}
     for name in names:
-        flow_id = api._call("POST", "flows/", json={"name": name}).json()["id"]
-        dep = api._call("POST", "deployments/", json={"name": f"hooks-{tag}", "flow_id": flow_id,
+        flow_id = api.request("POST", "flows/", json={"name": name}).json()["id"]
+        dep = api.request("POST", "deployments/", json={"name": f"hooks-{tag}", "flow_id": flow_id,
                                                       "entrypoint": registry.get(name).entrypoint,
                                                       "parameters": {"scale": "quick"}}).json()
         secrets[name] = f"whsec-{uuid.uuid4().hex}"
         Secret(value=secrets[name]).save(f"hook-{name}-{tag}", overwrite=True)
         deployments[name] = dep["id"]
         hooks[name] = {"system": name, "deployment": f"{name}/hooks-{tag}", "secret_block": f"hook-{name}-{tag}"}
-    config = WebhookConfig.model_validate({"hooks": hooks, "tolerance_s": 300, "max_body_bytes": 4096})
+    config = WebhookConfig.model_validate({"hooks": hooks, "tolerance_s": 300, "max_body_bytes": 4096,
+                                           "rate_per_s": 100000, "rate_burst": 100000,
+                                           "replay_store": str(tmp_path_factory.mktemp("hooks") / "replays.sqlite")})
     server = ServerThread(create_app(config, api)).start()
     try:
         yield HookEnv(api_url, server.url, secrets, deployments, config, api)

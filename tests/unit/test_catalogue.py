@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from mlsys_flows import catalogue, generate, registry
 from mlsys_flows.cli import app
+from mlsys_flows.systems.common import formatting as fmt
 
 SAMPLE = "recd" if (catalogue.RESULTS / "recd-quick.json").exists() else None
 
@@ -31,7 +32,7 @@ def test_a_row_per_registry_system_and_planned_rows_say_so():
             assert row["ratio"] == "planned" and row["run_id"] == ""
         elif (catalogue.RESULTS / f"{spec.name}-quick.json").exists():
             report = json.loads((catalogue.RESULTS / f"{spec.name}-quick.json").read_text())
-            assert row["ratio"] == f"{report['headline']['ratio']:.2f}x" and row["kind"] == report["headline"]["kind"]
+            assert row["ratio"] == fmt.ratio(report["headline"]["ratio"]) and row["kind"] == report["headline"]["kind"]
             assert row["commit"].startswith(report["environment"]["git_sha"][:8])
     text = catalogue.results_markdown()
     for spec in registry.all_specs():  # docs/results.md: one line per system, planned ones marked
@@ -101,7 +102,7 @@ def test_the_overhead_table_shows_only_when_its_file_exists(tmp_path):
     md = catalogue.results_markdown(tmp_path)
     assert "## Orchestration overhead" in md and "| cedar | 0.0412 |" in md and "ignored" not in md
     index = catalogue.render_pages(by, ["test"], tmp_path)["index.html"]
-    assert "<td>cedar</td><td>0.0412</td>" in index and "measured on 2 cores" in index
+    assert '<td>cedar</td><td class="num">0.0412</td>' in index and "measured on 2 cores" in index
 
 
 def test_pages_link_only_to_files_of_the_catalogue_and_fetch_nothing(tmp_path):

@@ -50,7 +50,7 @@ def test_async_snapshot_is_the_state_at_save_time_although_training_mutates_it(l
                     model.weight.add_(expected[step])
     assert [e["step"] for e in store.manifest("run")] == [1, 2, 3, 4]
     for step, w in expected.items():
-        _, state = store.load("run", step)
+        _, state = store.restore("run", step)
         assert torch.equal(state["model"]["weight"], w) and state["step"] == step
     assert [f["step"] for f in saver.flushes] == [1, 2, 3, 4] and all(f["bytes"] > 64 * 64 * 4 for f in saver.flushes)
 
@@ -79,7 +79,7 @@ def test_lazy_snapshot_without_the_barrier_can_be_torn(local_storage):
         saver.wait()
     finally:
         ck._copy_all = orig
-    _, state = store.load("run", 1)
+    _, state = store.restore("run", 1)
     assert not torch.equal(state["model"]["weight"], before)
 
 
@@ -145,7 +145,7 @@ def test_a_blob_without_its_manifest_entry_is_never_resumed(local_storage):
     """A crash between the blob and the manifest (the last write of a flush) leaves the previous
     checkpoint as the newest complete one."""
     store = CheckpointStore(storage=local_storage)
-    store.save("run", 1, {"w": torch.ones(2)})
+    store.write("run", 1, {"w": torch.ones(2)})
     local_storage.write_bytes("checkpoints/run/step-000000002.pt", b"not a complete checkpoint")
     assert store.resume("run")[0] == 1
 

@@ -30,9 +30,9 @@ def test_serialize_saver_checkpoint_is_the_state_at_save_time_and_keeps_last(loc
             with torch.no_grad():
                 model.weight.add_(1.0)  # mutated right after save: the blob was serialised before
     assert [e["step"] for e in store.manifest("run")] == [3, 4]
-    step, state = store.load("run")
+    step, state = store.restore("run")
     assert step == 4 and torch.equal(state["model"]["weight"], expected[4])
-    assert torch.equal(store.load("run", 3)[1]["model"]["weight"], expected[3])
+    assert torch.equal(store.restore("run", 3)[1]["model"]["weight"], expected[3])
     assert len(saver.flushes) == 4 and all(f["copy_s"] > 0 for f in saver.flushes)
 
 

@@ -62,6 +62,41 @@ def test_flow_signature_is_the_declaration(name):
     assert all(flow.parameters.properties[n].get("description") for n in NAMES), name
 
 
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_deployment_schema_types_every_parameter_and_override(name):
+    """The schema `prefect deploy` registers (from the flow object, as it does): every parameter and
+    every override field has a concrete type (the UI's Parameters tab shows it, the run form takes a
+    value without a "None" type to switch from) and a default exactly where one exists; the server's
+    check of a run's parameters still takes null for an unset one and refuses a wrong type."""
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools.validation import ValidationError, validate
+
+    schema = parameter_schema(registry.get(name).load_flow()).model_dump_for_openapi()
+    for p in PARAMETERS:
+        prop = schema["properties"][p.name]
+        assert prop.get("type") and "anyOf" not in prop, (name, p.name, prop)
+        assert prop.get("default") == p.default and ("default" in prop) == (p.default is not None), (name, p.name)
+    fields = schema["properties"]["overrides"]["properties"]
+    assert set(fields) == set(flow_params.override_names(registry.get(name).params_model())), name
+    for field, prop in fields.items():
+        assert prop.get("type") and "anyOf" not in prop and "default" not in prop, (name, field, prop)
+        assert "Preset: smoke" in prop["description"], (name, field)
+    field, prop = next(iter(fields.items()))
+    unset = {"scale": "smoke", **{p.name: None for p in PARAMETERS if p.name != "scale"}}
+    validate({**unset, "overrides": {field: None}}, schema, raise_on_error=True)
+    validate({"overrides": {"seed": 1}, "storage": "lab", "run_key": "k1"}, schema, raise_on_error=True)
+    for bad in ({"overrides": {"seed": "one"}}, {"overrides": {"no_such_field": 1}}, {"storage": 3}):
+        with pytest.raises(ValidationError):
+            validate(bad, schema, raise_on_error=True)
+
+
+def test_platform_docs_list_the_declared_parameters():
+    from mlsys_flows.infra import REPO
+
+    assert flow_params.markdown_table() in (REPO / "docs" / "platform.md").read_text(), \
+        "paste flow_params.markdown_table() into docs/platform.md (Flow parameters)"
+
+
 def test_harness_run_key_rule_is_the_declared_one():
     from mlsys_flows.flows import common
 
@@ -125,7 +160,7 @@ def operator_cls():
     pytest.importorskip("airflow.sdk", reason="apache-airflow-task-sdk not installed")
     from airflow.sdk.bases.operator import ExecutorSafeguard
 
-    from mlsys_flows.airflow_operator import MlsysFlowOperator
+    from mlsys_flows.airflow.operators import MlsysFlowOperator
 
     ExecutorSafeguard.test_mode = True
     return MlsysFlowOperator
@@ -147,9 +182,9 @@ def test_operator_takes_and_sends_the_declared_parameters(operator_cls):
 def test_operator_refuses_a_bad_value_before_any_run(operator_cls, param):
     from airflow.sdk.exceptions import AirflowException
 
-    op = operator_cls(task_id="t", system=SYSTEMS[0], api_url="http://127.0.0.1:9/api", **{**GOOD, param: BAD[param]})
+    op = operator_cls(task_id="t", system=SYSTEMS[0], prefect_conn_id="no_such_connection", **{**GOOD, param: BAD[param]})
     with pytest.raises(AirflowException, match=f"parameter '{param}'"):
-        op.execute({})  # validation comes first: the unreachable API is never called
+        op.execute({})  # validation comes first: the missing connection is never looked up
 
 
 # --- deployments and the local runner -------------------------------------------------------------
@@ -163,5 +198,6 @@ def test_deployments_carry_only_declared_parameters():
 
 
 def test_runner_takes_the_declared_parameters():
-    params = list(inspect.signature(runner.run_system).parameters)
+    params = [n for n, p in inspect.signature(runner.run_system).parameters.items()
+              if p.kind is not p.KEYWORD_ONLY]  # keyword-only: how the run is made (tags), not flow parameters
     assert tuple(params[1:]) == NAMES

@@ -18,8 +18,8 @@ def test_resume_is_recorded_and_saves_keep_the_record(local_storage):
     store = CheckpointStore(storage=local_storage, keep_last=2)
     assert store.resume("r", default="fresh") == (-1, "fresh") and store.resumes("r") == []
     for step in range(3):
-        store.save("r", step, {"step": step})
+        store.write("r", step, {"step": step})
     assert store.resume("r")[0] == 2
-    store.save("r", 3, {"step": 3})
+    store.write("r", 3, {"step": 3})
     assert [r["step"] for r in store.resumes("r")] == [2]
     assert [e["step"] for e in store.manifest("r")] == [2, 3]

@@ -115,7 +115,7 @@ def test_report_roundtrip_and_summary():
     md = r.summary_markdown()
     assert "small scale" in md and "| tech |" in md
     assert "**2.00x measured, 2.00-3.00 over 3**" in md and "strongest deployable baseline of this run, **tuned**" in md
-    assert "| model_s: tech vs base | modelled |" in md and "link_gb_s = 25.0 GB/s (datasheet)" in md
+    assert "| model_s: tech vs base | modelled |" in md and "link_gb_s = 25 GB/s (datasheet)" in md
     assert "code `c0de`" in md
 
 
@@ -147,15 +147,19 @@ def test_table_artifact_leads_with_claim_paper_and_this_run_formatted():
     assert list(rows[0])[:4] == ["claim", "paper", "this run", "kind"]
     assert rows[0]["claim"] == "t: tech vs base (headline)" and rows[0]["paper"] == "1.50x"
     assert rows[0]["this run"] == "2.00x" and rows[0]["range"] == "2.00-3.00x"
-    assert rows[0]["vs strongest"] == "1.25x vs tuned"
+    assert rows[0]["baseline value"] == "4" and rows[0]["technique value"] == "2"  # "t" names no unit
+    # the strongest deployable baseline is a row of its own, named once
+    assert rows[1]["claim"] == "t: tech vs tuned, the strongest deployable baseline" and rows[1]["this run"] == "1.25x"
     # every cell is text, floats rounded: no 9464.688011540606 in the UI
     assert all(isinstance(v, str) and len(v) < 80 for row in rows for v in row.values())
-    assert len(rows) == 1 + len(SPEC.claims) - 1
+    assert len(rows) == 1 + 1 + len(SPEC.claims) - 1
+    assert {r["claim"]: r["range"] for r in rows}["bytes: tech vs base"] == "exact"  # counted: no spread
 
 
 def test_overrides_model_is_the_params_all_optional_with_presets_and_limits():
     model = Demo.overrides_model()
-    assert set(model.model_fields) == {"rows", "ratio", "seed", "repeats"}  # scale has its own parameter
+    assert set(model.model_fields) == {"rows", "ratio", "seed", "repeats", "task_timeout_s",
+                                       "flow_timeout_s"}  # scale has its own parameter
     schema = model.model_json_schema()
     rows = schema["properties"]["rows"]
     assert rows["default"] is None and "Preset: smoke 10, quick 1000, full 100." in rows["description"]

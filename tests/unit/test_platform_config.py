@@ -105,10 +105,11 @@ def test_dockerfiles_copy_existing_paths_and_pin_torch(dockerfile):
 def test_signature_matches_openssl():
     if not shutil.which("openssl"):
         pytest.skip("openssl not installed")
-    body, ts, secret = b'{"scale":"smoke"}', 1700000000, "s3cr3t"
-    out = subprocess.run(["openssl", "dgst", "-sha256", "-hmac", secret], input=f"{ts}.".encode() + body,
+    body, ts, delivery, secret = b'{"scale":"smoke"}', 1700000000, "d-1.x", "s3cr3t"
+    out = subprocess.run(["openssl", "dgst", "-sha256", "-hmac", secret], input=f"{ts}\n{delivery}\n".encode() + body,
                          capture_output=True, check=True).stdout.decode()
-    assert signature(secret, ts, body) == "sha256=" + out.split()[-1]
+    assert signature(secret, ts, delivery, body) == "sha256=" + out.split()[-1]
+    assert signature(secret, ts, "d-2", body) != signature(secret, ts, delivery, body)  # the delivery id is signed
 
 
 def _hook(**kw):
@@ -154,10 +155,10 @@ def test_example_hook_config_loads():
     assert cfg.hooks and all(h.secret_block for h in cfg.hooks.values())
 
 
-# --- the Airflow operator imports no prefect --------------------------------------------------------
-def test_airflow_operator_imports_no_prefect():
+# --- the Airflow provider imports no prefect --------------------------------------------------------
+def test_airflow_provider_imports_no_prefect():
     pytest.importorskip("airflow.sdk", reason="the `airflow` extra is not installed")
-    code = "import sys, mlsys_flows.airflow_operator as m; print(m.MlsysFlowOperator.__name__, 'prefect' in sys.modules)"
+    code = "import sys, mlsys_flows.airflow.operators as m; print(m.MlsysFlowOperator.__name__, 'prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["MlsysFlowOperator", "False"], out.stderr[-2000:]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.sia import Params, train
 from mlsys_flows.systems.sia.bench import check_lookups, check_weights, clone, runs_for
-from mlsys_flows.systems.sia.index import LearnedIndex, Server, common_prefix, inline_submit
+from mlsys_flows.systems.sia.index import LearnedIndex, Server, common_prefix, image, inline_submit
 from mlsys_flows.systems.sia.workload import KEY_WIDTH, fnv1a64, make_keys, op_stream
 
 WIDTH = 12
@@ -289,6 +289,7 @@ def test_kernels_run_on_the_software_board():
     lam = 1e-8 * len(old)
     r_old = train.retrain_full(old, offset, 16, lam)["r"]
     with open_board("fpga-sw:0") as board:
+        board.load_image(image())
         pid = board.run("mlsys_flows.systems.sia.train:warm_up")
         fut = board.run_async("mlsys_flows.systems.sia.train:retrain_sia", merged, new, r_old, offset, 16, lam)
         full = board.run("mlsys_flows.systems.sia.train:retrain_full", merged, offset, 16, lam)
