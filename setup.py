@@ -38,5 +38,5 @@ class BuildWithProjectFiles(build_py):
 
 
 setup(packages=packages, package_dir=package_dir, include_package_data=True,
-      package_data={"mlsys_flows": ["templates/**/*"]},  # the catalogue's Jinja2 templates
+      package_data={"mlsys_flows.docsgen": ["templates/**/*"]},  # the catalogue's Jinja2 templates
       cmdclass={"build_py": BuildWithProjectFiles})

@@ -264,7 +264,7 @@ def _fixed_child(home: str) -> None:
     from mlsys_flows.settings import configure_prefect_home
 
     configure_prefect_home()
-    from mlsys_flows import server
+    from mlsys_flows.platform import server
 
     if os.environ.get(EARLY_API_ENV):  # as the CLI does: the embedded API boots during the imports below
         server.start_embedded_api()
@@ -510,7 +510,7 @@ def _task_runs(flow_run_id: str, wait_s: float = 60.0) -> list[tuple[str, float,
 def _run_flow(name: str, scale: str, overrides: dict[str, Any], home: Path, n_workers: int = 2,
               warm_workers: bool = True) -> dict[str, Any]:
     from mlsys_flows.blocks import DaskCluster
-    from mlsys_flows.runner import run_system
+    from mlsys_flows.platform.runner import run_system
 
     storage = _storage(home / "runs")
     # the default shape: no cluster given, as `mlsys-flows bench` runs (the server's warm cluster when it has one)
@@ -924,7 +924,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if running_api:
             print(f"Prefect API {running_api} (PREFECT_API_URL)", flush=True)
         elif args.api == "server":
-            from mlsys_flows.server import LocalPlatform, free_port
+            from mlsys_flows.platform.server import LocalPlatform
+            from mlsys_flows.systems.common.net import free_port
 
             print("starting a Prefect server on 127.0.0.1 ...", flush=True)
             platform_ = LocalPlatform(port=free_port(), root=home, worker=False).start()

@@ -3,10 +3,10 @@
 The harness (``flows/common.py``, the function ``run`` inside ``system_flow``) makes every
 system's Prefect flow with exactly these parameters, in this order. Everything that starts a
 run from outside reads this declaration instead of keeping its own list: the webhook receiver
-(``webhooks.py``: which template keys exist, which the default template reads from the body,
-how a request's parameters are checked), the Airflow operator (``airflow/operators.py``: its
+(``integrations/webhooks.py``: which template keys exist, which the default template reads from the body,
+how a request's parameters are checked), the Airflow operator (``integrations/airflow/operators.py``: its
 arguments, templated fields and the parameters it sends) and the generated ``prefect.yaml``
-(``deploy.py``: the deployments' default parameters). ``tests/unit/test_flow_param_drift.py``
+(``platform/deploy.py``: the deployments' default parameters). ``tests/unit/test_flow_param_drift.py``
 fails when the harness's signature, a system's ``Params`` or any of those drifts from it.
 
 Pure: imports no prefect, dask or airflow (the Airflow operator imports it in an environment

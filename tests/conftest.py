@@ -92,7 +92,7 @@ def local_storage(tmp_path):
 
 @pytest.fixture(scope="session")
 def s3():
-    from mlsys_flows.local_s3 import SeaweedS3
+    from mlsys_flows.testing.local_s3 import SeaweedS3
 
     with SeaweedS3() as server:
         yield server

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from mlsys_flows import registry
+from mlsys_flows.systems.common.net import free_port
 
 BIN = Path(sys.executable).parent
 
@@ -121,12 +121,6 @@ def body_task_durations(flow_run_id) -> dict[str, float]:
 
 
 # ----- real Dask processes on loopback -------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class DaskProcesses:
     """``dask scheduler`` and ``dask worker`` processes on 127.0.0.1 (no nanny, one thread each,
     so a SIGKILL takes the worker and its running task down for good)."""

@@ -10,7 +10,7 @@ tests/integration/test_airflow_dags.py runs this file.
 """
 from airflow.sdk import DAG, Param
 
-from mlsys_flows.airflow.operators import MlsysFlowOperator
+from mlsys_flows.integrations.airflow.operators import MlsysFlowOperator
 
 with DAG("mlsys_recd", schedule=None, catchup=False, tags=["mlsys-flows"],
          params={"scale": Param("quick", enum=["smoke", "quick", "full"], description="the run's scale")}):

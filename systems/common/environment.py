@@ -87,9 +87,15 @@ def system_files(name: str) -> list[tuple[str, Path]]:
     return files
 
 
+_LAYERS = ("systems", "tasks", "flows", "blocks", "_project")
+
+
 def harness_files() -> list[tuple[str, Path]]:
     files = _tree("systems", "common") + _tree("blocks")
-    files += [(f"mlsys_flows/{p.name}", p) for p in sorted(_layer_dir("").glob("*.py"))]
+    # the platform package and its subpackages, not the layers an installed wheel holds inside it
+    root = _layer_dir("")
+    files += [(f"mlsys_flows/{p.relative_to(root)}", p) for p in sorted(root.rglob("*.py"))
+              if "__pycache__" not in p.parts and p.relative_to(root).parts[0] not in _LAYERS]
     files += [(f"{layer}/common.py", _layer_dir(layer) / "common.py") for layer in ("tasks", "flows")]
     return [(label, p) for label, p in files if p.exists()]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from mlsys_flows.systems.common.net import free_port
 
 from .sim import Group, MicroBatch, Plan, simulate
 
@@ -48,15 +49,9 @@ def pair_plan(times: list[dict], p2p_s: float, microbatches: int) -> Plan:
                 barrier=False, p2p_s=p2p_s, max_deferred=2, label="pair")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_pair(cfg: PairConfig, timeout_s: float = 120.0) -> dict:
     """Run both ranks as subprocesses; returns rank 0's record (prediction and measurement)."""
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="recycle-pair-") as tmp:
         out = Path(tmp) / "result.json"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from dataclasses import asdict
 
 import numpy as np
 import torch
+
+from mlsys_flows.systems.common.net import free_port
 
 WORLD = 2
 ITERATIONS = 3  # recorded iterations, replayed in each timed window
@@ -74,12 +75,6 @@ def record_trace(cp) -> list[dict]:
     return trace
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(job: dict, timeout_s: float = 120.0) -> dict:
     """Start WORLD gloo ranks on loopback replaying ``job``; rank 0's result. Raises on failure."""
     with tempfile.TemporaryDirectory(prefix="swiftmoe-gloo-") as tmp:
@@ -89,7 +84,7 @@ def run_ranks(job: dict, timeout_s: float = 120.0) -> dict:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
             env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on the loopback device
-        port = _free_port()
+        port = free_port()
         procs = [subprocess.Popen([sys.executable, "-m", __name__, job_path, str(r), str(port), out_path], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(WORLD)]
         deadline = time.monotonic() + timeout_s

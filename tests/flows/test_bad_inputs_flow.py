@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from mlsys_flows import registry
 from mlsys_flows.blocks import DaskCluster, ObjectStorage
-from mlsys_flows.limits import bad_override
+from mlsys_flows.docsgen.limits import bad_override
 from mlsys_flows.systems.common.params import ParamsError
 
 DEAD_CLUSTER = DaskCluster(address="tcp://127.0.0.1:9")

@@ -7,7 +7,7 @@ import pytest
 from faultkit import reference_run
 
 from mlsys_flows import registry
-from mlsys_flows.runner import run_system
+from mlsys_flows.platform.runner import run_system
 from mlsys_flows.systems.common.report import RunReport, oriented_ratio
 
 IMPLEMENTED = [s.name for s in registry.implemented()]

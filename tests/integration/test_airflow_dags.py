@@ -28,9 +28,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlsys_flows import deploy
-from mlsys_flows.prefect_rest import FINAL_STATES, PrefectREST
-from mlsys_flows.server import LocalPlatform, free_port
+from mlsys_flows.platform import deploy
+from mlsys_flows.platform.prefect_rest import FINAL_STATES, PrefectREST
+from mlsys_flows.platform.server import LocalPlatform
+from mlsys_flows.systems.common.net import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -130,10 +131,10 @@ def airflow_rows(airflow, prefect_run: dict, query: str) -> list[tuple]:
 def test_airflow_finds_the_provider(airflow):
     code = ("from airflow.providers_manager import ProvidersManager as P; p = P(); "
             "print(p.providers['mlsys-flows'].version, p.hooks['prefect'].hook_class_name, "
-            "'mlsys_flows.airflow.operators.PrefectRunLink' in p.extra_links_class_names)")
+            "'mlsys_flows.integrations.airflow.operators.PrefectRunLink' in p.extra_links_class_names)")
     out = subprocess.run([str(airflow.venv / "bin" / "python"), "-c", code], env=airflow.env, capture_output=True,
                          text=True, timeout=300)
-    assert out.stdout.split()[-3:] == ["0.1.0", "mlsys_flows.airflow.hooks.PrefectHook", "True"], out.stderr[-3000:]
+    assert out.stdout.split()[-3:] == ["0.1.0", "mlsys_flows.integrations.airflow.hooks.PrefectHook", "True"], out.stderr[-3000:]
 
 
 def test_dags_test_runs_a_deferrable_dag_to_the_runs_final_state(airflow):
@@ -189,7 +190,7 @@ def test_the_deferred_tasks_kill_cancels_the_run_and_the_trigger_reports_it(pref
 
     from prefect.settings import PREFECT_API_URL
 
-    from mlsys_flows.airflow.triggers import PrefectFlowRunTrigger
+    from mlsys_flows.integrations.airflow.triggers import PrefectFlowRunTrigger
 
     monkeypatch.setenv("AIRFLOW_CONN_PREFECT_TRIGGER_TEST", json.dumps({"conn_type": "prefect",
                                                                         "host": PREFECT_API_URL.value()}))

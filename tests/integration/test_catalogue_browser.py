@@ -10,7 +10,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from mlsys_flows import catalogue, registry
+from mlsys_flows import registry
+from mlsys_flows.docsgen import catalogue
 
 pytestmark = pytest.mark.integration
 CHROMIUM = "/usr/bin/chromium"

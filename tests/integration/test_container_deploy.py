@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 import pytest
 import yaml
 
-from mlsys_flows import deploy, infra
+from mlsys_flows.platform import deploy, infra
 
 pytest.importorskip("prefect_docker")
 from prefect_docker.worker import DockerWorkerJobConfiguration  # noqa: E402

@@ -12,8 +12,8 @@ import pytest
 from prefect import flow, task
 
 from mlsys_flows.blocks import DaskCluster, ResourcePool
-from mlsys_flows.procs import Proc, stop_all
-from mlsys_flows.server import free_port
+from mlsys_flows.platform.procs import Proc, stop_all
+from mlsys_flows.systems.common.net import free_port
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

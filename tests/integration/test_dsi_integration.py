@@ -58,7 +58,7 @@ def test_killing_a_dask_worker_mid_run_loses_and_duplicates_nothing(tmp_path):
 
 
 def test_dsi_flow_over_s3(s3_storage, dask_cluster, prefect_api):
-    from mlsys_flows.runner import run_system
+    from mlsys_flows.platform.runner import run_system
 
     report = run_system("dsi", "smoke", storage=s3_storage, cluster=dask_cluster)
     dpp, inline, full = report.variants["dpp"], report.variants["inline"], report.variants["inline_full_rows"]

@@ -27,10 +27,12 @@ import yaml
 from faultkit import survivors
 from webhook_fixtures import ServerThread
 
-from mlsys_flows import deploy, flow_params, registry
-from mlsys_flows.prefect_rest import PrefectREST
-from mlsys_flows.server import WORK_POOL, free_port, state_file
-from mlsys_flows.webhooks import WebhookConfig, create_app, signed_headers
+from mlsys_flows import flow_params, registry
+from mlsys_flows.platform import deploy
+from mlsys_flows.platform.prefect_rest import PrefectREST
+from mlsys_flows.platform.server import WORK_POOL, state_file
+from mlsys_flows.systems.common.net import free_port
+from mlsys_flows.integrations.webhooks import WebhookConfig, create_app, signed_headers
 
 pytestmark = pytest.mark.integration
 CHROMIUM = "/usr/bin/chromium"
@@ -165,7 +167,7 @@ def _run_operator(api_url: str, name: str):
         from airflow.sdk.bases.operator import ExecutorSafeguard
     except ImportError as exc:
         return exc  # the test using it skips with the reason
-    from mlsys_flows.airflow.operators import MlsysFlowOperator
+    from mlsys_flows.integrations.airflow.operators import MlsysFlowOperator
 
     ExecutorSafeguard.test_mode = True  # execute() outside Airflow's task runner
     _airflow_connection(api_url)
@@ -275,7 +277,7 @@ def test_airflow_operator_refuses_bad_parameters_before_any_run(platform, deploy
     from airflow.sdk.bases.operator import ExecutorSafeguard
     from airflow.sdk.exceptions import AirflowException
 
-    from mlsys_flows.airflow.operators import MlsysFlowOperator
+    from mlsys_flows.integrations.airflow.operators import MlsysFlowOperator
 
     ExecutorSafeguard.test_mode = True
     _airflow_connection(platform.api_url)

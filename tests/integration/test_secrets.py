@@ -17,7 +17,7 @@ from faultkit import DaskProcesses, child_flow_runs, implemented, wait_until
 
 from mlsys_flows import registry
 from mlsys_flows.blocks import DaskCluster, ObjectStorage, StorageError
-from mlsys_flows.local_s3 import SeaweedS3
+from mlsys_flows.testing.local_s3 import SeaweedS3
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import torch
 from faultkit import wait_until
 
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage, StorageError
-from mlsys_flows.local_s3 import SeaweedS3
+from mlsys_flows.testing.local_s3 import SeaweedS3
 
 pytestmark = pytest.mark.integration
 

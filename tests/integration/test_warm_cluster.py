@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from mlsys_flows.server import WARM_WORKERS, LocalPlatform, free_port
+from mlsys_flows.platform.server import WARM_WORKERS, LocalPlatform
 from mlsys_flows.settings import warm_cluster_address
+from mlsys_flows.systems.common.net import free_port
 
 SYSTEM = "moetuner"  # a short smoke flow
 

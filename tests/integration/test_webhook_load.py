@@ -13,7 +13,7 @@ import httpx
 import pytest
 from webhook_fixtures import hook_env  # noqa: F401 (fixture)
 
-from mlsys_flows.webhooks import signed_headers
+from mlsys_flows.integrations.webhooks import signed_headers
 
 pytestmark = [pytest.mark.load, pytest.mark.integration]
 

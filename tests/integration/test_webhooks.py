@@ -14,7 +14,7 @@ import pytest
 from webhook_fixtures import ServerThread, hook_env, systems  # noqa: F401 (fixture)
 
 from mlsys_flows import registry
-from mlsys_flows.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, create_app, signed_headers
+from mlsys_flows.integrations.webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, create_app, signed_headers
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +143,7 @@ def test_secrets_never_leak(hook_env, caplog):
         r = send()
         texts += [r.text, json.dumps(dict(r.headers))]
     texts.append(post(env, hook, {"scale": "smoke"}).text)
-    from mlsys_flows.webhooks import WebhookService
+    from mlsys_flows.integrations.webhooks import WebhookService
 
     service = WebhookService(env.config, env.api)
     for bad in ("no-such-block", ):  # a missing block: the error names the block, not a value

@@ -67,7 +67,7 @@ def wheel_venv(tmp_path_factory):
 
 def test_the_installed_package_is_the_wheel_with_its_project_files(wheel_venv):
     venv, work, env = wheel_venv
-    out = _run([str(venv / "bin/python"), "-c", "import mlsys_flows.settings as s, mlsys_flows.infra as i; "
+    out = _run([str(venv / "bin/python"), "-c", "import mlsys_flows.settings as s, mlsys_flows.platform.infra as i; "
                 "print(s.project_root(), s.is_checkout(), len(i.dask_specs()))"], cwd=work, env=env)
     root, checkout, specs = out.split()
     assert Path(root).is_relative_to(venv) and checkout == "False" and int(specs) > 0

@@ -2,7 +2,6 @@
 Secret block per implemented system, and the webhook app served by uvicorn on 127.0.0.1."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import uuid
@@ -11,12 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from mlsys_flows import registry
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from mlsys_flows.systems.common.net import free_port
 
 
 class ServerThread:
@@ -70,8 +64,8 @@ def hook_env(prefect_api, tmp_path_factory):
     from prefect.blocks.system import Secret
     from prefect.settings import PREFECT_API_URL
 
-    from mlsys_flows.prefect_rest import PrefectREST
-    from mlsys_flows.webhooks import WebhookConfig, create_app
+    from mlsys_flows.platform.prefect_rest import PrefectREST
+    from mlsys_flows.integrations.webhooks import WebhookConfig, create_app
 
     names = systems()
     if not names:

@@ -1,7 +1,7 @@
 """Bad inputs for every implemented system, through the parameter model and the CLI.
 
 Parametrized over ``registry.implemented()``: a system is covered as soon as its flow module
-exists. Invalid values come from each model's own limits (``mlsys_flows.limits``): wrong types,
+exists. Invalid values come from each model's own limits (``mlsys_flows.docsgen.limits``): wrong types,
 zero/negative sizes, values past ``le``/``lt``, unknown keys. The flow path (no task runs,
 nothing written) is in tests/flows/test_bad_inputs_flow.py.
 """
@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from mlsys_flows import registry
 from mlsys_flows.cli import app
-from mlsys_flows.limits import bad_override, field_limits, render_markdown
+from mlsys_flows.docsgen.limits import bad_override, field_limits, render_markdown
 from mlsys_flows.systems.common.params import ParamsError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from mlsys_flows.cli import app
-from mlsys_flows.server import PlatformError, check_binding, is_loopback
+from mlsys_flows.platform.server import PlatformError, check_binding, is_loopback
 
 runner = CliRunner()
 

@@ -9,7 +9,8 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from mlsys_flows import catalogue, generate, registry
+from mlsys_flows import registry
+from mlsys_flows.docsgen import catalogue, generate
 from mlsys_flows.cli import app
 from mlsys_flows.systems.common import formatting as fmt
 
@@ -131,7 +132,7 @@ def test_record_refuses_overrides_before_any_run():
 
 def test_bench_all_goes_on_past_a_failing_system_and_names_it(monkeypatch):
     import mlsys_flows.cli as cli
-    from mlsys_flows.runner import RunError
+    from mlsys_flows.platform.runner import RunError
 
     tried = []
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mlsys_flows import docnumbers, registry
+from mlsys_flows import registry
+from mlsys_flows.docsgen import docnumbers
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = {"run_id": "abcdef0123456789", "headline": {"ratio": 1.1349, "vs_strongest": {"baseline": "greedy"}},
@@ -65,7 +66,7 @@ def test_prose_numbers_are_generated_or_the_papers(name):
 @pytest.mark.parametrize("name", [s.name for s in registry.implemented()])
 def test_the_results_header_counts_the_headlines_own_samples(name):
     """Not the `repeats` parameter: a counted headline from one seed says so (issue 29 item 5)."""
-    from mlsys_flows import readme
+    from mlsys_flows.docsgen import readme
 
     n = json.loads((ROOT / "benchmarks" / "results" / f"{name}-quick.json").read_text())["headline"]["repeats"]
     block = readme.system_results(name)

@@ -12,10 +12,11 @@ import typing
 import pytest
 import yaml
 
-from mlsys_flows import deploy, flow_params, registry, runner
+from mlsys_flows import flow_params, registry
+from mlsys_flows.platform import deploy, runner
 from mlsys_flows.flow_params import NAMES, PARAMETERS
 from mlsys_flows.systems.common.params import SCALES, ParamsError
-from mlsys_flows.webhooks import DEFAULT_TEMPLATE, FLOW_PARAMETERS, HookConfig, Rejected, build_parameters
+from mlsys_flows.integrations.webhooks import DEFAULT_TEMPLATE, FLOW_PARAMETERS, HookConfig, Rejected, build_parameters
 
 SYSTEMS = [s.name for s in registry.implemented()]
 GOOD = {"scale": "smoke", "overrides": {"seed": 1}, "storage": "lab-s3", "cluster": "lab", "devices": "gpu-pool",
@@ -91,7 +92,7 @@ def test_deployment_schema_types_every_parameter_and_override(name):
 
 
 def test_platform_docs_list_the_declared_parameters():
-    from mlsys_flows.infra import REPO
+    from mlsys_flows.platform.infra import REPO
 
     assert flow_params.markdown_table() in (REPO / "docs" / "platform.md").read_text(), \
         "paste flow_params.markdown_table() into docs/platform.md (Flow parameters)"
@@ -160,7 +161,7 @@ def operator_cls():
     pytest.importorskip("airflow.sdk", reason="apache-airflow-task-sdk not installed")
     from airflow.sdk.bases.operator import ExecutorSafeguard
 
-    from mlsys_flows.airflow.operators import MlsysFlowOperator
+    from mlsys_flows.integrations.airflow.operators import MlsysFlowOperator
 
     ExecutorSafeguard.test_mode = True
     return MlsysFlowOperator

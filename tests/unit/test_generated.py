@@ -5,7 +5,7 @@ import shutil
 
 from typer.testing import CliRunner
 
-from mlsys_flows import generate
+from mlsys_flows.docsgen import generate
 from mlsys_flows.cli import app
 
 

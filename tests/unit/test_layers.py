@@ -124,6 +124,9 @@ PROBES = {
     "blocks-below-flows": ("blocks/storage.py", "from mlsys_flows.tasks import common"),
     "layers": ("tasks/recd.py", "from mlsys_flows.flows import common"),
     "layers (unplaced module)": ("mlsys_flows/zz_new_module.py", "import os"),
+    "layers (platform below integrations)": ("mlsys_flows/platform/server.py", "from mlsys_flows.integrations import webhooks"),
+    "layers (docsgen apart from integrations)": ("mlsys_flows/docsgen/limits.py", "from mlsys_flows.integrations import webhooks"),
+    "declarations-pure (prefect_rest)": ("mlsys_flows/platform/prefect_rest.py", "import prefect"),
 }
 
 

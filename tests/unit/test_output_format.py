@@ -18,7 +18,9 @@ import pytest
 from hypothesis import given, strategies as st
 from rich.console import Console
 
-from mlsys_flows import catalogue, platform_cli, registry
+from mlsys_flows import registry
+from mlsys_flows.docsgen import catalogue
+from mlsys_flows.cli import platform as platform_cli
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.report import SMOKE_NOTE, RunReport, claim_rows
 

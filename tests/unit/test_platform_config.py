@@ -14,9 +14,10 @@ import psutil
 import pytest
 import yaml
 
-from mlsys_flows import deploy, infra, registry
-from mlsys_flows.procs import Proc
-from mlsys_flows.webhooks import HookConfig, Rejected, WebhookConfig, build_parameters, render_template, signature
+from mlsys_flows import registry
+from mlsys_flows.platform import deploy, infra
+from mlsys_flows.platform.procs import Proc
+from mlsys_flows.integrations.webhooks import HookConfig, Rejected, WebhookConfig, build_parameters, render_template, signature
 
 REPO = infra.REPO
 
@@ -48,7 +49,7 @@ def test_prefect_yaml_deployments_are_runnable_as_declared():
 @pytest.mark.parametrize("pool_type", sorted(infra.POOL_TYPES))
 def test_job_templates_in_sync_and_valid(pool_type):
     committed = json.loads(infra.template_path(pool_type).read_text())
-    assert committed == infra.job_template(pool_type), "run `python -m mlsys_flows.infra`"
+    assert committed == infra.job_template(pool_type), "run `python -m mlsys_flows.platform.infra`"
     assert infra.check_job_template(committed) == []
     # same variables as Prefect's own template: only defaults changed, so every worker accepts it
     assert committed["variables"]["properties"].keys() == infra.default_job_template(pool_type)["variables"]["properties"].keys()
@@ -158,7 +159,7 @@ def test_example_hook_config_loads():
 # --- the Airflow provider imports no prefect --------------------------------------------------------
 def test_airflow_provider_imports_no_prefect():
     pytest.importorskip("airflow.sdk", reason="the `airflow` extra is not installed")
-    code = "import sys, mlsys_flows.airflow.operators as m; print(m.MlsysFlowOperator.__name__, 'prefect' in sys.modules)"
+    code = "import sys, mlsys_flows.integrations.airflow.operators as m; print(m.MlsysFlowOperator.__name__, 'prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["MlsysFlowOperator", "False"], out.stderr[-2000:]
 

@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_readme_generated_sections_are_current(monkeypatch):
     """The system table matches the registry and the measured table matches the RunReports."""
-    from mlsys_flows import readme
+    from mlsys_flows.docsgen import readme
 
     monkeypatch.chdir(ROOT)
     text = (ROOT / "README.md").read_text()
@@ -22,7 +22,7 @@ def test_every_implemented_system_has_a_docs_page():
 
 def test_every_docs_page_shows_its_committed_results(monkeypatch):
     """Each system page carries a generated block with every claim of its quick RunReport."""
-    from mlsys_flows import readme
+    from mlsys_flows.docsgen import readme
 
     monkeypatch.chdir(ROOT)
     for spec in registry.implemented():

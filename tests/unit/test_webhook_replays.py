@@ -6,7 +6,7 @@ import multiprocessing as mp
 import threading
 import time
 
-from mlsys_flows.webhooks import RateLimiter, ReplayStore
+from mlsys_flows.integrations.webhooks import RateLimiter, ReplayStore
 
 EXPIRES = time.time() + 3600  # far in the future: nothing below depends on the clock
 

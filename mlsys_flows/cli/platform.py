@@ -43,7 +43,7 @@ def _warn(message: Optional[str]) -> None:
 
 
 def _api_url(explicit: Optional[str]) -> str:
-    from mlsys_flows.server import discover_api_url
+    from mlsys_flows.platform.server import discover_api_url
 
     url = explicit or discover_api_url()
     if not url:
@@ -65,7 +65,7 @@ def server(host: str = typer.Option("127.0.0.1", help="Interface to bind (keep 1
     PREFECT_API_DATABASE_CONNECTION_URL is set. Ctrl-C stops everything.
     """
     configure_prefect_home()
-    from mlsys_flows.server import LocalPlatform, PlatformError, check_binding, serve_forever, server_missing_auth
+    from mlsys_flows.platform.server import LocalPlatform, PlatformError, check_binding, serve_forever, server_missing_auth
 
     try:
         _warn(check_binding(host, "the Prefect API and UI", server_missing_auth(), allow_insecure))
@@ -92,8 +92,8 @@ def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to de
                                                       "checkout's for the default pool, MLSYS_FLOWS_HOME/deploy/POOL/ "
                                                       "for another; installed, the current folder).")) -> None:
     """Deploy every implemented flow (same as `prefect deploy --all` on the rendered prefect.yaml)."""
-    from mlsys_flows.deploy import PREFECT_YAML, DeployError, write_yaml as write, yaml_in_sync
-    from mlsys_flows.deploy import deploy as run_deploy
+    from mlsys_flows.platform.deploy import PREFECT_YAML, DeployError, write_yaml as write, yaml_in_sync
+    from mlsys_flows.platform.deploy import deploy as run_deploy
 
     if write_yaml:
         console.print(f"wrote {write()}")
@@ -138,9 +138,9 @@ def webhooks_serve(config: Path = typer.Option(None, help="Hook config (YAML/JSO
     """Serve POST /hooks/{name}: a signed request starts a run of the hook's deployment."""
     import uvicorn
 
-    from mlsys_flows.prefect_rest import PrefectREST
-    from mlsys_flows.server import PlatformError, check_binding
-    from mlsys_flows.webhooks import MIN_SECRET_CHARS, WebhookConfig, check as check_hooks, create_app, weak_secrets
+    from mlsys_flows.platform.prefect_rest import PrefectREST
+    from mlsys_flows.platform.server import PlatformError, check_binding
+    from mlsys_flows.integrations.webhooks import MIN_SECRET_CHARS, WebhookConfig, check as check_hooks, create_app, weak_secrets
 
     path = config or home() / "hooks.yaml"
     try:
@@ -222,8 +222,8 @@ def webhooks_send(hook: str = typer.Argument(..., help="Hook name."),
 
     import httpx
 
-    from mlsys_flows.prefect_rest import PrefectREST
-    from mlsys_flows.webhooks import WebhookConfig, signed_headers
+    from mlsys_flows.platform.prefect_rest import PrefectREST
+    from mlsys_flows.integrations.webhooks import WebhookConfig, signed_headers
 
     try:  # before any config or API is read
         payload = json.dumps(json.loads(body)).encode()

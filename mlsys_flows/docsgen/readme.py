@@ -1,4 +1,4 @@
-"""Regenerate the generated sections of the README and the system pages: ``python -m mlsys_flows.readme``.
+"""Regenerate the generated sections of the README and the system pages: ``python -m mlsys_flows.docsgen.readme``.
 
 - README: the system table, from the registry, and the results table;
 - ``docs/<name>.md``: every claim of the system's committed quick RunReport;
@@ -9,7 +9,8 @@ both from the RunReports that ``mlsys-flows bench NAME --scale quick --save`` wr
 import json
 from pathlib import Path
 
-from mlsys_flows import docnumbers, registry
+from mlsys_flows import registry
+from mlsys_flows.docsgen import docnumbers
 from mlsys_flows.settings import project_root
 from mlsys_flows.systems.common.report import v3_cells
 
@@ -111,6 +112,6 @@ def render_system(name: str, text: str) -> str:
 
 
 if __name__ == "__main__":
-    from mlsys_flows.generate import write
+    from mlsys_flows.docsgen.generate import write
 
     print("\n".join(write()) or "every generated file is current")

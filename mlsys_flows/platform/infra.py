@@ -2,8 +2,8 @@
 
 The templates start from Prefect's own defaults, asked of Prefect's SDK (see
 ``default_job_template``), with mlsys-flows defaults on top: the worker image and resources a flow
-at ``quick`` scale needs. ``python -m mlsys_flows.infra`` rewrites ``infra/work-pools/*.json``; a
-test keeps them in sync. ``python -m mlsys_flows.infra --refresh-defaults`` first saves Prefect's
+at ``quick`` scale needs. ``python -m mlsys_flows.platform.infra`` rewrites ``infra/work-pools/*.json``; a
+test keeps them in sync. ``python -m mlsys_flows.platform.infra --refresh-defaults`` first saves Prefect's
 current defaults of the worker types whose packages the project does not install.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mlsys_flows import registry
-from mlsys_flows.server import api_ready, discover_api_url, embedded_api, start_embedded_api
+from mlsys_flows.platform.server import api_ready, discover_api_url, embedded_api, start_embedded_api
 from mlsys_flows.settings import configure_prefect_home
 
 

@@ -10,9 +10,10 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from mlsys_flows import platform_cli, registry
-from mlsys_flows.platform_cli import PipeConsole
-from mlsys_flows.runner import RunError, parse_param, run_system, validate, write_report
+from mlsys_flows import registry
+from mlsys_flows.cli import platform as platform_cli
+from mlsys_flows.cli.platform import PipeConsole
+from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.params import SCALES, ParamsError
 from mlsys_flows.systems.common.report import SMOKE_NOTE, claim_rows, v3_cells
@@ -87,8 +88,8 @@ def _use_running_server() -> str | None:
     in its UI; else to an embedded temporary API. Says which; returns the UI's URL when there is one."""
     import json as _json
 
-    from mlsys_flows.runner import connect
-    from mlsys_flows.server import state_file
+    from mlsys_flows.platform.runner import connect
+    from mlsys_flows.platform.server import state_file
 
     url = connect()  # the embedded API, when started, boots while the flow is imported
     if url is None:
@@ -214,8 +215,8 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     console.print(f"{len(reports)} system{'s' if len(reports) != 1 else ''} at {scale} took {took:.0f} s "
                   f"({took / 60:.1f} min) in all")
     if record:
-        from mlsys_flows import catalogue
-        from mlsys_flows import generate as gen
+        from mlsys_flows.docsgen import catalogue
+        from mlsys_flows.docsgen import generate as gen
 
         for path in gen.write():
             console.print(f"wrote {path}")
@@ -233,15 +234,15 @@ def report(storage: Optional[str] = typer.Option(None, help="Also read the RunRe
                                     "systems/, img/).")) -> None:
     """Build the static HTML results catalogue: every system's claim beside its runs, a page per
     system with its report and history. Opens from a file, no server and no network."""
-    from mlsys_flows import catalogue
+    from mlsys_flows.docsgen import catalogue
 
     store = None
     if storage:
-        from mlsys_flows.runner import connect
+        from mlsys_flows.platform.runner import connect
 
         connect(embedded="://" not in storage)  # a block name is read from the API `run` uses: the running server
         from mlsys_flows.blocks import ObjectStorage
-        from mlsys_flows.runner import _load_block
+        from mlsys_flows.platform.runner import _load_block
 
         try:
             store = ObjectStorage(url=storage) if "://" in storage else _load_block(ObjectStorage, storage, "--storage")
@@ -258,7 +259,7 @@ def report(storage: Optional[str] = typer.Option(None, help="Also read the RunRe
 def generate(check: bool = typer.Option(False, "--check", help="Write nothing; fail if a generated file is stale.")) -> None:
     """Rewrite every generated file (README tables, docs results blocks, docs/results.md, docs/limits.md,
     prefect.yaml, infra/work-pools templates) from the registry and the committed RunReports."""
-    from mlsys_flows import generate as gen
+    from mlsys_flows.docsgen import generate as gen
 
     if check:
         stale = gen.stale()
@@ -283,11 +284,11 @@ def blocks_register() -> None:
         console.print(f"registered {block.get_block_type_slug()}")
 
 
-platform_cli.register(app)  # server, deploy, webhooks (mlsys_flows/platform_cli.py)
+platform_cli.register(app)  # server, deploy, webhooks (mlsys_flows/cli/platform.py)
 
 
 def main() -> None:
-    from mlsys_flows.procs import stop_on_signals
+    from mlsys_flows.platform.procs import stop_on_signals
 
     stop_on_signals()  # Ctrl-C and SIGTERM stop any command, however it was started
     app()

@@ -1,6 +1,6 @@
 """``MlsysFlowOperator``: runs an mlsys-flows system's Prefect deployment as an Airflow task.
 
-    from mlsys_flows.airflow.operators import MlsysFlowOperator
+    from mlsys_flows.integrations.airflow.operators import MlsysFlowOperator
 
     MlsysFlowOperator(task_id="recd", system="recd", scale="quick", overrides={"seed": 1},
                       prefect_conn_id="prefect_default")
@@ -27,9 +27,9 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException
 
 from mlsys_flows import flow_params, registry
-from mlsys_flows.airflow.hooks import PrefectHook
-from mlsys_flows.airflow.triggers import PrefectFlowRunTrigger
-from mlsys_flows.prefect_rest import PrefectAPIError
+from mlsys_flows.integrations.airflow.hooks import PrefectHook
+from mlsys_flows.integrations.airflow.triggers import PrefectFlowRunTrigger
+from mlsys_flows.platform.prefect_rest import PrefectAPIError
 from mlsys_flows.systems.common.params import ParamsError
 
 
@@ -160,7 +160,7 @@ class MlsysFlowOperator(BaseOperator):
             self.log.info("flow run %s: cancellation %s", self.flow_run_id, status)
 
     def _run_in_process(self) -> dict[str, Any]:
-        from mlsys_flows.runner import RunError, run_system  # imports prefect: only in this mode
+        from mlsys_flows.platform.runner import RunError, run_system  # imports prefect: only in this mode
 
         try:
             report = run_system(self.system, self.scale, self.overrides, storage=self.storage, cluster=self.cluster,

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,25 +17,7 @@ from pathlib import Path
 
 import httpx
 
-
-def free_port(span: int = 1) -> int:
-    """A free port p such that p+10000 (SeaweedFS's gRPC port) is free too."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 < 65535 and all(_is_free(p) for p in (port, port + 10000)):
-            return port
-    raise RuntimeError("no free port pair found on 127.0.0.1")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+from mlsys_flows.systems.common.net import free_port
 
 
 def weed_binary() -> str:
@@ -68,8 +49,9 @@ class SeaweedS3:
             {"accessKey": self.access_key, "secretKey": self.secret_key}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
         cfg = self.workdir / "identities.json"
         cfg.write_text(json.dumps(identities))
-        self.port = self.port or free_port()
-        master, volume, filer = free_port(), free_port(), free_port()
+        self.port = self.port or free_port(span=10000)
+        # every weed server also binds its gRPC port, port + 10000
+        master, volume, filer = (free_port(span=10000) for _ in range(3))
         cmd = [weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.workdir / 'data'}",
                f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
                "-s3", f"-s3.port={self.port}", f"-s3.config={cfg}", "-volume.max=0", "-master.volumeSizeLimitMB=64",

@@ -15,8 +15,8 @@ from typing import Any, AsyncIterator
 import httpx
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from mlsys_flows.airflow.hooks import PrefectHook
-from mlsys_flows.prefect_rest import FINAL_STATES, RETRY_STATUS
+from mlsys_flows.integrations.airflow.hooks import PrefectHook
+from mlsys_flows.platform.prefect_rest import FINAL_STATES, RETRY_STATUS
 
 # consecutive failed reads (unreachable, or busy: 429/5xx) before the trigger gives up
 MAX_FAILED_READS = 10

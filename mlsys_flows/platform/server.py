@@ -28,9 +28,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from mlsys_flows.prefect_rest import PrefectREST
-from mlsys_flows.procs import Proc, stop_all, stop_on_signals
+from mlsys_flows.platform.prefect_rest import PrefectREST
+from mlsys_flows.platform.procs import Proc, stop_all, stop_on_signals
 from mlsys_flows.settings import configure_prefect_home, home, server_state_file
+from mlsys_flows.systems.common.net import free_port
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
@@ -64,12 +65,6 @@ def port_free(host: str, port: int) -> bool:
             return True
         except OSError:
             return False
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def is_loopback(host: str) -> bool:
@@ -297,7 +292,7 @@ def _scheduler_address(path: Path) -> str | None:
 
 
 def dask_setup(worker) -> None:
-    """The warm cluster's worker preload (`dask worker --preload mlsys_flows.server`): import every
+    """The warm cluster's worker preload (`dask worker --preload mlsys_flows.platform.server`): import every
     implemented flow now, so no run waits for it. A system that fails to import is only logged: its
     runs fail on their own, the others still run warm."""
     import importlib
@@ -329,7 +324,7 @@ def ensure_work_pool(api_url: str, name: str = WORK_POOL, pool_type: str = "proc
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectNotFound
 
-    from mlsys_flows.infra import default_job_template
+    from mlsys_flows.platform.infra import default_job_template
 
     with prefect_client(api_url) as client:
         try:

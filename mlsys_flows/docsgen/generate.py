@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from mlsys_flows import catalogue, deploy, infra, limits, readme, registry
+from mlsys_flows import registry
+from mlsys_flows.docsgen import catalogue, limits, readme
+from mlsys_flows.platform import deploy, infra
 from mlsys_flows.settings import project_root
 
 REPO = project_root()  # generated files are the checkout's; installed, files() refuses

@@ -19,7 +19,7 @@ import httpx
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException
 
-from mlsys_flows.prefect_rest import PrefectREST, cancelling
+from mlsys_flows.platform.prefect_rest import PrefectREST, cancelling
 
 
 @dataclass(frozen=True)

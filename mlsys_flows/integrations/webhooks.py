@@ -47,11 +47,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mlsys_flows import flow_params, registry
-from mlsys_flows.prefect_rest import PrefectAPIError, PrefectREST
+from mlsys_flows.platform.prefect_rest import PrefectAPIError, PrefectREST
 from mlsys_flows.settings import home
 from mlsys_flows.systems.common.params import ParamsError
 
-log = logging.getLogger("mlsys_flows.webhooks")
+log = logging.getLogger("mlsys_flows.integrations.webhooks")
 
 TIMESTAMP_HEADER, SIGNATURE_HEADER, DELIVERY_HEADER = "X-Mlsys-Timestamp", "X-Mlsys-Signature", "X-Mlsys-Delivery"
 FLOW_PARAMETERS = flow_params.NAMES  # the harness's flow signature, declared in flow_params.py

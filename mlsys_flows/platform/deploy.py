@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 
 from mlsys_flows import flow_params, registry
-from mlsys_flows.infra import POOL_TYPES, REPO, job_template
-from mlsys_flows.server import WORK_POOL, ensure_work_pool
+from mlsys_flows.platform.infra import POOL_TYPES, REPO, job_template
+from mlsys_flows.platform.server import WORK_POOL, ensure_work_pool
 from mlsys_flows.settings import home, is_checkout
 
 PREFECT_YAML = REPO / "prefect.yaml"

@@ -5,7 +5,7 @@ Two outputs from the same RunReports:
 - ``docs/results.md`` (a generated file of ``mlsys-flows generate``): one row per registry system,
   from the committed RunReports in ``benchmarks/results/``;
 - a static HTML catalogue (``mlsys-flows report``, from the Jinja2 templates in
-  ``mlsys_flows/templates/catalogue/``): the same rows with a thumbnail of each plot, and a page per
+  ``mlsys_flows/docsgen/templates/catalogue/``): the same rows with a thumbnail of each plot, and a page per
   system with its full report and its history across runs. It reads the committed
   reports, their earlier versions in the git history, and the reports a storage block holds
   (``reports/<system>/<run_id>.json``, where every flow publishes its report). Plain files with
@@ -241,7 +241,7 @@ def _md_table(table: dict[str, Any]) -> list[str]:
     return lines
 
 
-# ----- HTML: Jinja2 templates in mlsys_flows/templates/catalogue/ -------------------------------------
+# ----- HTML: Jinja2 templates in mlsys_flows/docsgen/templates/catalogue/ -------------------------------------
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "catalogue"
 
 
