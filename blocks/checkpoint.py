@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 from prefect.blocks.core import Block
 from pydantic import Field
@@ -31,6 +31,12 @@ class CheckpointStore(Block):
 
     A checkpoint is complete once the manifest names it: the blob is written first (atomically), the
     manifest last, so a crash at any point leaves the previous complete checkpoint in place.
+
+    Sharded checkpoints (one shard per torch.distributed rank, ``write_shard``/``restore_shard``, or
+    ``saver(run_key, rank=r, world_size=n)``): each rank writes its shard, then the shard's record;
+    the global checkpoint of a step commits (a ``COMMIT.json`` naming every shard with its checksum)
+    only once every rank's record is durable, written by whichever rank completes the set. A rank
+    lost mid-flush leaves that step uncommitted: resume takes the newest committed step.
 
     ``saver(run_key)`` returns an object with ``save(step, state)``, ``before_update()`` and
     ``wait()`` for a training loop. With ``asynchronous`` it snapshots the state to host memory and
@@ -54,6 +60,11 @@ class CheckpointStore(Block):
                 saver.before_update()  # lazy: the snapshot copy must be done before the state changes
                 opt.step()
                 saver.save(step, {"model": model.state_dict(), "opt": opt.state_dict()})
+
+        # one shard per rank (e.g. of ranks started by tasks.ranks.run_ranks)
+        step, shard = store.resume_shard("run-42", rank, world_size, default=my_shard)
+        with store.saver("run-42", asynchronous=True, rank=rank, world_size=world_size) as saver:
+            saver.save(step, my_shard)  # commits globally once every rank's shard is durable
         ```
     """
 
@@ -110,14 +121,124 @@ class CheckpointStore(Block):
             self.storage.delete(old["key"])
         return entry
 
-    def saver(self, run_key: str, asynchronous: bool | None = None, lazy: bool | None = None) -> "SyncSaver":
+    def saver(self, run_key: str, asynchronous: bool | None = None, lazy: bool | None = None,
+              rank: int | None = None, world_size: int | None = None, attempt: str = "",
+              on_flush: Callable[[str, int], None] | None = None) -> "SyncSaver":
         """A saver for one training run: ``SyncSaver`` or ``AsyncSaver`` (``asynchronous`` and
-        ``lazy`` default to the block's fields). Use it as a context manager, or call ``wait()``."""
+        ``lazy`` default to the block's fields). Use it as a context manager, or call ``wait()``.
+        With ``rank`` and ``world_size`` it saves this rank's shard (``write_shard``, with ``attempt``). ``on_flush``
+        is called as ``on_flush("start" | "done", step)`` around each write, on the thread that
+        writes (progress reporting; the fault tests kill a rank at "start")."""
         _safe(run_key)
+        shard = None
+        if rank is not None or world_size is not None:
+            _check_shard(rank, world_size)
+            shard = (rank, world_size, attempt)
         asynchronous = self.asynchronous if asynchronous is None else asynchronous
         if not asynchronous:
-            return SyncSaver(self, run_key)
-        return AsyncSaver(self, run_key, lazy=self.lazy if lazy is None else lazy)
+            return SyncSaver(self, run_key, shard=shard, on_flush=on_flush)
+        return AsyncSaver(self, run_key, lazy=self.lazy if lazy is None else lazy, shard=shard, on_flush=on_flush)
+
+    # ----- sharded checkpoints: one shard per rank, committed when every shard is durable ------
+    def _step_dir(self, run_key: str, step: int) -> str:
+        return f"{self.prefix}/{_safe(run_key)}/sharded/step-{step:09d}"
+
+    def write_shard(self, run_key: str, step: int, rank: int, world_size: int, state: Any,
+                    attempt: str = "") -> dict[str, Any]:
+        """Store ``state`` as rank ``rank``'s shard of checkpoint ``step``: the blob, then its record;
+        then, if every rank's record of the same ``attempt`` is there, the step's commit. Returns the
+        shard's record.
+
+        Whichever rank writes the last record sees the whole set (each rank lists after its own
+        record is durable) and commits; two ranks finishing together both write the same commit.
+        ``attempt`` names one launch of the ranks (``RankInfo.launch_id``): a record left by a rank of
+        an earlier, failed launch at the same step never completes this launch's set."""
+        import torch
+
+        _check_shard(rank, world_size)
+        if step < 0:
+            raise ValueError(f"checkpoint step must be >= 0 (got {step})")
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        blob = buf.getvalue()
+        base = self._step_dir(run_key, step)
+        key = f"{base}/shard-{rank:05d}-of-{world_size:05d}.pt"
+        self.storage.write_bytes(key, blob)
+        record = {"step": step, "rank": rank, "world_size": world_size, "key": key, "attempt": attempt,
+                  "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
+        self.storage.write_json(f"{base}/record-{rank:05d}.json", record)
+        records = [k for k in self.storage.list(base) if k.rsplit("/", 1)[-1].startswith("record-")]
+        if len(records) == world_size and not self.storage.exists(f"{base}/COMMIT.json"):
+            shards = sorted((self.storage.read_json(k) for k in records), key=lambda r: r["rank"])
+            if [r["rank"] for r in shards] == list(range(world_size)) and \
+                    all(r["world_size"] == world_size and r["attempt"] == attempt for r in shards):
+                self.storage.write_json(f"{base}/COMMIT.json", {"step": step, "world_size": world_size,
+                                                                "shards": shards})
+                self._prune_sharded(run_key)
+        return record
+
+    def committed(self, run_key: str) -> list[dict[str, Any]]:
+        """The committed global checkpoints of ``run_key``, oldest first: {step, world_size, shards}."""
+        base = f"{self.prefix}/{_safe(run_key)}/sharded"
+        commits = [k for k in self.storage.list(base) if k.endswith("/COMMIT.json")]
+        docs = []
+        for key in commits:
+            try:
+                docs.append(self.storage.read_json(key))
+            except StorageError:  # pruned between the listing and the read
+                continue
+        return sorted(docs, key=lambda d: d["step"])
+
+    def _prune_sharded(self, run_key: str) -> None:
+        """Drop committed steps beyond ``keep_last``, and any uncommitted step older than the oldest
+        kept (a step a lost rank never completed)."""
+        steps = [d["step"] for d in self.committed(run_key)]
+        if len(steps) <= self.keep_last:
+            return
+        oldest_kept = steps[-self.keep_last]
+        base = f"{self.prefix}/{_safe(run_key)}/sharded"
+        for step in sorted({int(k.split("/step-", 1)[1][:9]) for k in self.storage.list(base) if "/step-" in k}):
+            if step < oldest_kept:
+                try:
+                    self.storage.delete(self._step_dir(run_key, step))
+                except (FileNotFoundError, StorageError):  # another rank that committed is pruning it too
+                    pass
+
+    def restore_shard(self, run_key: str, rank: int, world_size: int, step: int | None = None) -> tuple[int, Any]:
+        """(step, state) of rank ``rank``'s shard of the newest committed checkpoint (or of ``step``)
+        whose shard verifies; never an uncommitted step. A different ``world_size`` than the one
+        saved is an error (no resharding)."""
+        import torch
+
+        _check_shard(rank, world_size)
+        for doc in reversed(self.committed(run_key)):
+            if step is not None and doc["step"] != step:
+                continue
+            if doc["world_size"] != world_size:
+                raise ValueError(f"world_size: checkpoint step {doc['step']} of run {run_key!r} has "
+                                 f"{doc['world_size']} shards, this run has {world_size} ranks")
+            blob = self._verified({**doc["shards"][rank], "step": doc["step"]})
+            if blob is not None:
+                return doc["step"], torch.load(io.BytesIO(blob), weights_only=True)
+            if step is not None:
+                break
+        raise StorageError(f"no committed checkpoint for run {run_key!r}" + (f" at step {step}" if step is not None
+                                                                              else "") + f" with a valid shard {rank}")
+
+    def resume_shard(self, run_key: str, rank: int, world_size: int, default: Any = None) -> tuple[int, Any]:
+        """(step, state) for rank ``rank`` to continue from: its shard of the newest committed
+        checkpoint, else (-1, default). Every rank of a run gets the same step unless a shard of
+        that step fails its checksum (then the call raises rather than mix steps)."""
+        docs = self.committed(run_key)
+        if not docs:
+            return -1, default
+        newest = docs[-1]["step"]
+        step, state = self.restore_shard(run_key, rank, world_size)
+        if step != newest:
+            raise StorageError(f"rank {rank}'s shard of committed step {newest} of run {run_key!r} is corrupted; "
+                               f"the ranks would resume from different steps")
+        log.info("run %s rank %d resumes after committed step %s", run_key, rank, step)
+        return step, state
 
     def _verified(self, entry: dict[str, Any]) -> bytes | None:
         try:
@@ -165,6 +286,13 @@ class CheckpointStore(Block):
         return step, state
 
 
+def _check_shard(rank: Any, world_size: Any) -> None:
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1 (got {world_size!r})")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an integer in 0..{world_size - 1} (got {rank!r})")
+
+
 def _safe(run_key: str) -> str:
     if not run_key or "/" in run_key or run_key in (".", ".."):
         raise ValueError(f"run_key must be a non-empty name without '/' (got {run_key!r})")
@@ -179,13 +307,27 @@ class SyncSaver:
     asynchronous = False
     lazy = False
 
-    def __init__(self, store: CheckpointStore, run_key: str):
-        self.store, self.run_key = store, run_key
+    def __init__(self, store: CheckpointStore, run_key: str, shard: tuple[int, int, str] | None = None,
+                 on_flush: Callable[[str, int], None] | None = None):
+        self.store, self.run_key, self.shard, self.on_flush = store, run_key, shard, on_flush
         self.flushes: list[dict[str, Any]] = []
+
+    def _write(self, step: int, state: Any) -> dict[str, Any]:
+        """The checkpoint (or this rank's shard) on storage, with ``on_flush`` around it."""
+        if self.on_flush:
+            self.on_flush("start", step)
+        if self.shard is None:
+            entry = self.store.write(self.run_key, step, state)
+        else:
+            rank, world_size, attempt = self.shard
+            entry = self.store.write_shard(self.run_key, step, rank, world_size, state, attempt=attempt)
+        if self.on_flush:
+            self.on_flush("done", step)
+        return entry
 
     def save(self, step: int, state: Any) -> None:
         t0 = time.perf_counter()
-        entry = self.store.write(self.run_key, step, state)
+        entry = self._write(step, state)
         self.flushes.append({"step": step, "bytes": entry["size"], "seconds": time.perf_counter() - t0,
                              "copy_s": 0.0})
 
@@ -214,8 +356,9 @@ class AsyncSaver(SyncSaver):
 
     asynchronous = True
 
-    def __init__(self, store: CheckpointStore, run_key: str, lazy: bool = False):
-        super().__init__(store, run_key)
+    def __init__(self, store: CheckpointStore, run_key: str, lazy: bool = False,
+                 shard: tuple[int, int, str] | None = None, on_flush: Callable[[str, int], None] | None = None):
+        super().__init__(store, run_key, shard=shard, on_flush=on_flush)
         self.lazy = lazy
         self._buffers: list[Any] = []  # host tensors, reused from one snapshot to the next
         self._thread: threading.Thread | None = None
@@ -257,7 +400,7 @@ class AsyncSaver(SyncSaver):
                 self._copied.set()
             sources = []  # the live tensors are no longer needed
             t0 = time.perf_counter()
-            entry = self.store.write(self.run_key, step, _fill(tree, targets))
+            entry = self._write(step, _fill(tree, targets))
             self.flushes.append({"step": step, "bytes": entry["size"], "seconds": time.perf_counter() - t0,
                                  "copy_s": copy_s})
         except BaseException as exc:  # noqa: BLE001 - raised in the training loop by the next call

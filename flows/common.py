@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import cloudpickle
@@ -37,6 +37,7 @@ from mlsys_flows.systems.common.params import ParamsError, SystemParams
 from mlsys_flows.systems.common.report import SystemResult, build_report
 from mlsys_flows.systems.common.spec import SystemSpec
 from mlsys_flows.tasks.common import publish_report, report_artifacts, with_policy
+from mlsys_flows.tasks.ranks import RanksRun, run_ranks
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
 
@@ -54,6 +55,8 @@ class RunContext:
     device_pool: ResourcePool | None = None
     # Names a resumable training run across flow runs; None (the default) means not resumable.
     run_key: str | None = None
+    # each launch of torch.distributed ranks (``ranks``), recorded in the report's environment
+    launches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -98,6 +101,18 @@ class RunContext:
                                                          f"{pool.name!r} is a {pool.kind} pool")
         with pool.annotate():
             return task.submit(*args, **kwargs)
+
+    def ranks(self, fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0,
+              **kwargs: Any) -> RanksRun:
+        """``fn(info, *args, **kwargs)`` as ``world_size`` torch.distributed ranks, one per worker of the
+        run's cluster (``tasks.ranks.run_ranks``: gloo, or nccl when every worker has a GPU); their
+        results in rank order. Call it while no other task of the run occupies those workers (a rank
+        queued behind one waits, and its peers time out after ``timeout_s``). The launch's world size,
+        backend and workers go into the report's ``environment.distributed``."""
+        runner = FlowRunContext.get().task_runner
+        launch = run_ranks(runner.client, fn, world_size, *args, timeout_s=timeout_s, **kwargs)
+        self.launches.append(launch.describe())
+        return launch
 
     @property
     def repeats(self) -> int:
@@ -259,6 +274,7 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                                                                     task_timeout_s=params.task_timeout_s):
                 result: SystemResult = body(ctx)
             environment.load_after = load_average()
+            environment.distributed = ctx.launches
             report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,
                                   environment=environment, wall_time_s=time.perf_counter() - started)
             png = with_policy(publish_report, params.task_timeout_s)(report, store)

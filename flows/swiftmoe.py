@@ -1,15 +1,18 @@
 """SwiftMoE flow: DeepSpeed-style (at its default and at swept capacity factors), FlexMoE-style and
 SwiftMoE expert placement training the same tiny MoE on the same drifting token stream; time to a
 target loss on a simulated clock built from compute measured in the run, calibrated against a real
-2-process gloo run, and re-priced for other links and expert sizes."""
+2-rank gloo run on the cluster's workers, and re-priced for other links and expert sizes."""
 from __future__ import annotations
 
 import numpy as np
+from prefect import get_run_logger
 
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
 from mlsys_flows.systems.swiftmoe import (ABLATION, CAPACITY_SWEEP, DEEPSPEED_SWEEP, REGIME_VARIANTS, SPEC, TRAINED,
                                           TUNED, choose_capacity, sweep_variant, variant_policy)
+from mlsys_flows.systems.swiftmoe.calibrate import WORLD, gloo_available, replay_rank
+from mlsys_flows.systems.swiftmoe.calibrate import summarize as summarize_calibration
 from mlsys_flows.tasks import swiftmoe as t
 
 POLICIES = TRAINED  # every variant trained on the evaluated trace
@@ -45,8 +48,18 @@ def swiftmoe(ctx: RunContext) -> SystemResult:
     points = {rate: p.at_drift(rate) for rate in p.regime_drift_rates}
     small = next(iter(points.values()))
     rprof = prof if p.regime_scale == "same" else ctx.submit(t.profile, small, ctx.devices, device="gpu").result()
-    # also alone: 2 real processes time the recorded work, measured against the simulator
-    calib = t.calibrate.submit(p, ctx.repeats).result()
+    # also alone: 2 torch.distributed ranks on 2 workers time the recorded work, measured against the simulator
+    calib = None
+    if gloo_available():
+        prepared = t.calibration_job.submit(p, ctx.repeats).result()
+        launch = ctx.ranks(replay_rank, WORLD, prepared["job"])
+        calib = summarize_calibration(prepared, launch.results[0], launch.seconds)
+        get_run_logger().info("swiftmoe calibration (%d %s ranks on %s): measured %s ms/iter vs simulated %.2f ms "
+                              "(link %.2f Gbit/s)", launch.world_size, launch.backend, ", ".join(launch.workers),
+                              [round(x * 1e3, 2) for x in calib["measured_iter_s"]], calib["simulated_iter_s"] * 1e3,
+                              calib["link_gbps"])
+    else:
+        get_run_logger().warning("swiftmoe calibration skipped: torch.distributed with gloo is not available")
     futures = {n: t.train.submit(n, p, ctx.storage, data, prof, ctx.devices, record=n in ("flexmoe", "swiftmoe"))
                for n in POLICIES}
     # the deployable DeepSpeed: every capacity factor on the calibration trace (another seed), the fastest kept
@@ -171,10 +184,10 @@ def _calibration_note(calib: dict | None) -> str:
     return (f"Calibration (calibration_error, measured: real wall time / simulated time per iteration, one value per "
             f"timed window): SwiftMoE's recorded work of {calib['iterations']} iterations at {calib['workers']} workers "
             f"x {calib['slots_per_worker']} slots, batch {calib['batch']}, replayed by 2 torch.distributed gloo "
-            f"processes on 127.0.0.1 (dense fwd+bwd, dense all-reduce + Adam, all-to-all dispatch/combine fwd+bwd, "
+            f"ranks, one per Dask worker process of the run's cluster (environment.distributed names them) (dense fwd+bwd, dense all-reduce + Adam, all-to-all dispatch/combine fwd+bwd, "
             f"expert calls fwd+bwd, gradient reduce-scatter, Adam on own shards, weight all-gather): "
             f"{', '.join(f'{x * 1e3:.2f}' for x in calib['measured_iter_s'])} ms per iteration vs simulated "
             f"{calib['simulated_iter_s'] * 1e3:.2f} ms (ms by part: {parts}) with the profile measured for that "
             f"configuration and the loopback link measured by a 4 MiB all-to-all ({calib['link_gbps']:.2f} Gbit/s). "
-            "The simulator ignores optimizer steps, per-collective latency and the 2 processes sharing the machine "
+            "The simulator ignores optimizer steps, per-collective latency and the 2 ranks sharing the machine "
             "with other work; a ratio above 1 means the simulated clock is optimistic by that factor at this size.")

@@ -10,7 +10,9 @@ from mlsys_flows.blocks import CheckpointStore, ObjectStorage
 from mlsys_flows.systems.checkpoint import Params
 from mlsys_flows.systems.checkpoint.bench import run_bench, sweep_widths
 from mlsys_flows.systems.checkpoint.savers import make_saver as saver_of
+from mlsys_flows.systems.checkpoint.sharded import train_sharded
 from mlsys_flows.systems.checkpoint.train import train
+from mlsys_flows.systems.common.distributed import RankInfo
 
 
 @task(name="checkpoint-train")
@@ -30,6 +32,22 @@ def train_resumable(p: Params, checkpoints: CheckpointStore, run_key: str) -> di
              len(saver.flushes), res.digest[:12])
     return {"start_step": res.start_step, "steps": res.steps, "last_loss": res.last_loss, "digest": res.digest,
             "flushes": saver.flushes}
+
+
+def train_sharded_rank(info: RankInfo, checkpoints: CheckpointStore, run_key: str, width: int, depth: int,
+                       batch_size: int, steps: int, every: int, seed: int, on_flush=None) -> dict:
+    """One rank of a data-parallel run (``tasks.ranks.run_ranks`` starts them) that checkpoints its
+    shard asynchronously on ``checkpoints`` under ``run_key`` and resumes, like every rank, from the
+    newest step whose shards all committed. ``on_flush`` goes to the saver."""
+    from dataclasses import asdict
+
+    def resume(default: dict) -> tuple[int, dict]:
+        return checkpoints.resume_shard(run_key, info.rank, info.world_size, default)
+
+    with checkpoints.saver(run_key, asynchronous=True, lazy=False, rank=info.rank, world_size=info.world_size,
+                           attempt=info.launch_id, on_flush=on_flush) as saver:
+        res = train_sharded(info.rank, info.world_size, width, depth, batch_size, steps, every, seed, resume, saver)
+    return {**asdict(res), "flushes": saver.flushes, "backend": info.backend, "device": info.device}
 
 
 @task(name="checkpoint-bench")

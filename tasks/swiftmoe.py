@@ -9,7 +9,7 @@ from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage, ResourcePool
 from mlsys_flows.systems.swiftmoe import Params, variant_policy
-from mlsys_flows.systems.swiftmoe.calibrate import calibrate as run_calibration, gloo_available
+from mlsys_flows.systems.swiftmoe.calibrate import calibration_job as prepare_calibration
 from mlsys_flows.systems.swiftmoe.cost import Profile, sweep_flexmoe_ratio
 from mlsys_flows.systems.swiftmoe.train import build_workload, measure_profile, train_policy
 from mlsys_flows.systems.swiftmoe.workload import Workload
@@ -38,20 +38,14 @@ def profile(p: Params, pool: ResourcePool) -> dict:
     return asdict(prof)
 
 
-@task(name="swiftmoe-calibrate")
-def calibrate(p: Params, repeats: int) -> dict | None:
-    """Measured (2 gloo processes on loopback) vs simulated seconds per iteration; runs alone.
-    None (and a logged reason) where torch has no gloo backend."""
-    log = get_run_logger()
-    if not gloo_available():
-        log.warning("swiftmoe calibration skipped: torch.distributed with gloo is not available")
-        return None
-    t0 = time.perf_counter()
-    res = run_calibration(p, repeats)
-    log.info("swiftmoe calibration: measured %s ms/iter vs simulated %.2f ms (link %.2f Gbit/s), %.1f s",
-             [round(x * 1e3, 2) for x in res["measured_iter_s"]], res["simulated_iter_s"] * 1e3, res["link_gbps"],
-             time.perf_counter() - t0)
-    return res
+@task(name="swiftmoe-calibration-job")
+def calibration_job(p: Params, repeats: int) -> dict:
+    """SwiftMoE's recorded work at 2 workers and its compute profile: what the flow's 2 ranks replay
+    (``ctx.ranks(replay_rank, ...)``) and what ``summarize`` prices on the simulator."""
+    prepared = prepare_calibration(p, repeats)
+    get_run_logger().info("swiftmoe calibration job: %d iterations at 2 workers x %d slots, batch %d",
+                          prepared["iterations"], prepared["slots_per_worker"], prepared["batch"])
+    return prepared
 
 
 @task(name="swiftmoe-train")

@@ -97,6 +97,7 @@ def harness_files() -> list[tuple[str, Path]]:
     files += [(f"mlsys_flows/{p.relative_to(root)}", p) for p in sorted(root.rglob("*.py"))
               if "__pycache__" not in p.parts and p.relative_to(root).parts[0] not in _LAYERS]
     files += [(f"{layer}/common.py", _layer_dir(layer) / "common.py") for layer in ("tasks", "flows")]
+    files += [("tasks/ranks.py", _layer_dir("tasks") / "ranks.py")]  # ranks as Dask tasks, for every flow
     return [(label, p) for label, p in files if p.exists()]
 
 

@@ -249,6 +249,9 @@ class Environment(BaseModel):
                                               "blocks, platform modules).")
     load_before: tuple[float, float, float] | None = Field(None, description="1/5/15-min load average at the start.")
     load_after: tuple[float, float, float] | None = Field(None, description="1/5/15-min load average at the end.")
+    distributed: list[dict[str, Any]] = Field(default_factory=list, description="Each launch of torch.distributed "
+                                              "ranks in the run (ctx.ranks): world_size, backend, workers, devices, "
+                                              "seconds.")
 
 
 class RunReport(BaseModel):

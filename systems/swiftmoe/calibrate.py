@@ -1,36 +1,26 @@
-"""Calibrate the simulated clock against a real 2-process expert-parallel run (pure torch).
+"""Calibrate the simulated clock against a real 2-rank expert-parallel run (pure torch).
 
-``calibrate(p)`` takes one small configuration (the run's model, 2 workers), trains SwiftMoE for
-``ITERATIONS`` iterations in one process to record each iteration's work
-(``IterationWork``: expert calls per worker, rows moved, bytes of every phase), measures the
-compute profile for that configuration, and then starts 2 worker processes (``python -m`` this
-module, torch.distributed gloo over 127.0.0.1 on a free port) that really execute those
+``calibration_job(p)`` takes one small configuration (the run's model, 2 workers), trains SwiftMoE
+for ``ITERATIONS`` iterations in one process to record each iteration's work (``IterationWork``:
+expert calls per worker, rows moved, bytes of every phase) and measures the compute profile for
+that configuration. Then 2 torch.distributed ranks (``replay_rank``; the flow starts them as Dask
+tasks on 2 workers of the run's cluster with ``ctx.ranks``, gloo on CPU) really execute those
 iterations: each rank runs the dense forward+backward of its micro-batch, all-reduces the dense
 gradients and steps Adam, and per MoE layer sends its routed rows to their replicas with
 ``all_to_all_single`` (dispatch and combine, forward and backward), runs its own expert calls
 forward+backward, reduce-scatters expert gradients to the shard owners, steps Adam on its shards
 and all-gathers the new weights, with the byte counts of the recorded trace. The ranks also
 measure the loopback link (one large all-to-all). The simulator prices the same trace with that
-profile and link bandwidth; ``calibration_error`` = measured / simulated seconds per iteration.
-
-The worker processes are plain subprocesses (not multiprocessing children), so this also runs
-inside a daemonic Dask worker process; they are stopped (killed) if they outlive ``timeout_s``.
+profile and link bandwidth (``summarize``); ``calibration_error`` = measured / simulated seconds
+per iteration.
 """
 from __future__ import annotations
 
-import json
-import os
-import pickle
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import asdict
 
 import numpy as np
 import torch
-
-from mlsys_flows.systems.common.net import free_port
 
 WORLD = 2
 ITERATIONS = 3  # recorded iterations, replayed in each timed window
@@ -75,60 +65,44 @@ def record_trace(cp) -> list[dict]:
     return trace
 
 
-def run_ranks(job: dict, timeout_s: float = 120.0) -> dict:
-    """Start WORLD gloo ranks on loopback replaying ``job``; rank 0's result. Raises on failure."""
-    with tempfile.TemporaryDirectory(prefix="swiftmoe-gloo-") as tmp:
-        job_path, out_path = os.path.join(tmp, "job.pkl"), os.path.join(tmp, "out.json")
-        with open(job_path, "wb") as f:
-            pickle.dump(job, f)
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
-            env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on the loopback device
-        port = free_port()
-        procs = [subprocess.Popen([sys.executable, "-m", __name__, job_path, str(r), str(port), out_path], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(WORLD)]
-        deadline = time.monotonic() + timeout_s
-        logs = []
-        try:
-            for proc in procs:
-                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-                logs.append(out.decode(errors="replace")[-2000:])
-        finally:
-            for proc in procs:  # stop only the ranks started here
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        if any(proc.returncode for proc in procs) or not os.path.exists(out_path):
-            raise RuntimeError("gloo calibration ranks failed: " + " | ".join(
-                f"rank {r} rc {proc.returncode}: {log}" for r, (proc, log) in enumerate(zip(procs, logs))))
-        with open(out_path) as f:
-            return json.load(f)
-
-
-def calibrate(p, repeats: int, iterations: int = ITERATIONS, timeout_s: float = 120.0) -> dict:
-    """Measured vs simulated seconds per iteration of SwiftMoE at 2 workers (see the module doc)."""
-    from .cost import TimeModel
-    from .policies import IterationWork
+def calibration_job(p, repeats: int, iterations: int = ITERATIONS) -> dict:
+    """Record SwiftMoE's work at 2 workers and measure the compute profile of that configuration:
+    ``job`` is what every rank replays (``replay_rank``), the rest is what ``summarize`` needs."""
     from .train import measure_profile
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    cp = calibration_params(p, iterations)
-    trace = record_trace(cp)
-    profile = measure_profile(cp, "cpu")
+    try:
+        cp = calibration_params(p, iterations)
+        trace = record_trace(cp)
+        profile = measure_profile(cp, "cpu")
+    finally:
+        torch.set_num_threads(threads)
     cfg = cp.moe_config()
-    started = time.perf_counter()
-    res = run_ranks({"cfg": asdict(cfg), "micro_batch": cp.batch // WORLD, "trace": trace, "lr": cp.lr,
-                     "seed": cp.seed, "repeats": repeats}, timeout_s)
-    ranks_wall_s = time.perf_counter() - started
-    link_gbps = res["link_bytes_per_s"] * 8 / 1e9
+    return {"job": {"cfg": asdict(cfg), "micro_batch": cp.batch // WORLD, "trace": trace, "lr": cp.lr,
+                    "seed": cp.seed, "repeats": repeats},
+            "profile": asdict(profile), "slots_per_worker": cp.slots_per_worker, "batch": cp.batch,
+            "iterations": cp.iterations}
+
+
+def summarize(prepared: dict, rank0: dict, ranks_wall_s: float) -> dict:
+    """Measured (rank 0's timed windows) vs simulated seconds per iteration of the same trace."""
+    from mlsys_flows.systems.moe.model import MoEConfig
+
+    from .cost import Profile, TimeModel
+    from .policies import IterationWork
+
+    cfg = MoEConfig(**prepared["job"]["cfg"])
+    profile = Profile(**prepared["profile"])
+    link_gbps = rank0["link_bytes_per_s"] * 8 / 1e9
     model = TimeModel(profile, link_gbps, cfg.d_model, WORLD)
-    parts = [model.iteration(IterationWork.from_trace(t)) for t in trace]
+    parts = [model.iteration(IterationWork.from_trace(t)) for t in prepared["job"]["trace"]]
     simulated = float(np.mean([t["total"] for t in parts]))
-    return {"measured_iter_s": res["iter_s"], "simulated_iter_s": simulated,
-            "error": [m / simulated for m in res["iter_s"]], "link_gbps": link_gbps,
+    return {"measured_iter_s": rank0["iter_s"], "simulated_iter_s": simulated,
+            "error": [m / simulated for m in rank0["iter_s"]], "link_gbps": link_gbps,
             "breakdown_s": {k: float(np.mean([t[k] for t in parts])) for k in parts[0]},
-            "profile": asdict(profile), "workers": WORLD, "slots_per_worker": cp.slots_per_worker,
-            "batch": cp.batch, "iterations": cp.iterations, "ranks_wall_s": ranks_wall_s}
+            "profile": prepared["profile"], "workers": WORLD, "slots_per_worker": prepared["slots_per_worker"],
+            "batch": prepared["batch"], "iterations": prepared["iterations"], "ranks_wall_s": ranks_wall_s}
 
 
 # ---- one rank ------------------------------------------------------------------------------------
@@ -186,20 +160,21 @@ def _replay(dist, rank: int, job: dict, model, opt, tokens, states) -> None:
                 st.update(job["_shard"], g, job["lr"])
 
 
-def _rank_main(job_path: str, rank: int, port: int, out_path: str) -> None:
-    from datetime import timedelta
-
+def replay_rank(info, job: dict) -> dict:
+    """One rank (of ``WORLD``, in a process group its launcher opened: ``tasks.ranks.run_ranks``)
+    replaying the recorded iterations: a warm-up window, then ``job["repeats"]`` timed windows.
+    Returns seconds per iteration of each timed window and the link measured by a large all-to-all."""
     import torch.distributed as dist
 
     from mlsys_flows.systems.moe.model import ExpertLayout, MoEConfig, TinyMoE
 
     from .policies import AdamState
 
-    torch.set_num_threads(1)
-    with open(job_path, "rb") as f:
-        job = pickle.load(f)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=60))
+    if info.world_size != WORLD:
+        raise ValueError(f"world_size: the calibration replays {WORLD} ranks (got {info.world_size})")
+    rank, job = info.rank, dict(job)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core per rank, as a worker process gets
     try:
         cfg = MoEConfig(**job["cfg"])
         gen = torch.Generator().manual_seed(job["seed"] + rank)
@@ -234,13 +209,6 @@ def _rank_main(job_path: str, rank: int, port: int, out_path: str) -> None:
             return (time.perf_counter() - t0) / len(job["trace"])
 
         window()  # warm-up
-        iter_s = [window() for _ in range(job["repeats"])]
-        if rank == 0:
-            with open(out_path, "w") as f:
-                json.dump({"iter_s": iter_s, "link_bytes_per_s": bytes_per_s}, f)
+        return {"iter_s": [window() for _ in range(job["repeats"])], "link_bytes_per_s": bytes_per_s}
     finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    _rank_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        torch.set_num_threads(threads)

@@ -40,6 +40,9 @@ def test_swiftmoe_flow_smoke():
     if gloo_available():
         assert report["metric_kinds"]["calibration_error"] == "measured"
         assert v["swiftmoe"]["calibration_error"] > 0 and report["samples"]["swiftmoe"]["calibration_error"]
+        # the replay ran as 2 torch.distributed ranks on 2 Dask workers, recorded in the environment
+        (launch,) = report["environment"]["distributed"]
+        assert launch["world_size"] == 2 and launch["backend"] == "gloo" and len(set(launch["workers"])) == 2
     assert any(n.startswith("Calibration") for n in report["notes"])
     assert any(n.startswith("What-if") for n in report["notes"])
     assert v["flexmoe"]["migration_bytes_total"] > 0 and v["swiftmoe"]["migration_bytes_total"] == 0

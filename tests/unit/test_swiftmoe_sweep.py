@@ -1,5 +1,5 @@
 """SwiftMoE review (issue 13): the DeepSpeed capacity-factor sweep, re-pricing recorded work for
-other links and expert sizes, and the 2-process gloo calibration of the simulated clock."""
+other links and expert sizes."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,6 @@ import torch
 
 from mlsys_flows.systems.moe.model import MoEConfig, TinyMoE, initial_experts
 from mlsys_flows.systems.swiftmoe import CAPACITY_SWEEP, DEEPSPEED_SWEEP, SPEC, VARIANTS, Params, variant_policy
-from mlsys_flows.systems.swiftmoe.calibrate import calibrate, gloo_available, run_ranks
 from mlsys_flows.systems.swiftmoe.cost import Profile, TimeModel, reprice, sweep_flexmoe_ratio, time_to_target
 from mlsys_flows.systems.swiftmoe.policies import IterationWork, make_policy
 from mlsys_flows.systems.swiftmoe.train import build_workload, train_policy
@@ -145,23 +144,4 @@ def test_recorded_trace_reprices_to_the_training_clock():
         slower = reprice(run.trace, PROF, p.link_gbps, p.d_model, p.workers, state_scale=100.0)
         assert all(b > a for a, b in zip(run.iter_time_s, slower))  # every iteration syncs expert state
 
-
-# ---- gloo calibration ---------------------------------------------------------------------------------
-gloo = pytest.mark.skipif(not gloo_available(), reason="torch.distributed with the gloo backend is not available")
-
-
-@gloo
-def test_gloo_calibration_runs_two_processes_once():
-    p = Params.for_scale("smoke", profile_repeats=1)
-    res = calibrate(p, repeats=2, iterations=1, timeout_s=120)
-    assert res["workers"] == 2 and len(res["measured_iter_s"]) == 2
-    assert all(math.isfinite(x) and x > 0 for x in res["measured_iter_s"]) and res["simulated_iter_s"] > 0
-    assert res["error"] == pytest.approx([m / res["simulated_iter_s"] for m in res["measured_iter_s"]])
-    assert res["link_gbps"] > 0 and res["breakdown_s"]["total"] == pytest.approx(res["simulated_iter_s"])
-    assert res["ranks_wall_s"] < 60
-
-
-@gloo
-def test_gloo_ranks_report_a_broken_job():
-    with pytest.raises(RuntimeError, match="rank 0"):
-        run_ranks({"cfg": {}, "trace": [], "seed": 0}, timeout_s=60)
+# the gloo calibration (2 ranks on Dask worker processes): tests/integration/test_ranks.py

@@ -1,0 +1,92 @@
+"""torch.distributed process groups for ranks started elsewhere (``tasks/ranks.py`` starts them as
+Dask tasks, one per worker process): what a rank knows of itself, the rendezvous store, and the
+group's life. Pure torch: no Dask, no Prefect."""
+from __future__ import annotations
+
+import ipaddress
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterator
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """One rank of a launch: its place in the world, the backend, its device, the launch."""
+
+    rank: int
+    world_size: int
+    backend: str  # "gloo" (CPU) or "nccl" (every rank has a GPU)
+    device: str  # "cpu" or "cuda:N", the device this rank computes on
+    launch_id: str  # one launch of the ranks; a relaunch after a failure gets a new one
+    host: str  # the host the rank's worker process runs on
+
+
+def choose_backend(gpus_per_rank: list[int]) -> str:
+    """nccl when every rank's process sees a GPU, else gloo (collectives on CPU tensors)."""
+    return "nccl" if gpus_per_rank and all(n > 0 for n in gpus_per_rank) else "gloo"
+
+
+def local_devices(hosts: list[str], backend: str) -> list[str]:
+    """The device of each rank: with nccl, ranks on one host take its GPUs in rank order."""
+    if backend != "nccl":
+        return ["cpu"] * len(hosts)
+    seen: dict[str, int] = {}
+    devices = []
+    for host in hosts:
+        devices.append(f"cuda:{seen.get(host, 0)}")
+        seen[host] = seen.get(host, 0) + 1
+    return devices
+
+
+def master_store(host: str, world_size: int, timeout_s: float):
+    """Rank 0's rendezvous store on ``host``, on a port the OS picks (``.port`` says which): no race
+    for a port between choosing it and binding it."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, 0, world_size=world_size, is_master=True, timeout=timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
+
+
+def peer_store(host: str, port: int, world_size: int, timeout_s: float):
+    """A rank's connection to rank 0's store."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, port, world_size=world_size, is_master=False, timeout=timedelta(seconds=timeout_s))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@contextmanager
+def process_group(store, info: RankInfo, timeout_s: float) -> Iterator[None]:
+    """The default process group of this rank for the block's duration, destroyed on the way out
+    whatever happens. A collective waits at most ``timeout_s`` for a peer (a peer whose process
+    died fails it sooner: its sockets close)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        raise RuntimeError("this process already belongs to a torch.distributed process group")
+    if info.backend == "nccl":
+        torch.cuda.set_device(torch.device(info.device))
+    # ranks on loopback: gloo would otherwise pick the interface the host name resolves to
+    restore = None
+    if info.backend == "gloo" and _is_loopback(info.host) and "GLOO_SOCKET_IFNAME" not in os.environ \
+            and os.path.exists("/sys/class/net/lo"):
+        os.environ["GLOO_SOCKET_IFNAME"] = restore = "lo"
+    try:
+        dist.init_process_group(info.backend, store=store, rank=info.rank, world_size=info.world_size,
+                                timeout=timedelta(seconds=timeout_s))
+    finally:
+        if restore:
+            os.environ.pop("GLOO_SOCKET_IFNAME", None)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,177 @@
+"""Ranks as Dask tasks: ``run_ranks`` starts N torch.distributed ranks, one per Dask worker process
+(pinned there for the launch), and returns their results or fails naming the ranks that failed.
+
+Rendezvous: rank 0 opens a ``TCPStore`` on its worker's host, on a port the OS picks, and publishes
+``host:port`` in a Dask ``Variable`` private to the launch; the other ranks read it from there. The
+backend is gloo on CPU, nccl when every chosen worker sees a GPU (each rank then takes the next GPU
+of its host). A rank runs ``fn(info, *args, **kwargs)`` inside its process group (``RankInfo`` says
+rank, world size, backend, device and launch), which is destroyed when ``fn`` returns or raises.
+
+A lost worker is a failed rank: its peers' next collective fails (their sockets to it close) or
+times out after ``timeout_s``; the caller learns which ranks were lost (their worker left the
+cluster) and which failed, and decides what happens next (reroute, relaunch from a checkpoint).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from mlsys_flows.systems.common.distributed import (RankInfo, choose_backend, local_devices, master_store,
+                                                    peer_store, process_group)
+
+__all__ = ["RankInfo", "RanksFailed", "RanksRun", "rank_state", "run_ranks"]
+
+# one rank per worker process: torch.distributed's default group is process-wide
+_RANK_SLOT = threading.Lock()
+
+
+class RanksFailed(RuntimeError):
+    """Ranks of a launch failed: ``lost`` {rank: worker} whose worker left the cluster, ``failed``
+    {rank: the exception it raised}."""
+
+    def __init__(self, launch_id: str, lost: dict[int, str], failed: dict[int, BaseException]):
+        self.launch_id, self.lost, self.failed = launch_id, lost, failed
+        parts = [f"rank {r} lost (its worker {w} left the cluster)" for r, w in sorted(lost.items())]
+        parts += [f"rank {r} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                  for r, e in sorted(failed.items())]
+        super().__init__(f"launch {launch_id}: " + "; ".join(parts))
+
+
+@dataclass
+class RanksRun:
+    """A launch that completed: each rank's result, and where and how it ran."""
+
+    results: list[Any]
+    world_size: int
+    backend: str
+    workers: list[str]
+    launch_id: str
+    seconds: float
+    devices: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        """What the report's notes record of the launch."""
+        return {"world_size": self.world_size, "backend": self.backend, "workers": self.workers,
+                "devices": self.devices, "launch_id": self.launch_id, "seconds": round(self.seconds, 3)}
+
+
+def rank_state() -> dict[str, bool]:
+    """Whether this process runs a rank now and belongs to a process group (``client.run(rank_state)``
+    asks every worker: after a launch, on success or failure, both are False on every survivor)."""
+    import torch.distributed as dist
+
+    return {"rank_running": _RANK_SLOT.locked(), "process_group": dist.is_available() and dist.is_initialized()}
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _rank_main(launch_id: str, rank: int, world_size: int, backend: str, device: str, timeout_s: float,
+               payload: bytes) -> Any:
+    """What one rank runs on its worker. ``payload`` is ``(fn, args, kwargs)`` pickled by the caller:
+    the scheduler unpickles a task's arguments, and importing ``fn``'s module (torch, a system) there
+    would block its event loop long enough to drop workers; the worker unpickles it here."""
+    import cloudpickle
+    from distributed import Variable, get_client, get_worker
+
+    if not _RANK_SLOT.acquire(blocking=False):
+        raise RuntimeError(f"worker {get_worker().address} already runs a rank of another launch")
+    try:
+        host = urlparse(get_worker().address).hostname or "127.0.0.1"
+        address = Variable(f"mlsys-ranks-{launch_id}", client=get_client())
+        if rank == 0:
+            store = master_store(host, world_size, timeout_s)
+            address.set(f"{host}:{store.port}")
+        else:
+            try:
+                master = address.get(timeout=timeout_s)
+            except TimeoutError:
+                raise TimeoutError(f"rank {rank}: rank 0 published no rendezvous address within {timeout_s:g} s") \
+                    from None
+            master_host, port = master.rsplit(":", 1)
+            store = peer_store(master_host, int(port), world_size, timeout_s)
+        info = RankInfo(rank=rank, world_size=world_size, backend=backend, device=device, launch_id=launch_id,
+                        host=host)
+        fn, args, kwargs = cloudpickle.loads(payload)
+        with process_group(store, info, timeout_s):
+            return fn(info, *args, **kwargs)
+    finally:
+        _RANK_SLOT.release()
+
+
+def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "auto",
+              timeout_s: float = 60.0, workers: list[str] | None = None, poll_s: float = 0.5,
+              **kwargs: Any) -> RanksRun:
+    """Run ``fn(info, *args, **kwargs)`` as ``world_size`` ranks on as many workers of ``client``'s
+    cluster (``workers``, else the first ``world_size`` by address); returns their results in rank
+    order. Raises ``ValueError`` naming ``world_size`` when the cluster has too few workers, and
+    ``RanksFailed`` when a rank raised or its worker left; the other ranks are then waited for (each
+    fails at its next collective, within ``timeout_s``) so that none is left running."""
+    import cloudpickle
+    from distributed import Variable, wait
+
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1 (got {world_size!r})")
+    if workers is None:  # a worker that is (re)starting gets up to timeout_s to join
+        try:
+            client.wait_for_workers(world_size, timeout=timeout_s)
+        except TimeoutError:
+            pass  # refused below, naming world_size
+    present = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    chosen = list(workers or present[:world_size])
+    if len(chosen) < world_size or len(set(chosen)) != len(chosen) or not set(chosen) <= set(present):
+        raise ValueError(f"world_size: {world_size} ranks need {world_size} distinct Dask workers (one rank per "
+                         f"worker process); the cluster has {len(present)}" +
+                         (f", and {sorted(set(chosen) - set(present))} are not among them" if workers else ""))
+    chosen = chosen[:world_size]
+    if backend == "auto":
+        gpus = client.run(_gpu_count, workers=chosen)
+        backend = choose_backend([gpus[w] for w in chosen])
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl' (got {backend!r})")
+    devices = local_devices([urlparse(w).hostname or w for w in chosen], backend)
+    launch_id = uuid.uuid4().hex[:12]
+    started = time.perf_counter()
+    payload = cloudpickle.dumps((fn, args, kwargs))
+    futures = [client.submit(_rank_main, launch_id, r, world_size, backend, devices[r], timeout_s, payload,
+                             workers=[chosen[r]], allow_other_workers=False, pure=False,
+                             key=f"rank-{r}-of-{world_size}-{launch_id}")
+               for r in range(world_size)]
+    try:
+        failing_since = None
+        while True:
+            try:
+                with client.as_current():  # wait() finds the client of the futures there
+                    wait(futures, timeout=poll_s)
+            except TimeoutError:
+                pass
+            alive = set(client.scheduler_info(n_workers=-1)["workers"])
+            lost = {r: chosen[r] for r, f in enumerate(futures) if f.status == "pending" and chosen[r] not in alive}
+            failed = {r: f.exception() for r, f in enumerate(futures) if f.status == "error"}
+            failed |= {r: RuntimeError("its Dask task was cancelled") for r, f in enumerate(futures)
+                       if f.status == "cancelled"}
+            if not lost and not failed and all(f.status == "finished" for f in futures):
+                return RanksRun(results=[f.result() for f in futures], world_size=world_size, backend=backend,
+                                workers=chosen, launch_id=launch_id, seconds=time.perf_counter() - started,
+                                devices=devices)
+            if lost or failed:
+                # the others fail at their next collective: wait for them (bounded), then report all
+                failing_since = failing_since or time.monotonic()
+                settled = all(f.status != "pending" or r in lost for r, f in enumerate(futures))
+                if settled or time.monotonic() - failing_since > timeout_s + poll_s:
+                    raise RanksFailed(launch_id, lost, failed)
+    finally:
+        for f in futures:
+            if f.status == "pending":
+                f.cancel()
+        try:
+            Variable(f"mlsys-ranks-{launch_id}", client=client).delete()
+        except Exception:  # noqa: BLE001 - the scheduler may be gone; the variable goes with it
+            pass

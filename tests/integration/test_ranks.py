@@ -1,0 +1,139 @@
+"""Ranks as Dask tasks on real `dask worker` processes (no nanny: a SIGKILL takes a worker down for
+good): torch.distributed gloo ranks rendezvous and reduce; a failed or lost rank is reported by
+rank, the others fail at their next collective instead of hanging, and no rank or process group
+outlives its launch. Then issue 32's fault: a rank of a data-parallel run with sharded asynchronous
+checkpoints is killed while it flushes its shard; the relaunch resumes from the last checkpoint
+whose shards all committed and ends bit-identical to an uninterrupted run."""
+from __future__ import annotations
+
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from faultkit import DaskProcesses
+
+from mlsys_flows.blocks import CheckpointStore, ObjectStorage
+from mlsys_flows.systems.swiftmoe import Params as SwiftMoEParams
+from mlsys_flows.systems.swiftmoe.calibrate import calibration_job, replay_rank, summarize
+from mlsys_flows.tasks.checkpoint import train_sharded_rank
+from mlsys_flows.tasks.ranks import RanksFailed, rank_state, run_ranks
+
+pytestmark = pytest.mark.integration
+HERE = Path(__file__).resolve().parent
+TIMEOUT_S = 30.0  # a collective's bound: a peer that vanished fails it sooner (its sockets close)
+SIZES = dict(width=48, depth=3, batch_size=16, steps=16, every=4, seed=7)
+
+
+@pytest.fixture(scope="module")
+def dask():
+    # the scheduler and the workers import this file (and faultkit) for its rank functions: Dask
+    # pickles functions by reference
+    path = os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])
+    with DaskProcesses(n_workers=3, env={"PYTHONPATH": path}) as procs:
+        yield procs
+
+
+@pytest.fixture
+def client(dask):
+    with dask.client() as c:
+        yield c
+
+
+def reduce_ranks(info, base: float) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([base + info.rank])
+    dist.all_reduce(t)
+    return {"sum": t.item(), "rank": info.rank, "world": info.world_size, "pid": os.getpid()}
+
+
+def rank_one_raises(info) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if info.rank == 1:
+        raise ValueError("rank 1 gives up before the collective")
+    dist.all_reduce(torch.ones(1))  # rank 0 waits here for a peer that is gone
+
+
+def no_rank_left(client) -> None:
+    states = client.run(rank_state)
+    assert all(s == {"rank_running": False, "process_group": False} for s in states.values()), states
+
+
+def test_ranks_rendezvous_and_reduce_one_per_worker_process(client):
+    run = run_ranks(client, reduce_ranks, 3, 10.0, timeout_s=TIMEOUT_S)
+    assert run.backend == "gloo" and run.world_size == 3 and len(set(run.workers)) == 3
+    assert [r["sum"] for r in run.results] == [33.0] * 3 and [r["rank"] for r in run.results] == [0, 1, 2]
+    assert len({r["pid"] for r in run.results}) == 3, "two ranks shared a process"
+    no_rank_left(client)
+    again = run_ranks(client, reduce_ranks, 2, 1.0, timeout_s=TIMEOUT_S)  # the workers take a new launch
+    assert [r["sum"] for r in again.results] == [3.0, 3.0] and again.launch_id != run.launch_id
+
+
+def test_more_ranks_than_workers_is_refused_naming_world_size(client):
+    with pytest.raises(ValueError, match="world_size: 9 ranks need 9 distinct Dask workers"):
+        run_ranks(client, reduce_ranks, 9, 0.0, timeout_s=2)  # waits that long for workers to join
+
+
+def test_a_failing_rank_is_named_and_its_peer_is_released(client):
+    with pytest.raises(RanksFailed) as err:
+        run_ranks(client, rank_one_raises, 2, timeout_s=TIMEOUT_S)
+    assert 1 in err.value.failed and "rank 1 gives up" in str(err.value)
+    assert not err.value.lost
+    no_rank_left(client)
+
+
+def test_swiftmoe_calibration_replays_the_recorded_work_on_two_ranks(client):
+    p = SwiftMoEParams.for_scale("smoke", profile_repeats=1)
+    prepared = calibration_job(p, repeats=2, iterations=1)
+    launch = run_ranks(client, replay_rank, 2, prepared["job"], timeout_s=120)
+    res = summarize(prepared, launch.results[0], launch.seconds)
+    assert res["workers"] == 2 and len(res["measured_iter_s"]) == 2 and launch.backend == "gloo"
+    assert all(math.isfinite(x) and x > 0 for x in res["measured_iter_s"]) and res["simulated_iter_s"] > 0
+    assert res["error"] == pytest.approx([m / res["simulated_iter_s"] for m in res["measured_iter_s"]])
+    assert res["link_gbps"] > 0 and res["breakdown_s"]["total"] == pytest.approx(res["simulated_iter_s"])
+    no_rank_left(client)
+
+
+def test_a_broken_calibration_job_fails_naming_the_ranks(client):
+    with pytest.raises(RanksFailed) as err:
+        run_ranks(client, replay_rank, 2, {"cfg": {}, "trace": [], "seed": 0}, timeout_s=30)
+    assert set(err.value.failed) == {0, 1} and "rank 0 failed" in str(err.value)
+    no_rank_left(client)
+
+
+def dies_while_flushing(info, store, run_key: str, kill_rank: int, kill_step: int, **sizes) -> dict:
+    def on_flush(phase: str, step: int) -> None:
+        if (phase, step, info.rank) == ("start", kill_step, kill_rank):
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies in the flush of its shard
+
+    return train_sharded_rank(info, store, run_key, on_flush=on_flush, **sizes)
+
+
+def test_a_rank_killed_during_a_sharded_flush_resumes_from_the_last_complete_checkpoint(dask, client, tmp_path):
+    store = CheckpointStore(storage=ObjectStorage(url=f"file://{tmp_path}"), prefix="ck", keep_last=3)
+    reference = run_ranks(client, train_sharded_rank, 2, store, "uninterrupted", timeout_s=TIMEOUT_S, **SIZES)
+    assert [r["start_step"] for r in reference.results] == [-1, -1]
+    assert len({r["digest"] for r in reference.results}) == 1
+
+    # rank 1's worker dies while it flushes its shard of step 7 (the second checkpoint)
+    with pytest.raises(RanksFailed) as err:
+        run_ranks(client, dies_while_flushing, 2, store, "faulty", 1, 7, timeout_s=TIMEOUT_S, **SIZES)
+    assert list(err.value.lost) == [1], str(err.value)
+    # step 7 never committed (rank 1's shard is missing); step 3 did
+    assert [c["step"] for c in store.committed("faulty")] == [3]
+    no_rank_left(client)  # the survivors: rank 0's group torn down after its collective failed
+
+    dask.add_worker()
+    dask.wait_for_workers(3)
+    resumed = run_ranks(client, train_sharded_rank, 2, store, "faulty", timeout_s=TIMEOUT_S, **SIZES)
+    assert [r["start_step"] for r in resumed.results] == [3, 3]
+    assert [r["steps"] for r in resumed.results] == [SIZES["steps"]] * 2
+    assert {r["digest"] for r in resumed.results} == {reference.results[0]["digest"]}, \
+        "the resumed run's parameters differ from the uninterrupted run's"
+    assert [c["step"] for c in store.committed("faulty")] == [7, 11, 15]
+    no_rank_left(client)
