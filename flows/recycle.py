@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import statistics
 
+from mlsys_flows.blocks import CheckpointStore
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
+from mlsys_flows.systems.common.distributed import gloo_available
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
 from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES
 from mlsys_flows.systems.recycle.experiment import regime_samples
@@ -24,8 +26,12 @@ def recycle(ctx: RunContext) -> SystemResult:
     shown = (f"recycle_f{f}", f"oobleck_f{f}", f"bamboo_f{f}")
     # calibrations are timed: one after another, nothing else running
     calib = [t.calibrate.submit(p, r).result() for r in range(ctx.repeats)]
+    # Oobleck's restart, measured on the cluster's workers (also alone), else the stated constant
+    restart = _measure_restart(ctx) if p.measure_restart and gloo_available() else None
+    restart_s = statistics.median(restart["seconds"]) if restart else None
     # the simulations only read the calibrated numbers: side by side
-    futures = [t.simulate_policies.submit(p, c, shown if r == ctx.repeats - 1 else ()) for r, c in enumerate(calib)]
+    futures = [t.simulate_policies.submit(p, c, shown if r == ctx.repeats - 1 else (), restart_s)
+               for r, c in enumerate(calib)]
     sims = [fu.result() for fu in futures]
     schedules, info = sims[-1][1], sims[-1][2]
     gantt_key = t.gantt.submit(schedules, ctx.storage, ctx.key("gantt.png")).result()
@@ -49,7 +55,17 @@ def recycle(ctx: RunContext) -> SystemResult:
     placement = {f"failures_{k}": Assumption(value=v, source=f"placed by seed {p.seed}: every stage keeps a live "
                                              "worker, no pipeline loses two neighbouring stages")
                  for k, v in info.items() if not k.startswith("oobleck")}
-    recovery = param_assumptions(p, "restart_iterations", "lost_iterations", "window_iterations")
+    recovery = param_assumptions(p, "lost_iterations", "window_iterations")
+    if restart:
+        variants["restart"] = {"restart_shard_bytes": float(restart["shard_bytes"])}
+        samples["restart"] = {"restart_ms": [x * 1e3 for x in restart["seconds"]]}
+        kinds |= {"restart_ms": "measured", "restart_shard_bytes": "counted"}
+        recovery["restart_s"] = Assumption(value=round(restart_s, 4), unit="s", source=(
+            f"measured in this run: median of {len(restart['seconds'])} restarts of a {restart['world_size']}-stage "
+            "pipeline as torch.distributed ranks on the cluster's workers (new process group, each stage restored "
+            "from a sharded checkpoint, layers copied from rank 0, one forward and backward), charged per failure"))
+    else:
+        recovery |= param_assumptions(p, "restart_iterations")
     base = calibration | cluster | placement
     assumptions = {m: base | (recovery if m in ("throughput", "stall_ms") else {}) for m in SIMULATED}
 
@@ -67,6 +83,14 @@ def recycle(ctx: RunContext) -> SystemResult:
                             x_label="time in one steady iteration (ms, simulated)", y_label="worker row (busy = raised)",
                             series=square_waves(sch, t0, t1, rows)))
 
+    plain_ms = statistics.median(samples["oobleck_f0"]["iteration_ms"])
+    restart_text = (f"{restart_s:.3f} s measured in this run, {restart_s * 1e3 / plain_ms:.1f} fault-free Oobleck "
+                    f"iterations of {plain_ms:.1f} ms (restore {restart['phases']['restore_s'] * 1e3:.0f} ms, layer "
+                    f"copy {restart['phases']['copy_s'] * 1e3:.0f} ms, first step "
+                    f"{restart['phases']['first_step_s'] * 1e3:.0f} ms on the slowest rank, the rest scheduling, "
+                    f"rendezvous and group setup; {restart['shard_bytes'] / 1e6:.1f} MB per stage's shard)"
+                    if restart else f"{p.restart_iterations:g} fault-free iterations, an assumed constant "
+                                    "(restart_iterations; measure_restart is off or gloo is missing)")
     notes = [
         f"Throughputs are simulated: a discrete-event list scheduler of {p.pipelines} pipelines x {p.stages} stages x "
         f"{p.microbatches} micro-batches (1F1B; forward, backward-input and backward-weight per micro-batch; ring "
@@ -78,8 +102,8 @@ def recycle(ctx: RunContext) -> SystemResult:
         f"Headline at {f} failure: failures are rare and arrive one at a time, so one failed worker is the state a "
         "large job spends most of its degraded time in. Throughput averages a window of "
         f"{p.window_iterations} iterations per failure that pays the stall (ReCycle and Oobleck redo "
-        f"{p.lost_iterations:g} iteration(s) per failure, Oobleck also restarts for {p.restart_iterations:g} "
-        "fault-free iterations; Bamboo recovers in place); steady_throughput leaves the stall out.",
+        f"{p.lost_iterations:g} iteration(s) per failure, Oobleck also restarts: {restart_text}; Bamboo recovers "
+        "in place); steady_throughput leaves the stall out.",
         "Oobleck-style chose: " + "; ".join(f"{k.rsplit('_f', 1)[1]} failure(s){' (decoupled)' if 'decoupled' in k else ''}: "
                                             f"{v}" for k, v in info.items() if k.startswith("oobleck"))
         + ". Bamboo-style runs every worker's successor stage forward redundantly (in bubbles) and lets the "
@@ -110,12 +134,28 @@ def recycle(ctx: RunContext) -> SystemResult:
         "staggered optimizer (each group of workers that share layers steps when done): only the rerouting differs "
         "from ReCycle. Regime: window throughput at " + ", ".join(map(str, p.regime_failures)) + " failures per "
         f"{p.window_iterations}-iteration window (each failed worker stays failed; every failure costs ReCycle and "
-        f"Oobleck {p.lost_iterations:g} lost iteration(s), Oobleck also a restart of {p.restart_iterations:g} "
-        "fault-free iterations: an assumed constant, not measured here); ReCycle against the strongest of Oobleck, "
-        "decoupled Oobleck and Bamboo at each count.")
+        f"Oobleck {p.lost_iterations:g} lost iteration(s), Oobleck also the restart: {restart_text}); ReCycle "
+        "against the strongest of Oobleck, decoupled Oobleck and Bamboo at each count.")
     # live_workers is an exact count, but not the same in every run: Oobleck's choice between shrunk
     # pipelines and dropping the damaged ones compares simulated iterations built on this run's timed
     # calibration, and a near tie can go either way
     return SystemResult(variants=variants, kinds=kinds, samples=samples, assumptions=assumptions, curves=curves,
                         notes=notes, deterministic={"param_bytes", "activation_bytes"}, regime=regime,
                         regime_headline_value=float(f))
+
+
+def _measure_restart(ctx: RunContext) -> dict:
+    """Oobleck's restart on the run's cluster: 2 stage workers checkpoint their stages (sharded), then,
+    ``ctx.repeats`` times, a fresh launch of 2 ranks restores them, copies layers and takes one step
+    (``systems.recycle.restart``); the launches' wall seconds and the slowest rank's phases."""
+    p = ctx.params
+    store = CheckpointStore(storage=ctx.storage, prefix=ctx.key("restart"), keep_last=1)
+    try:
+        shard_bytes = ctx.ranks(t.checkpoint_stage_rank, 2, store, "stages", p).results[0]
+        launches = [ctx.ranks(t.restart_stage_rank, 2, store, "stages", p) for _ in range(ctx.repeats)]
+    finally:
+        ctx.storage.delete(ctx.key("restart"))
+    seconds = [run.seconds for run in launches]
+    middle = launches[sorted(range(len(seconds)), key=seconds.__getitem__)[len(seconds) // 2]]
+    phases = {k: max(r[k] for r in middle.results) for k in ("restore_s", "copy_s", "first_step_s")}
+    return {"seconds": seconds, "phases": phases, "shard_bytes": shard_bytes, "world_size": 2}

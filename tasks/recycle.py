@@ -1,14 +1,18 @@
 """Prefect tasks of the ReCycle flow: calibrate a transformer stage with torch, simulate every policy,
-draw the schedules, and run the real decoupled schedule of one stage pair on two gloo processes."""
+draw the schedules, and run the real decoupled schedule of one stage pair on two gloo processes; and
+the two rank functions (checkpoint a stage, restart it) the flow runs as ranks to measure a restart."""
 from __future__ import annotations
 
 from dataclasses import asdict
 
 from prefect import get_run_logger, task
 
-from mlsys_flows.blocks import ObjectStorage
+from mlsys_flows.blocks import CheckpointStore, ObjectStorage
+from mlsys_flows.systems.common.distributed import RankInfo
 from mlsys_flows.systems.recycle import HEADLINE_FAILURES, Params
 from mlsys_flows.systems.recycle.experiment import compare, layer_costs
+from mlsys_flows.systems.recycle.restart import build as build_stage
+from mlsys_flows.systems.recycle.restart import restart as restart_stage
 from mlsys_flows.systems.recycle.gantt import render_gantt, window_of
 
 
@@ -25,10 +29,28 @@ def calibrate(p: Params, repeat: int) -> dict:
     return st
 
 
+def checkpoint_stage_rank(info: RankInfo, store: CheckpointStore, run_key: str, p: Params) -> int:
+    """One stage worker before the failure: its stage and optimizer state as its shard of a sharded
+    checkpoint (what a restart restores); the shard's bytes."""
+    stage, opt = build_stage(p, p.seed + info.rank)
+    record = store.write_shard(run_key, 0, info.rank, info.world_size,
+                               {"model": stage.state_dict(), "opt": opt.state_dict()}, attempt=info.launch_id)
+    return int(record["size"])
+
+
+def restart_stage_rank(info: RankInfo, store: CheckpointStore, run_key: str, p: Params) -> dict:
+    """One stage worker of a re-instantiated pipeline (``systems.recycle.restart``): restore from the
+    committed checkpoint, copy rank 0's layers, one forward and backward."""
+    return restart_stage(info.rank, p, lambda: store.restore_shard(run_key, info.rank, info.world_size)[1])
+
+
 @task(name="recycle-simulate")
-def simulate_policies(p: Params, times: dict, keep: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
-    """Every policy at every failure count on the cost model of one calibration."""
-    metrics, schedules, info = compare(p, layer_costs(times, p), p.failure_counts(), HEADLINE_FAILURES, keep)
+def simulate_policies(p: Params, times: dict, keep: tuple[str, ...] = (),
+                      restart_s: float | None = None) -> tuple[dict, dict, dict]:
+    """Every policy at every failure count on the cost model of one calibration; Oobleck's restart
+    per failure is ``restart_s`` (measured) or the ``restart_iterations`` constant."""
+    metrics, schedules, info = compare(p, layer_costs(times, p), p.failure_counts(), HEADLINE_FAILURES, keep,
+                                       restart_s=restart_s)
     f = HEADLINE_FAILURES
     get_run_logger().info("simulated samples/s at %d failure(s): recycle %.1f, oobleck %.1f, bamboo %.1f (%s)", f,
                           metrics[f"recycle_f{f}"]["throughput"], metrics[f"oobleck_f{f}"]["throughput"],

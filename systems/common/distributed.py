@@ -90,3 +90,10 @@ def process_group(store, info: RankInfo, timeout_s: float) -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def gloo_available() -> bool:
+    """torch.distributed with the gloo backend (CPU collectives) is built into this torch."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_gloo_available()

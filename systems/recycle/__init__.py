@@ -46,7 +46,8 @@ class Params(SystemParams):
     p2p_latency_us: float = Field(10.0, ge=0.0, le=100_000.0, description="Latency of one point-to-point transfer, microseconds (assumed).")
     allreduce_gb_s: float = Field(25.0, gt=0.0, le=10_000.0, description="Ring all-reduce bus bandwidth between data-parallel peers, GB/s (assumed).")
     # failures and recovery
-    restart_iterations: float = Field(20.0, ge=0.0, le=10_000.0, description="Oobleck-style restart (re-instantiating pipelines, copying layers), in fault-free iterations per failure.")
+    measure_restart: bool = Field(True, description="Measure Oobleck's restart on the cluster (2 torch.distributed ranks re-instantiate their stages from a sharded checkpoint, copy layers, run one step; once per repeat) and charge that to every failure; False: the restart_iterations constant.")
+    restart_iterations: float = Field(20.0, ge=0.0, le=10_000.0, description="Oobleck-style restart (re-instantiating pipelines, copying layers), in fault-free iterations per failure, when measure_restart is off (or gloo is missing).")
     lost_iterations: float = Field(1.0, ge=0.0, le=100.0, description="Work lost per failure by ReCycle and Oobleck (the iteration in flight is redone), in fault-free iterations; Bamboo recovers in place and loses none.")
     window_iterations: int = Field(200, ge=1, le=1_000_000, description="Iterations over which the throughput (with the failures' stall) is averaged.")
     sim_iterations: int = Field(4, ge=2, le=20, description="Iterations simulated per plan (the first is the pipeline fill; the rest give the steady iteration time).")

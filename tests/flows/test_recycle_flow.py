@@ -14,7 +14,8 @@ def test_recycle_flow_smoke():
     report, storage = reference_run("recycle")
     v, kinds = report["variants"], report["metric_kinds"]
     expected = {"nofail", "oobleck_f0", "bamboo_f0", "oobleck_decoupled_f0", f"recycle_fused_f{HEADLINE_FAILURES}",
-                "stage"} | {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo", "oobleck_decoupled") for f in FAILURES}
+                "stage", "restart"} | {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo", "oobleck_decoupled")
+                                       for f in FAILURES}
     assert set(v) == expected  # no stage-pair run at smoke
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == \
@@ -24,7 +25,16 @@ def test_recycle_flow_smoke():
     assert kinds["forward_ms"] == kinds["backward_input_ms"] == kinds["backward_weight_ms"] == "measured"
     assumptions = report["assumptions"]["throughput"]
     assert {"stage_forward_ms", "stage_backward_input_ms", "stage_backward_weight_ms", "stage_optimizer_ms",
-            "p2p_gb_s", "allreduce_gb_s", "restart_iterations", "failures_f1"} <= set(assumptions)
+            "p2p_gb_s", "allreduce_gb_s", "restart_s", "failures_f1"} <= set(assumptions)
+    # Oobleck's restart is measured (2 ranks restore their stages from a sharded checkpoint), not assumed
+    assert "restart_iterations" not in assumptions and "measured in this run" in assumptions["restart_s"]["source"]
+    restarts = report["samples"]["restart"]["restart_ms"]
+    assert kinds["restart_ms"] == "measured" and len(restarts) == report["parameters"]["repeats"]
+    assert assumptions["restart_s"]["value"] == pytest.approx(sorted(restarts)[len(restarts) // 2] / 1e3, abs=1e-4)
+    assert v["restart"]["restart_shard_bytes"] > 0
+    assert all(launch["world_size"] == 2 for launch in report["environment"]["distributed"])
+    assert len(report["environment"]["distributed"]) == 1 + len(restarts)  # the checkpoint, then each restart
+    assert not storage.list(f"runs/recycle/{report['run_id']}/restart")  # the restart's checkpoint is removed
     assert "measured in this run" in assumptions["stage_forward_ms"]["source"]
     assert assumptions["stage_forward_ms"]["value"] > 0
     # no failure is the upper bound; failures only cost throughput; Bamboo loses no work to a stall

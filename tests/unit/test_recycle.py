@@ -258,6 +258,12 @@ def test_regime_samples_and_params():
     assert r[2]["oobleck_decoupled_f1"] == m["oobleck_decoupled_f2"]["throughput"]
     # the ablation pays the same restart as Oobleck
     assert m["oobleck_decoupled_f1"]["stall_ms"] > m["recycle_f1"]["stall_ms"]
+    # a measured restart replaces restart_iterations: every failure charges Oobleck exactly that many seconds more
+    measured, _, _ = compare(p, layer_costs(times, p), p.failure_counts(), 1, restart_s=0.25)
+    it_plain = m["oobleck_f0"]["iteration_ms"]
+    for f in p.failure_counts():
+        assert measured[f"oobleck_f{f}"]["stall_ms"] == pytest.approx(f * (p.lost_iterations * it_plain + 250.0))
+        assert measured[f"recycle_f{f}"]["stall_ms"] == m[f"recycle_f{f}"]["stall_ms"]  # ReCycle never restarts
     with pytest.raises(ParamsError):
         Params.for_scale("smoke", regime_failures=[1, 1])
     with pytest.raises(ParamsError):
