@@ -136,7 +136,10 @@ class RegimeReport(BaseModel):
     crossover: float | None = Field(description="Where the ratio crosses 1 (linear between the two points "
                                                 "around it): the technique stops (or starts) beating the "
                                                 "strongest deployable baseline; None when it never crosses.")
-    wins: str = Field(description="'above' or 'below' the crossover, 'everywhere' or 'nowhere' in the range.")
+    wins: str = Field(description="'above' or 'below' the crossover; 'between' or 'outside' the crossover and "
+                                  "crossover_end; 'everywhere' or 'nowhere' in the range; 'mixed' (more crossings).")
+    crossover_end: float | None = Field(None, description="Where the ratio crosses 1 again (wins 'between', "
+                                                          "'outside' or 'mixed'); None with one crossing or none.")
     headline_value: float | None = Field(None, description="The parameter's value in the headline's workload.")
     paper_value: float | None = None
     paper_source: str = ""
@@ -151,6 +154,11 @@ def regime_phrase(regime: dict | None) -> str:
     if regime["wins"] in ("everywhere", "nowhere"):
         lo, hi = regime["points"][0]["value"], regime["points"][-1]["value"]
         return f"wins {regime['wins']} over {regime['parameter']} {fmt.number(lo)}-{fmt.number(hi)}{unit}"
+    if regime["wins"] in ("between", "outside", "mixed"):
+        lo, hi = fmt.number(regime["crossover"], 3), fmt.number(regime["crossover_end"], 3)
+        where = "wins between" if regime["wins"] == "between" else \
+            "wins outside" if regime["wins"] == "outside" else "crosses 1 several times between"
+        return f"{where} {regime['parameter']} = {lo} and {hi}{unit}"
     return f"wins {regime['wins']} {regime['parameter']} = {fmt.number(regime['crossover'], 3)}{unit}"
 
 
@@ -217,12 +225,23 @@ SMOKE_NOTE = ("Smoke run: a pipeline check on a tiny workload. Its ratios are no
               "measurements of the technique; run at scale quick or full for those.")
 
 
-def crossover(points: list[tuple[float, float]]) -> tuple[float | None, str]:
-    """(value where the ratio crosses 1, side where the technique wins) over (value, ratio) points.
-    The first crossing from the smallest value up, linearly interpolated."""
+def crossover(points: list[tuple[float, float]]) -> tuple[float | None, str, float | None]:
+    """(where the ratio crosses 1, where the technique wins, where it crosses back) over (value, ratio)
+    points, each crossing linearly interpolated. One crossing: wins 'above' or 'below' it. Two: wins
+    'between' them, or 'outside' them. More: 'mixed' (the first and last crossing are given)."""
     pts = sorted(points)
     if all(r > 1 for _, r in pts):
-        return None, "everywhere"
+        return None, "everywhere", None
+    if all(r <= 1 for _, r in pts):
+        return None, "nowhere", None
+    xs = [x0 + (1 - r0) * (x1 - x0) / (r1 - r0) if r1 != r0 else x0
+          for (x0, r0), (x1, r1) in zip(pts, pts[1:]) if (r0 > 1) != (r1 > 1)]
+    starts_winning = pts[0][1] > 1
+    if len(xs) == 1:
+        return xs[0], "below" if starts_winning else "above", None
+    if len(xs) == 2:
+        return xs[0], "outside" if starts_winning else "between", xs[1]
+    return xs[0], "mixed", xs[-1]
     if all(r <= 1 for _, r in pts):
         return None, "nowhere"
     for (x0, r0), (x1, r1) in zip(pts, pts[1:]):
@@ -461,9 +480,10 @@ def _regime(spec: SystemSpec, result: SystemResult) -> tuple[RegimeReport, Curve
         points.append(RegimePoint(value=sample.value, ratio=oriented_ratio(med[best], med[head.technique], head.better),
                                   range=_ratio_range(bs, ts, head.better), kind=sample.kind, baseline=best,
                                   repeats=min(len(bs), len(ts))))
-    cross, wins = crossover([(p.value, p.ratio) for p in points])
+    cross, wins, cross_end = crossover([(p.value, p.ratio) for p in points])
     r = spec.regime
     report = RegimeReport(parameter=r.parameter, unit=r.unit, points=points, crossover=cross, wins=wins,
+                          crossover_end=cross_end,
                           headline_value=result.regime_headline_value, paper_value=r.paper_value,
                           paper_source=r.paper_source, statement=r.statement)
     xs = [p.value for p in points]

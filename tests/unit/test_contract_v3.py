@@ -64,10 +64,16 @@ def test_a_spec_without_roles_keeps_every_baseline_as_a_rival():
 
 
 def test_crossover_is_interpolated_where_the_ratio_crosses_one():
-    assert crossover([(1, 1.5), (2, 1.2), (4, 0.8)]) == (3.0, "below")
-    assert crossover([(8, 1.5), (2, 0.5)]) == (5.0, "above")  # order of the points does not matter
-    assert crossover([(1, 1.1), (2, 3.0)]) == (None, "everywhere")
-    assert crossover([(1, 0.9), (2, 1.0)]) == (None, "nowhere")  # a tie does not win
+    assert crossover([(1, 1.5), (2, 1.2), (4, 0.8)]) == (3.0, "below", None)
+    assert crossover([(8, 1.5), (2, 0.5)]) == (5.0, "above", None)  # order of the points does not matter
+    assert crossover([(1, 1.1), (2, 3.0)]) == (None, "everywhere", None)
+    assert crossover([(1, 0.9), (2, 1.0)]) == (None, "nowhere", None)  # a tie does not win
+    # a win in a band only (recycle: rerouting beats reconfiguring at a few failures, not at many)
+    for points, expected in [([(0, 1.0), (1, 1.2), (2, 1.1), (4, 0.9)], (0.0, "between", 3.0)),
+                             ([(0, 1.2), (2, 0.8), (4, 1.2)], (1.0, "outside", 3.0)),
+                             ([(0, 0.8), (1, 1.2), (2, 0.8), (3, 1.2)], (0.5, "mixed", 2.5))]:
+        x, wins, x_end = crossover(points)
+        assert (wins, x, x_end) == (expected[1], pytest.approx(expected[0]), pytest.approx(expected[2]))
 
 
 def test_regime_points_take_the_strongest_deployable_baseline_at_each_value():
