@@ -37,7 +37,7 @@ from mlsys_flows.systems.common.params import ParamsError, SystemParams
 from mlsys_flows.systems.common.report import SystemResult, build_report
 from mlsys_flows.systems.common.spec import SystemSpec
 from mlsys_flows.tasks.common import publish_report, report_artifacts, with_policy
-from mlsys_flows.tasks.ranks import RanksRun, run_ranks
+from mlsys_flows.tasks.ranks import RanksFailed, RanksRun, run_ranks
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
 
@@ -110,14 +110,47 @@ class RunContext:
         queued behind one waits, and its peers time out after ``timeout_s``). The launch's world size,
         backend and workers go into the report's ``environment.distributed``."""
         runner = FlowRunContext.get().task_runner
-        launch = run_ranks(runner.client, fn, world_size, *args, timeout_s=timeout_s, **kwargs)
+        try:
+            launch = run_ranks(runner.client, fn, world_size, *args, timeout_s=timeout_s, **kwargs)
+        except RanksFailed as exc:  # recorded too: a launch that lost a rank on purpose is part of the run
+            self.launches.append({"world_size": world_size, "workers": exc.workers, "launch_id": exc.launch_id,
+                                  "lost_ranks": sorted(exc.lost), "failed_ranks": sorted(exc.failed)})
+            raise
         self.launches.append(launch.describe())
         return launch
+
+    def rank_workers(self, world_size: int, field: str) -> list[str]:
+        """``world_size`` workers for a launch of ranks, in the order ranks take them. The embedded
+        cluster grows to that many (new workers start idle and import the flow first); a cluster started
+        elsewhere must have them (``ParamsError`` naming ``field`` otherwise)."""
+        client = FlowRunContext.get().task_runner.client
+        have = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if len(have) < world_size and self.cluster.mode == "local" and getattr(client, "cluster", None) is not None:
+            _log.info("growing the embedded cluster from %d to %d workers for %d ranks", len(have), world_size,
+                      world_size)
+            client.cluster.scale(world_size)
+            client.wait_for_workers(world_size, timeout=self.cluster.worker_wait_s)
+            have = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if len(have) < world_size:
+            raise ParamsError(self.spec.name, field, f"needs {world_size} Dask workers (one rank each); the cluster "
+                                                     f"has {len(have)}: start more workers or turn {field} off")
+        return have[:world_size]
+
+    def keep_down(self, worker: str) -> None:
+        """A worker of the embedded cluster that dies stays down for the rest of the run (its nanny
+        does not restart it: a failed machine does not come back at once, and a restarting worker
+        would take CPU from the survivors being timed). Other clusters keep their own policy."""
+        if self.cluster.mode == "local":
+            FlowRunContext.get().task_runner.client.run(_no_restart, workers=[worker], nanny=True)
 
     @property
     def repeats(self) -> int:
         """Samples of every timed metric, variants interleaved (the ``repeats`` parameter)."""
         return self.params.repeats
+
+
+def _no_restart(dask_worker) -> None:
+    dask_worker.close_gracefully(reason="a failed worker stays down for the rest of the run")
 
 
 _LOCAL_GPU = ResourcePool(kind="gpu", name="local", limit_concurrency=False)

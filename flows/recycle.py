@@ -4,6 +4,7 @@ decoupled schedule of one stage pair on two gloo processes."""
 from __future__ import annotations
 
 import statistics
+import time
 
 from mlsys_flows.blocks import CheckpointStore
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
@@ -11,8 +12,10 @@ from mlsys_flows.systems.common.distributed import gloo_available
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
 from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES
 from mlsys_flows.systems.recycle.experiment import regime_samples
+from mlsys_flows.systems.recycle.failover import PIPELINES, STAGES, VICTIM, FailoverConfig, summarize
 from mlsys_flows.systems.recycle.gantt import focus_rows, square_waves, window_of
 from mlsys_flows.tasks import recycle as t
+from mlsys_flows.tasks.ranks import RanksFailed
 
 SIMULATED = ("throughput", "steady_throughput", "iteration_ms", "compute_utilization", "stall_ms")
 CALIBRATED = {"forward_ms": "forward", "backward_input_ms": "backward_input", "backward_weight_ms": "backward_weight",
@@ -126,6 +129,9 @@ def recycle(ctx: RunContext) -> SystemResult:
                      f"{pair['measured_step_s'] * 1e3:.1f} ms per step (median of {len(pair['measured_steps_s'])}); "
                      f"the simulator predicted {pair['predicted_step_s'] * 1e3:.1f} ms from times the two processes "
                      f"measured just before ({err:+.1%}).")
+    failover = _failover(ctx) if p.failover_run and gloo_available() else None
+    if failover is not None:
+        _report_failover(failover, p, variants, samples, kinds, assumptions, notes)
     per_repeat = [regime_samples(s[0], p.regime_failures, f) for s in sims]
     regime = [RegimeSample(value=float(k), samples={pol: [r[k][pol] for r in per_repeat] for pol in per_repeat[0][k]},
                            kind="simulated") for k in p.regime_failures]
@@ -159,3 +165,72 @@ def _measure_restart(ctx: RunContext) -> dict:
     middle = launches[sorted(range(len(seconds)), key=seconds.__getitem__)[len(seconds) // 2]]
     phases = {k: max(r[k] for r in middle.results) for k in ("restore_s", "copy_s", "first_step_s")}
     return {"seconds": seconds, "phases": phases, "shard_bytes": shard_bytes, "world_size": 2}
+
+
+def _failover(ctx: RunContext) -> dict:
+    """ReCycle for real (``systems.recycle.failover``): 4 ranks, the last one's worker SIGKILLed after a
+    sharded checkpoint, the survivors rerouting; then the restart baseline on the 3 surviving workers,
+    restored from that checkpoint. Run last and alone: everything in it is timed."""
+    p = ctx.params
+    cfg = FailoverConfig(d_model=p.d_model, heads=p.heads, layers_per_stage=p.layers_per_stage,
+                         micro_batch=p.micro_batch, seq=p.seq, microbatches=p.failover_microbatches,
+                         steps=p.failover_steps, calibration_reps=min(p.calibration_reps, 5), seed=p.seed)
+    workers = ctx.rank_workers(PIPELINES * STAGES, "failover_run")
+    ctx.keep_down(workers[VICTIM])
+    store = CheckpointStore(storage=ctx.storage, prefix=ctx.key("failover"), keep_last=1)
+    try:
+        try:
+            ctx.ranks(t.failover_recycle_rank, len(workers), store, "stages", cfg, workers=workers)
+            raise RuntimeError("the failover run's victim rank did not fail")
+        except RanksFailed as exc:
+            if set(exc.lost) != {VICTIM} or exc.failed:
+                raise
+            recycle = [exc.results[r] for r in sorted(exc.results)]
+        survivors = [w for r, w in enumerate(workers) if r != VICTIM]
+        measured = {k: recycle[0][k] for k in ("times", "p2p_s", "allreduce_s")}
+        launched = time.time()
+        restart = ctx.ranks(t.failover_restart_rank, len(survivors), store, "stages", cfg, launched, measured,
+                            workers=survivors).results
+    finally:
+        ctx.storage.delete(ctx.key("failover"))
+    return summarize(recycle, restart, cfg)
+
+
+def _report_failover(r: dict, p, variants: dict, samples: dict, kinds: dict, assumptions: dict, notes: list) -> None:
+    """The failover run's variants (measured throughput per step and time to recover; the simulator's
+    prediction beside each) and its note."""
+    per_step = r["samples_per_step"]
+    phases = {"failover_before": ("before_steps_s", "healthy"), "failover_recycle": ("rerouted_steps_s", "rerouted"),
+              "failover_restart": ("restart_steps_s", "restart")}
+    for name, (steps, plan) in phases.items():
+        samples[name] = {"real_samples_s": [per_step / s for s in r[steps]]}
+        variants[name] = {"real_predicted_samples_s": per_step / r["predicted_step_s"][plan]}
+    samples["failover_recycle"]["real_recover_s"] = [r["recycle_recover_s"]]
+    samples["failover_restart"]["real_recover_s"] = [r["restart_recover_s"]]
+    samples["failover_before"]["real_detection_s"] = [r["detection_s"]]
+    kinds |= {"real_samples_s": "measured", "real_recover_s": "measured", "real_detection_s": "measured",
+              "real_predicted_samples_s": "simulated"}
+    source = ("measured in the failover run before the failure, while all 4 ranks ran: {}; the plans were then "
+              "simulated one step from a standing start (the run separates steps by a membership barrier)")
+    assumptions["real_predicted_samples_s"] = {
+        f"stage_{op}_ms": Assumption(value=round(v, 4), unit="ms", source=source.format(
+            "each rank timed its stage, median of the ranks")) for op, v in r["stage_ms"].items()} | {
+        "p2p_ms": Assumption(value=round(r["p2p_s"] * 1e3, 4), unit="ms", source=source.format(
+            "one activation one way, half the median gloo ping-pong")),
+        "allreduce_ms": Assumption(value=round(r["allreduce_s"] * 1e3, 4), unit="ms", source=source.format(
+            "a 2-rank gloo all-reduce of one stage's gradients"))}
+    err = r["prediction_error"]
+    notes.append(
+        f"Failover run, for real (measured): 2 pipelines x 2 stages as 4 torch.distributed ranks (gloo) on 4 Dask "
+        f"worker processes sharing this machine's cores, {p.failover_microbatches} micro-batches of "
+        f"{p.micro_batch}x{p.seq} tokens per pipeline per step. Fault-free {r['before_samples_s']:.1f} samples/s; "
+        f"rank 3's worker SIGKILLed after a sharded checkpoint ({r['checkpoint_s'] * 1e3:.0f} ms to write its shard); "
+        f"the survivors saw it gone after {r['detection_s'] * 1e3:.0f} ms (its worker left the cluster). ReCycle "
+        f"rerouted pipeline 1's second stage to rank 1 and ran {r['rerouted_samples_s']:.1f} samples/s, back to "
+        f"work {r['recycle_recover_s']:.2f} s after the kill; the restart baseline (new process group, Oobleck's "
+        f"{r['restart_choice']}, stages restored from the checkpoint in {r['restart_restore_s'] * 1e3:.0f} ms, "
+        f"relaunch {r['restart_relaunch_s'] * 1e3:.0f} ms) ran {r['restart_samples_s']:.1f} samples/s, back to work "
+        f"{r['restart_recover_s']:.2f} s after the kill. The checkpoint was the step before the failure, so the "
+        f"restart redid no work (its best case). Simulator error (measured / predicted - 1): fault-free "
+        f"{err['healthy']:+.0%}, rerouted {err['rerouted']:+.0%}, restarted {err['restart']:+.0%}; the simulator "
+        f"gives every worker a core of its own, here {PIPELINES * STAGES} ranks share the machine's cores.")

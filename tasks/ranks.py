@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from mlsys_flows.systems.common.distributed import (RankInfo, choose_backend, local_devices, master_store,
                                                     peer_store, process_group)
 
-__all__ = ["RankInfo", "RanksFailed", "RanksRun", "rank_state", "run_ranks"]
+__all__ = ["RankInfo", "RanksFailed", "RanksRun", "rank_state", "rank_alive", "run_ranks"]
 
 # one rank per worker process: torch.distributed's default group is process-wide
 _RANK_SLOT = threading.Lock()
@@ -31,10 +31,13 @@ _RANK_SLOT = threading.Lock()
 
 class RanksFailed(RuntimeError):
     """Ranks of a launch failed: ``lost`` {rank: worker} whose worker left the cluster, ``failed``
-    {rank: the exception it raised}."""
+    {rank: the exception it raised}; ``results`` {rank: result} of the ranks that finished anyway
+    (survivors that carried on, as ReCycle's do) and ``workers`` the launch's workers in rank order."""
 
-    def __init__(self, launch_id: str, lost: dict[int, str], failed: dict[int, BaseException]):
+    def __init__(self, launch_id: str, lost: dict[int, str], failed: dict[int, BaseException],
+                 results: dict[int, Any] | None = None, workers: list[str] | None = None):
         self.launch_id, self.lost, self.failed = launch_id, lost, failed
+        self.results, self.workers = results or {}, workers or []
         parts = [f"rank {r} lost (its worker {w} left the cluster)" for r, w in sorted(lost.items())]
         parts += [f"rank {r} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                   for r, e in sorted(failed.items())]
@@ -67,6 +70,19 @@ def rank_state() -> dict[str, bool]:
     return {"rank_running": _RANK_SLOT.locked(), "process_group": dist.is_available() and dist.is_initialized()}
 
 
+def rank_alive(info: RankInfo) -> Callable[[int], bool]:
+    """Inside a rank: ``alive(r)`` says whether rank r's worker is still in the cluster (the scheduler
+    drops a worker whose process died as soon as its connection closes): failure detection without
+    a timeout to tune."""
+    from distributed import get_client
+
+    client = get_client()
+
+    def alive(rank: int) -> bool:
+        return info.workers[rank] in client.scheduler_info(n_workers=-1)["workers"]
+    return alive
+
+
 def _gpu_count() -> int:
     import torch
 
@@ -74,7 +90,7 @@ def _gpu_count() -> int:
 
 
 def _rank_main(launch_id: str, rank: int, world_size: int, backend: str, device: str, timeout_s: float,
-               payload: bytes) -> Any:
+               payload: bytes, workers: tuple[str, ...] = ()) -> Any:
     """What one rank runs on its worker. ``payload`` is ``(fn, args, kwargs)`` pickled by the caller:
     the scheduler unpickles a task's arguments, and importing ``fn``'s module (torch, a system) there
     would block its event loop long enough to drop workers; the worker unpickles it here."""
@@ -98,7 +114,7 @@ def _rank_main(launch_id: str, rank: int, world_size: int, backend: str, device:
             master_host, port = master.rsplit(":", 1)
             store = peer_store(master_host, int(port), world_size, timeout_s)
         info = RankInfo(rank=rank, world_size=world_size, backend=backend, device=device, launch_id=launch_id,
-                        host=host)
+                        host=host, workers=workers, store=store)
         fn, args, kwargs = cloudpickle.loads(payload)
         with process_group(store, info, timeout_s):
             return fn(info, *args, **kwargs)
@@ -113,7 +129,8 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
     cluster (``workers``, else the first ``world_size`` by address); returns their results in rank
     order. Raises ``ValueError`` naming ``world_size`` when the cluster has too few workers, and
     ``RanksFailed`` when a rank raised or its worker left; the other ranks are then waited for (each
-    fails at its next collective, within ``timeout_s``) so that none is left running."""
+    fails at its next collective, within ``timeout_s``, or, carrying on without the lost one, finishes
+    within ``timeout_s`` of the loss) so that none is left running."""
     import cloudpickle
     from distributed import Variable, wait
 
@@ -141,7 +158,7 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
     started = time.perf_counter()
     payload = cloudpickle.dumps((fn, args, kwargs))
     futures = [client.submit(_rank_main, launch_id, r, world_size, backend, devices[r], timeout_s, payload,
-                             workers=[chosen[r]], allow_other_workers=False, pure=False,
+                             tuple(chosen), workers=[chosen[r]], allow_other_workers=False, pure=False,
                              key=f"rank-{r}-of-{world_size}-{launch_id}")
                for r in range(world_size)]
     try:
@@ -166,7 +183,8 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
                 failing_since = failing_since or time.monotonic()
                 settled = all(f.status != "pending" or r in lost for r, f in enumerate(futures))
                 if settled or time.monotonic() - failing_since > timeout_s + poll_s:
-                    raise RanksFailed(launch_id, lost, failed)
+                    done = {r: f.result() for r, f in enumerate(futures) if f.status == "finished"}
+                    raise RanksFailed(launch_id, lost, failed, done, chosen)
     finally:
         for f in futures:
             if f.status == "pending":

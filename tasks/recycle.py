@@ -14,6 +14,7 @@ from mlsys_flows.systems.recycle.experiment import compare, layer_costs
 from mlsys_flows.systems.recycle.restart import build as build_stage
 from mlsys_flows.systems.recycle.restart import restart as restart_stage
 from mlsys_flows.systems.recycle.gantt import render_gantt, window_of
+from mlsys_flows.tasks.ranks import rank_alive
 
 
 @task(name="recycle-calibrate")
@@ -42,6 +43,27 @@ def restart_stage_rank(info: RankInfo, store: CheckpointStore, run_key: str, p: 
     """One stage worker of a re-instantiated pipeline (``systems.recycle.restart``): restore from the
     committed checkpoint, copy rank 0's layers, one forward and backward."""
     return restart_stage(info.rank, p, lambda: store.restore_shard(run_key, info.rank, info.world_size)[1])
+
+
+def failover_recycle_rank(info: RankInfo, store: CheckpointStore, run_key: str, cfg) -> dict:
+    """One rank of the 4-rank ReCycle run (``systems.recycle.failover.recycle_rank``): its shard goes to
+    ``store``; failure detection asks the cluster whether a peer's worker is still there."""
+    from mlsys_flows.systems.recycle.failover import recycle_rank
+
+    def save(step: int, state: dict) -> None:
+        store.write_shard(run_key, step, info.rank, info.world_size, state, attempt=info.launch_id)
+    return recycle_rank(info.rank, info.world_size, info.store, cfg, rank_alive(info), save)
+
+
+def failover_restart_rank(info: RankInfo, store: CheckpointStore, run_key: str, cfg, launched_at: float,
+                          measured: dict) -> dict:
+    """One rank of the restart baseline (``systems.recycle.failover.restart_rank``): the survivors'
+    reconfigured pipelines, restored from the 4-rank run's committed checkpoint."""
+    from mlsys_flows.systems.recycle.failover import PIPELINES, STAGES, restart_rank
+
+    def load(old_rank: int) -> dict:
+        return store.restore_shard(run_key, old_rank, PIPELINES * STAGES)[1]
+    return restart_rank(info.rank, info.world_size, info.store, cfg, launched_at, measured, load)
 
 
 @task(name="recycle-simulate")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ipaddress
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Iterator
+from typing import Any, Iterator
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,9 @@ class RankInfo:
     device: str  # "cpu" or "cuda:N", the device this rank computes on
     launch_id: str  # one launch of the ranks; a relaunch after a failure gets a new one
     host: str  # the host the rank's worker process runs on
+    workers: tuple[str, ...] = ()  # the worker of every rank of the launch, in rank order
+    # the launch's rendezvous store (a torch.distributed Store): coordination beyond collectives
+    store: Any = field(default=None, repr=False, compare=False)
 
 
 def choose_backend(gpus_per_rank: list[int]) -> str:

@@ -23,7 +23,8 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "recycle"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(pipelines=4, stages=4, microbatches=4, d_model=64, layers_per_stage=1, seq=32,
-                      calibration_reps=3, sim_iterations=3, pair_check=False, regime_failures=[0, 1]),
+                      calibration_reps=3, sim_iterations=3, pair_check=False, regime_failures=[0, 1],
+                      failover_microbatches=4, failover_steps=2),
         "quick": dict(pipelines=8, stages=4, microbatches=8, d_model=128, layers_per_stage=2, seq=64,
                       calibration_reps=7, sim_iterations=4, pair_check=True, regime_failures=[0, 1, 2, 4, 8]),
         "full": dict(pipelines=16, stages=8, microbatches=16, d_model=256, layers_per_stage=2, seq=128,
@@ -53,6 +54,14 @@ class Params(SystemParams):
     sim_iterations: int = Field(4, ge=2, le=20, description="Iterations simulated per plan (the first is the pipeline fill; the rest give the steady iteration time).")
     pair_check: bool = Field(True, description="Also run the real decoupled schedule of one stage pair on two gloo processes and compare with the simulator.")
     pair_microbatches: int = Field(8, ge=2, le=64, description="Micro-batches of the stage-pair run (its timed steps are the repeats).")
+    failover_run: bool = Field(True, description="Also run ReCycle for real: 2 pipelines x 2 stages as 4 torch.distributed "
+                               "ranks on the cluster's workers (an embedded cluster grows to 4), the last stage's worker "
+                               "SIGKILLed after a sharded checkpoint; ReCycle reroutes on the survivors, then the restart "
+                               "baseline resumes them from the checkpoint. Measured throughputs and times to recover, "
+                               "the simulator's predictions beside them.")
+    failover_microbatches: int = Field(8, ge=2, le=64, description="Micro-batches per pipeline per step of the failover run.")
+    failover_steps: int = Field(5, ge=1, le=50, description="Timed steps of each failover phase (before the failure, "
+                                                             "rerouted, restarted), each after one untimed step.")
     regime_failures: list[int] = Field([0, 1, 2, 4, 8], min_length=2, max_length=12,
                                        description="Failures per window of the regime sweep: at each count, that many "
                                                    "workers fail during the window (each paying its stall) and stay "

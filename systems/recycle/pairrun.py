@@ -76,7 +76,8 @@ def _worker(rank: int, port: int, out: str, cfg: PairConfig) -> None:
     import torch
     import torch.distributed as dist
 
-    from .stage import Stage, backward_input, backward_weight, calibrate
+    from .execute import Worker, run_step
+    from .stage import Stage, calibrate
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -111,45 +112,15 @@ def _worker(rank: int, port: int, out: str, cfg: PairConfig) -> None:
         # 3. execute the planned order for real
         torch.manual_seed(cfg.seed + rank)
         stage = Stage(cfg.d_model, cfg.heads, cfg.layers)
-        opt = torch.optim.Adam(stage.parameters(), lr=1e-4)
         gen = torch.Generator().manual_seed(cfg.seed)
         data = [torch.randn(cfg.micro_batch, cfg.seq, cfg.d_model, generator=gen) for _ in range(cfg.microbatches)]
+        worker = Worker(me=rank, ranks=[0, 1], stage=stage, optimizer=torch.optim.Adam(stage.parameters(), lr=1e-4),
+                        shape=(cfg.micro_batch, cfg.seq, cfg.d_model), inputs=data.__getitem__)
         steps = []
         for step in range(cfg.warmup_steps + cfg.steps):
-            xs, ys, sends = {}, {}, []
             dist.barrier()
             t0 = time.perf_counter()
-            for kind, mb in order:
-                if kind == "F":
-                    if rank == 0:
-                        x = data[mb]
-                    else:
-                        x = torch.empty(cfg.micro_batch, cfg.seq, cfg.d_model)
-                        dist.recv(x, 0)
-                        x.requires_grad_(True)
-                    y = stage(x)
-                    xs[mb], ys[mb] = x, y
-                    if rank == 0:
-                        out_y = y.detach().contiguous()
-                        sends.append((dist.isend(out_y, 1), out_y))
-                elif kind == "Bi":
-                    y = ys.pop(mb)
-                    if rank == 1:  # loss = mean(y^2)
-                        dy = 2.0 * y.detach() / y.numel()
-                    else:
-                        dy = torch.empty_like(y)
-                        dist.recv(dy, 1)
-                    dx = backward_input(stage, xs.pop(mb), y, dy, mb)
-                    if rank == 1:
-                        dx = dx.contiguous()
-                        sends.append((dist.isend(dx, 0), dx))
-                elif kind == "Bw":
-                    backward_weight(stage, mb)
-                elif kind == "sync":
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-            for handle, _ in sends:
-                handle.wait()
+            run_step(plan, order, worker)
             dist.barrier()
             if step >= cfg.warmup_steps:
                 steps.append(time.perf_counter() - t0)

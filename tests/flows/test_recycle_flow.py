@@ -14,7 +14,7 @@ def test_recycle_flow_smoke():
     report, storage = reference_run("recycle")
     v, kinds = report["variants"], report["metric_kinds"]
     expected = {"nofail", "oobleck_f0", "bamboo_f0", "oobleck_decoupled_f0", f"recycle_fused_f{HEADLINE_FAILURES}",
-                "stage", "restart"} | {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo", "oobleck_decoupled")
+                "stage", "restart", "failover_before", "failover_recycle", "failover_restart"} | {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo", "oobleck_decoupled")
                                        for f in FAILURES}
     assert set(v) == expected  # no stage-pair run at smoke
     h = report["headline"]
@@ -32,9 +32,14 @@ def test_recycle_flow_smoke():
     assert kinds["restart_ms"] == "measured" and len(restarts) == report["parameters"]["repeats"]
     assert assumptions["restart_s"]["value"] == pytest.approx(sorted(restarts)[len(restarts) // 2] / 1e3, abs=1e-4)
     assert v["restart"]["restart_shard_bytes"] > 0
-    assert all(launch["world_size"] == 2 for launch in report["environment"]["distributed"])
-    assert len(report["environment"]["distributed"]) == 1 + len(restarts)  # the checkpoint, then each restart
+    launches = report["environment"]["distributed"]
+    # the checkpoint, then each restart (2 ranks); then the failover run: 4 ranks, rank 3 lost on purpose, and
+    # the restart baseline on the 3 survivors' workers
+    assert [launch["world_size"] for launch in launches] == [2] * (1 + len(restarts)) + [4, 3]
+    assert launches[-2]["lost_ranks"] == [3] and launches[-2]["failed_ranks"] == []
+    assert launches[-1]["workers"] == launches[-2]["workers"][:3]
     assert not storage.list(f"runs/recycle/{report['run_id']}/restart")  # the restart's checkpoint is removed
+    assert not storage.list(f"runs/recycle/{report['run_id']}/failover")  # and the failover run's
     assert "measured in this run" in assumptions["stage_forward_ms"]["source"]
     assert assumptions["stage_forward_ms"]["value"] > 0
     # no failure is the upper bound; failures only cost throughput; Bamboo loses no work to a stall
@@ -57,3 +62,24 @@ def test_recycle_flow_smoke():
     assert panels[0] == "simulated throughput vs failures" and any("schedule of recycle" in t for t in panels)
     gantt = f"runs/recycle/{report['run_id']}/gantt.png"
     assert storage.read_bytes(gantt)[:4] == b"\x89PNG" and any(gantt in n for n in report["notes"])
+
+
+def test_recycle_failover_run_is_measured_beside_its_prediction():
+    """Issue 32: ReCycle for real. The 4-rank run lost rank 3 and went on rerouted; the restart baseline
+    resumed the survivors from the checkpoint; both are measured, each beside the simulator's prediction."""
+    report, _ = reference_run("recycle")
+    kinds, samples, v = report["metric_kinds"], report["samples"], report["variants"]
+    assert kinds["real_samples_s"] == kinds["real_recover_s"] == kinds["real_detection_s"] == "measured"
+    assert kinds["real_predicted_samples_s"] == "simulated"
+    steps = report["parameters"]["failover_steps"]
+    for name in ("failover_before", "failover_recycle", "failover_restart"):
+        assert len(samples[name]["real_samples_s"]) == steps and all(x > 0 for x in samples[name]["real_samples_s"])
+        assert v[name]["real_predicted_samples_s"] > 0
+    # each recovery starts at the kill and includes the shared detection
+    detection = samples["failover_before"]["real_detection_s"][0]
+    assert 0 < detection < samples["failover_recycle"]["real_recover_s"][0]
+    assert detection < samples["failover_restart"]["real_recover_s"][0]
+    used = report["assumptions"]["real_predicted_samples_s"]
+    assert {"stage_forward_ms", "stage_backward_input_ms", "p2p_ms", "allreduce_ms"} <= set(used)
+    note = next(n for n in report["notes"] if n.startswith("Failover run"))
+    assert "SIGKILL" in note and "Simulator error" in note

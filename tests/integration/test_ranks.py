@@ -137,3 +137,32 @@ def test_a_rank_killed_during_a_sharded_flush_resumes_from_the_last_complete_che
         "the resumed run's parameters differ from the uninterrupted run's"
     assert [c["step"] for c in store.committed("faulty")] == [7, 11, 15]
     no_rank_left(client)
+
+
+def survivors_carry_on(info) -> dict:
+    """Rank 2's worker dies between two membership rounds; ranks 0 and 1 notice (its worker left the
+    cluster), open a group of their own and reduce on it, as ReCycle's survivors do."""
+    import torch
+    import torch.distributed as dist
+
+    from mlsys_flows.systems.recycle.failover import Membership
+    from mlsys_flows.tasks.ranks import rank_alive
+
+    membership = Membership(info.store, info.rank, list(range(info.world_size)), rank_alive(info), prefix="carry")
+    membership.round(0)
+    if info.rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    live = sorted(membership.round(1))
+    t = torch.tensor([float(info.rank + 1)])
+    dist.all_reduce(t, group=dist.new_group(live, use_local_synchronization=True))
+    return {"live": live, "sum": t.item()}
+
+
+def test_survivors_of_a_lost_rank_carry_on_and_their_results_come_back(dask, client):
+    dask.wait_for_workers(3)
+    with pytest.raises(RanksFailed) as err:
+        run_ranks(client, survivors_carry_on, 3, timeout_s=TIMEOUT_S)
+    assert list(err.value.lost) == [2] and not err.value.failed, str(err.value)
+    assert err.value.results == {0: {"live": [0, 1], "sum": 3.0}, 1: {"live": [0, 1], "sum": 3.0}}
+    assert len(set(err.value.workers)) == 3 and err.value.lost[2] == err.value.workers[2]
+    no_rank_left(client)  # the survivors' groups, the new one too, are torn down
