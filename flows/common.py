@@ -120,9 +120,11 @@ class RunContext:
         return launch
 
     def rank_workers(self, world_size: int, field: str) -> list[str]:
-        """``world_size`` workers for a launch of ranks, in the order ranks take them. The embedded
-        cluster grows to that many (new workers start idle and import the flow first); a cluster started
-        elsewhere must have them (``ParamsError`` naming ``field`` otherwise)."""
+        """``world_size`` workers for a launch of ranks, in the order ranks take them: those holding
+        the run's task results first, so that a launch that kills its last rank on purpose loses no
+        result (Dask would recompute it during the launch). The embedded cluster grows to that many
+        (new workers start idle and import the flow first); a cluster started elsewhere must have
+        them (``ParamsError`` naming ``field`` otherwise)."""
         client = FlowRunContext.get().task_runner.client
         have = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if len(have) < world_size and self.cluster.mode == "local" and getattr(client, "cluster", None) is not None:
@@ -134,7 +136,8 @@ class RunContext:
         if len(have) < world_size:
             raise ParamsError(self.spec.name, field, f"needs {world_size} Dask workers (one rank each); the cluster "
                                                      f"has {len(have)}: start more workers or turn {field} off")
-        return have[:world_size]
+        held = client.has_what()
+        return sorted(have, key=lambda w: (-len(held.get(w, ())), w))[:world_size]
 
     def keep_down(self, worker: str) -> None:
         """A worker of the embedded cluster that dies stays down for the rest of the run (its nanny

@@ -18,6 +18,8 @@ from mlsys_flows.tasks import recycle as t
 from mlsys_flows.tasks.ranks import RanksFailed
 
 SIMULATED = ("throughput", "steady_throughput", "iteration_ms", "compute_utilization", "stall_ms")
+# ReCycle's ranks compute on the CPU (one core per stage worker, as calibrated): gloo even where workers have GPUs
+CPU_RANKS = "gloo"
 CALIBRATED = {"forward_ms": "forward", "backward_input_ms": "backward_input", "backward_weight_ms": "backward_weight",
               "backward_fused_ms": "backward_fused", "optimizer_ms": "optimizer"}
 
@@ -157,8 +159,9 @@ def _measure_restart(ctx: RunContext) -> dict:
     p = ctx.params
     store = CheckpointStore(storage=ctx.storage, prefix=ctx.key("restart"), keep_last=1)
     try:
-        shard_bytes = ctx.ranks(t.checkpoint_stage_rank, 2, store, "stages", p).results[0]
-        launches = [ctx.ranks(t.restart_stage_rank, 2, store, "stages", p) for _ in range(ctx.repeats)]
+        shard_bytes = ctx.ranks(t.checkpoint_stage_rank, 2, store, "stages", p, backend=CPU_RANKS).results[0]
+        launches = [ctx.ranks(t.restart_stage_rank, 2, store, "stages", p, backend=CPU_RANKS)
+                    for _ in range(ctx.repeats)]
     finally:
         ctx.storage.delete(ctx.key("restart"))
     seconds = [run.seconds for run in launches]
@@ -180,7 +183,7 @@ def _failover(ctx: RunContext) -> dict:
     store = CheckpointStore(storage=ctx.storage, prefix=ctx.key("failover"), keep_last=1)
     try:
         try:
-            ctx.ranks(t.failover_recycle_rank, len(workers), store, "stages", cfg, workers=workers)
+            ctx.ranks(t.failover_recycle_rank, len(workers), store, "stages", cfg, workers=workers, backend=CPU_RANKS)
             raise RuntimeError("the failover run's victim rank did not fail")
         except RanksFailed as exc:
             if set(exc.lost) != {VICTIM} or exc.failed:
@@ -190,7 +193,7 @@ def _failover(ctx: RunContext) -> dict:
         measured = {k: recycle[0][k] for k in ("times", "p2p_s", "allreduce_s")}
         launched = time.time()
         restart = ctx.ranks(t.failover_restart_rank, len(survivors), store, "stages", cfg, launched, measured,
-                            workers=survivors).results
+                            workers=survivors, backend=CPU_RANKS).results
     finally:
         ctx.storage.delete(ctx.key("failover"))
     return summarize(recycle, restart, cfg)
