@@ -40,6 +40,10 @@ def test_swiftmoe_flow_smoke():
     if gloo_available():
         assert report["metric_kinds"]["calibration_error"] == "measured"
         assert v["swiftmoe"]["calibration_error"] > 0 and report["samples"]["swiftmoe"]["calibration_error"]
+        # the multi-rank iteration time itself is a measured metric, one sample per timed window
+        assert report["metric_kinds"]["replay_iter_ms"] == "measured"
+        replay = report["samples"]["swiftmoe"]["replay_iter_ms"]
+        assert len(replay) == len(report["samples"]["swiftmoe"]["calibration_error"]) and min(replay) > 0
         # the replay ran as 2 torch.distributed ranks on 2 Dask workers, recorded in the environment
         (launch,) = report["environment"]["distributed"]
         assert launch["world_size"] == 2 and launch["backend"] == "gloo" and len(set(launch["workers"])) == 2
