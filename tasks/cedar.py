@@ -40,18 +40,53 @@ def _children_allowed():
             proc._config["daemon"] = was
 
 
+class DaskWorkers:
+    """The cluster's workers other than this task's, as the remote executor cedar's optimizer
+    offloads to (``submit(fn, *args)``; every call a fresh task, never a cached result)."""
+
+    def __init__(self, client, workers: list[str]):
+        self.client, self.workers = client, workers
+
+    def submit(self, fn, *args):
+        return self.client.submit(fn, *args, workers=self.workers, allow_other_workers=False, pure=False)
+
+
+@contextmanager
+def _dask_workers(p: Params):
+    """(executor, threads) of the other Dask workers while this task runs on one, else (None, 0).
+    With a local-disk cache only workers on this host are offered (they must read its shards)."""
+    try:
+        from distributed import get_worker, worker_client
+
+        me = get_worker()
+    except (ImportError, ValueError):  # not on a Dask worker: no remote executor
+        yield None, 0
+        return
+    with worker_client() as client:  # secedes while the task waits on the chunks it submitted
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        host = me.address.rsplit(":", 1)[0]
+        others = [a for a, w in info.items() if a != me.address
+                  and (p.cache == "storage" or a.rsplit(":", 1)[0] == host)]
+        threads = sum(int(info[a].get("nthreads", 1)) for a in others)
+        yield (DaskWorkers(client, sorted(others)), threads) if others else (None, 0)
+
+
 @task(name="cedar-benchmark")
 def benchmark(p: Params, storage: ObjectStorage, manifest: dict, pipeline: str, cache_prefix: str) -> dict:
     """DataLoader (each num_workers), cedar as written and cedar optimized on one pipeline, interleaved;
-    fails (OutputsDiffer) when a variant's outputs differ from cedar as written."""
+    fails (OutputsDiffer) when a variant's outputs differ from cedar as written. cedar optimized may
+    offload a stage to local worker processes (large arrays back through shared memory) or to the
+    cluster's other Dask workers, whichever its cost model and a measured trial say pays."""
     log = get_run_logger()
     build = pipelines(p, storage, manifest)[pipeline]
     cache = PrefixedStore(storage, cache_prefix) if p.cache == "storage" else None
     t0 = time.perf_counter()
-    with _children_allowed():
+    with _children_allowed(), _dask_workers(p) as (remote, remote_workers):
         result = bench_pipeline(build, epochs=p.epochs, repeats=p.repeats, workers_grid=list(p.workers_grid),
                                 profile_samples=p.profile_samples, cache=cache, prefetch_factor=p.prefetch_factor,
-                                calibrate_items=p.calibrate_items, log=lambda m: log.info("cedar %s: %s", pipeline, m))
+                                calibrate_items=p.calibrate_items, log=lambda m: log.info("cedar %s: %s", pipeline, m),
+                                remote=remote, remote_workers=remote_workers)
+    result["remote_workers"] = remote_workers
     log.info("cedar %s: samples/s %s; outputs equal to cedar as written: %s (%.1f s)\n%s", pipeline,
              {k: round(v["samples_per_s"], 1) for k, v in result["variants"].items()}, ", ".join(result["verified"]),
              time.perf_counter() - t0, result["plan"])
@@ -69,12 +104,12 @@ def regime(p: Params, storage: ObjectStorage, cache_prefix: str) -> dict:
     rounds = {us: max(1, round(us / round_us)) for us in p.regime_cost_us}
     cache = PrefixedStore(storage, cache_prefix) if p.cache == "storage" else None
     t0 = time.perf_counter()
-    with _children_allowed():
+    with _children_allowed(), _dask_workers(p) as (remote, remote_workers):
         points = sweep_cost(list(p.regime_cost_us),
                             lambda us, limit: cost_pipeline(limit or p.regime_items, rounds[us], p.batch_size, p.seed),
                             epochs=p.epochs, workers_grid=list(p.workers_grid), profile_samples=p.profile_samples,
                             calibrate_items=min(p.calibrate_items, p.regime_items), prefetch_factor=p.prefetch_factor,
-                            cache=cache)
+                            cache=cache, remote=remote, remote_workers=remote_workers)
     for us, pt in points.items():
         log.info("cedar regime %g us/sample (%d rounds): dataloader (num_workers=%d) %.0f/s, cedar %.0f/s, optimized "
                  "%.0f/s (%s)", us, rounds[us], pt["num_workers"], pt["dataloader"], pt["cedar"], pt["cedar_optimized"],

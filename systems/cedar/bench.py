@@ -96,13 +96,16 @@ def calibrate_workers(pipe: Pipeline, workers_grid: list[int], epochs: int,
     return min(times, key=times.get), times
 
 
-def optimized_epochs(pipe: Pipeline, epochs: int, profile_samples: int, cache: Any) -> tuple[float, float, int, Pipeline]:
+def optimized_epochs(pipe: Pipeline, epochs: int, profile_samples: int, cache: Any, remote: Any = None,
+                     remote_workers: int = 0) -> tuple[float, float, int, Pipeline]:
     """(optimize seconds, epochs seconds, samples, the optimized pipeline, closed) of cedar optimized:
-    profile, optimize (trials, workers) and ``epochs`` passes, with a fresh cache under ``cache``."""
+    profile, optimize (trials, workers) and ``epochs`` passes, with a fresh cache under ``cache``;
+    ``remote``/``remote_workers``: an executor (Dask workers) the optimizer may offload to."""
     store = PrefixedStore(cache, f"run-{uuid.uuid4().hex[:8]}")
     t0 = time.perf_counter()
     try:
-        with pipe.optimize(epochs=epochs, sample=profile_samples, cache=store) as opt:
+        with pipe.optimize(epochs=epochs, sample=profile_samples, cache=store, remote=remote,
+                           remote_workers=remote_workers) as opt:
             t_opt = time.perf_counter() - t0
             t, n = _epochs(opt.iterate, epochs)
     finally:
@@ -113,10 +116,13 @@ def optimized_epochs(pipe: Pipeline, epochs: int, profile_samples: int, cache: A
 
 def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repeats: int, workers_grid: list[int],
                    profile_samples: int, cache: Any = None, prefetch_factor: int = 4, verify_items: int = 48,
-                   calibrate_items: int = 16, log: Callable[[str], None] = print) -> dict:
+                   calibrate_items: int = 16, log: Callable[[str], None] = print, remote: Any = None,
+                   remote_workers: int = 0) -> dict:
     """Returns per-repeat times and medians per variant, the optimized plan and the verified
     variants. Raises OutputsDiffer when a variant's outputs differ from cedar as written.
-    ``calibrate_items``: source items of the split the DataLoader's num_workers is chosen on."""
+    ``calibrate_items``: source items of the split the DataLoader's num_workers is chosen on.
+    ``remote``/``remote_workers``: an executor with ``submit(fn, *args)`` (Dask workers) that cedar
+    optimized may offload to when its cost model and a measured trial say so."""
     import torch.utils.data  # noqa: F401 - imported before timing, not inside the first measured run
 
     calib = build(calibrate_items)
@@ -147,11 +153,11 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
         return note("cedar", _epochs(pipe.iterate, epochs))
 
     def run_optimized() -> float:
-        t_opt, t, n, opt = optimized_epochs(build(None), epochs, profile_samples, cache)
+        t_opt, t, n, opt = optimized_epochs(build(None), epochs, profile_samples, cache, remote, remote_workers)
         plans.append(opt.explain())
         timed_plans.append(opt.plan)
-        decisions.append([{"rule": d.rule, "applied": d.applied, "detail": d.detail, "est_gain_s": d.est_gain_s}
-                          for d in opt.plan.decisions])
+        decisions.append([{"rule": d.rule, "applied": d.applied, "detail": d.detail, "est_gain_s": d.est_gain_s,
+                           "transfer": d.transfer} for d in opt.plan.decisions])
         log(f"cedar_optimized: optimize {t_opt:.2f} s + {epochs} epochs {t:.2f} s")
         return note("cedar_optimized", (t_opt + t, n))
 
@@ -164,7 +170,7 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
             raise OutputsDiffer(f"variants delivered different sample counts per run: {counts}")
         distinct = {_plan_key(pl): pl for pl in timed_plans}  # the plans the repeats chose
         checked = verify(build, verify_items, epochs, profile_samples, cache, workers_grid, prefetch_factor,
-                         plans=list(distinct.values()))
+                         plans=list(distinct.values()), remote=remote, remote_workers=remote_workers)
     finally:
         pipe.close()
         if own_dir:
@@ -179,7 +185,26 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
             "calibrated_num_workers": calibrated_w, "calibration_s": {str(w): t for w, t in calib_times.items()},
             "calibrate_items": calibrate_items,
             "plan": plans[-1], "plan_as_written": pipe.explain(), "decisions": decisions[-1],
-            "verified": checked, "times": times}
+            "offloads": offload_choices(timed_plans), "verified": checked, "times": times}
+
+
+def offload_choices(plans: list[Plan]) -> list[str]:
+    """Per timed run, where its stages ran and how results came back, e.g. 'cold: process
+    (shared_memory), warm: inline'; one entry per distinct choice, in order of first use."""
+    out: list[str] = []
+    for plan in plans:
+        parts = []
+        for s in plan.steps:
+            if not isinstance(s, Stage) or not s.fused:
+                continue
+            phases = {"cold": s.cold} | ({"warm": s.warm} if s.cache_ops else {})
+            parts.append(", ".join(f"{ph}: {ex}" + (f" ({plan.transfer})" if ex == "process" else
+                                                     " (Dask)" if ex == "remote" else "")
+                                   for ph, ex in phases.items()))
+        text = "; ".join(parts) or "no stage"
+        if text not in out:
+            out.append(text)
+    return out
 
 
 def _plan_key(plan: Plan) -> tuple:
@@ -188,15 +213,17 @@ def _plan_key(plan: Plan) -> tuple:
 
 
 def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, profile_samples: int, cache: Any,
-           workers_grid: list[int] = (1,), prefetch_factor: int = 4, plans: list[Plan] = ()) -> list[str]:
+           workers_grid: list[int] = (1,), prefetch_factor: int = 4, plans: list[Plan] = (), remote: Any = None,
+           remote_workers: int = 0) -> list[str]:
     """Check that every variant yields the same multiset of samples as cedar as written, on the
     first ``items`` source items, in epochs 0 and 1 (so cached plans also serve from their cache
     and random operators are redrawn): the DataLoader at each ``num_workers`` (one loader across
     both epochs, as timed), cedar optimized with every legal rewrite (``mode="always"``) and
-    each optimized plan in ``plans`` (those the timed runs used). Returns the variants checked;
-    raises OutputsDiffer naming each variant and epoch that differs."""
+    each optimized plan in ``plans`` (those the timed runs used). With a ``remote`` executor, also
+    cedar optimized with every rewrite offloading to it. Returns the variants checked; raises
+    OutputsDiffer naming each variant and epoch that differs."""
     pipe = build(items)
-    stores = [PrefixedStore(cache, f"verify-{uuid.uuid4().hex[:8]}") for _ in range(1 + len(plans))]
+    stores = [PrefixedStore(cache, f"verify-{uuid.uuid4().hex[:8]}") for _ in range(2 + len(plans))]
     checked, bad = [], []
     try:
         refs = [multiset(pipe.iterate(e)) for e in range(2)]
@@ -216,9 +243,13 @@ def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, pro
         with pipe.optimize(epochs=max(2, epochs), sample=min(profile_samples, items), cache=stores[0],
                            mode="always") as opt:
             check("cedar_optimized (every rewrite)", [multiset(opt.iterate(e)) for e in range(2)])
+        if remote is not None and remote_workers > 0:
+            with pipe.optimize(epochs=max(2, epochs), sample=min(profile_samples, items), cache=stores[-1],
+                               mode="always", workers=1, remote=remote, remote_workers=remote_workers) as opt:
+                check("cedar_optimized (every rewrite, on Dask workers)", [multiset(opt.iterate(e)) for e in range(2)])
         for k, plan in enumerate(plans, start=1):  # a timed run's plan on this source, with a cache of its own
             cache_obj = Cache(stores[k], "cedar-cache/timed") if plan.cache is not None else None
-            with Pipeline(pipe.source, pipe.ops, pipe.seed, plan=replace(plan, cache=cache_obj)) as timed:
+            with Pipeline(pipe.source, pipe.ops, pipe.seed, plan=replace(plan, cache=cache_obj), remote=remote) as timed:
                 check("cedar_optimized (timed plan)" if len(plans) == 1 else f"cedar_optimized (timed plan {k})",
                       [multiset(timed.iterate(e)) for e in range(2)])
     finally:
@@ -308,7 +339,11 @@ def summarize(results: dict[str, dict]):
             "the oracle; "
             f"cedar as written {v['cedar']['samples_per_s']:.0f}/s; cedar optimized {v['cedar_optimized']['samples_per_s']:.0f}/s "
             f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache). "
-            f"Outputs checked equal to cedar as written (multisets, epochs 0 and 1): {', '.join(r['verified'])}.")
+            + (f"Where its stages ran and how results came back, per distinct timed plan: {' | '.join(r['offloads'])} "
+               f"(process: local worker processes, shared_memory: large arrays through shared memory, pickle: through "
+               f"the pool's pipes; Dask: the cluster's other workers, {r.get('remote_workers', 0)} worker thread(s) "
+               f"offered to the optimizer). " if r.get("offloads") else "")
+            + f"Outputs checked equal to cedar as written (multisets, epochs 0 and 1): {', '.join(r['verified'])}.")
         notes.append(f"{name} plan chosen by the optimizer:\n```\n{r['plan']}\n```")
     return variants, samples, curves, notes
 
@@ -319,7 +354,7 @@ REGIME_VARIANTS = ("dataloader", "cedar", "cedar_optimized")
 
 def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipeline], *, epochs: int,
                workers_grid: list[int], profile_samples: int, calibrate_items: int, prefetch_factor: int = 4,
-               cache: Any = None) -> dict[float, dict[str, Any]]:
+               cache: Any = None, remote: Any = None, remote_workers: int = 0) -> dict[float, dict[str, Any]]:
     """The regime sweep over the per-sample CPU cost: at each cost ``us`` (``build(us, limit)`` makes the
     pipeline, ``limit`` source items or all), the DataLoader at the num_workers chosen on a calibration
     split of ``calibrate_items`` items, cedar as written and cedar optimized, one run of ``epochs`` each,
@@ -343,7 +378,8 @@ def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipe
                     "cedar": lambda: _epochs(pipe.iterate, epochs)}
 
             def optimized():
-                t_opt, t, n, opt = optimized_epochs(build(us, None), epochs, profile_samples, cache)
+                t_opt, t, n, opt = optimized_epochs(build(us, None), epochs, profile_samples, cache, remote,
+                                                    remote_workers)
                 point["applied"] = [d.rule for d in opt.plan.decisions if d.applied]
                 return t_opt + t, n
 

@@ -13,11 +13,14 @@ outputs. The optimizer rewrites the plan from that profile with a cost model in 
               ObjectStorage) in the first epoch and read afterwards, at the cut where
               (epochs-1) * (recompute - read) - write is largest (read and write are measured);
 4. offload  - a stage runs in local worker processes or on remote (Dask) workers when it pays:
-              an Amdahl model from the profile (measured serialization and round-trip costs)
-              must predict at least ``min_speedup``, and then a measured trial decides: the
-              stage's real chunk job runs on the same chunks inline and on the (warmed-up)
-              workers, and the epoch time calibrated by that measured factor must also beat
-              inline by ``min_speedup`` (``expected_offload_s``, ``offload_pays``);
+              an Amdahl model per executor from the profile (measured transfer and round-trip
+              costs) must predict at least ``min_speedup``, and then a measured trial of each
+              executor that passes decides: the stage's real chunk job runs on the same chunks
+              inline and on the (warmed-up) workers, and the epoch time calibrated by that
+              measured factor must also beat inline by ``min_speedup`` (``expected_offload_s``,
+              ``offload_pays``); the fastest expected executor is taken. Local workers return
+              large arrays through shared memory (``transfer.py``); the decision records the
+              executor, the transfer and, from the trial, how many results used it;
 5. prefetch - a bounded buffer filled by a background thread when a consumer step time is given.
 
 Every decision is recorded with its estimated gain; ``explain()`` prints plan and decisions.
@@ -35,6 +38,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from mlsys_flows.systems.cedar import transfer as shm
 from mlsys_flows.systems.cedar.pipeline import (WARMUP_CHUNK, Cache, ChunkJob, Decision, Op, Plan, Source, Stage,
                                                 _batches, _parallel, _run_chunk, _shuffled, _warm_chunk, apply_op,
                                                 as_store, call_op, dumps, store_label)
@@ -97,6 +101,21 @@ def _ser_cost(items: list) -> float:
         return 0.0
     t0 = time.perf_counter()
     pickle.loads(dumps(items))
+    return (time.perf_counter() - t0) / len(items)
+
+
+def _shm_cost(items: list) -> float:
+    """Measured seconds per item of returning ``items`` the way a worker process does with shared
+    memory: pack (large arrays written to a segment), pickle what crosses the pipe, receive (map
+    the segment, rebuild). A result too small for shared memory costs what pickling it costs."""
+    if not items:
+        return 0.0
+    prefix = shm.new_prefix()
+    t0 = time.perf_counter()
+    try:
+        shm.receive(pickle.loads(dumps(shm.pack(items, prefix))))
+    finally:
+        shm.remove_leftovers(prefix)  # only if receiving failed
     return (time.perf_counter() - t0) / len(items)
 
 
@@ -303,13 +322,20 @@ def _fingerprint(source: Source, ops: Sequence[Op], seed: int) -> str:
     return h.hexdigest()[:16]
 
 
-def _roundtrip(submit, n: int = 8) -> float:
-    """Measured seconds of one no-op round trip to an executor (after a warm-up)."""
-    submit(int, 0).result()
-    t0 = time.perf_counter()
-    for f in [submit(int, i) for i in range(n)]:
+def _roundtrip(submit, n: int = 8, warm: int = 2, batches: int = 3) -> float:
+    """Measured seconds of one no-op round trip to an executor: ``n`` submitted at once, per
+    round trip, the fastest of ``batches`` such batches (a hiccup of a busy machine, or a pool
+    process still starting, is not charged to every chunk); after ``warm`` concurrent warm-up
+    calls, which start a process pool's workers."""
+    for f in [submit(int, i) for i in range(warm)]:
         f.result()
-    return (time.perf_counter() - t0) / n
+    best = float("inf")
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for f in [submit(int, i) for i in range(n)]:
+            f.result()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
 
 
 TRIAL_WORK_S = 0.15  # inline seconds of stage work a trial aims at
@@ -436,7 +462,7 @@ Mode = Literal["cost", "always"]
 
 def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, workers: int | None = None,
              remote: Any = None, remote_workers: int = 0, consumer_s: float = 0.0, chunk: int = 0,
-             min_speedup: float = 1.2, mode: Mode = "cost"):
+             min_speedup: float = 1.2, mode: Mode = "cost", shared_memory: bool = True):
     """Profile ``pipeline`` and return a copy with an optimized plan.
 
     epochs: how many passes the consumer will make (caching pays only when > 1).
@@ -448,6 +474,9 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
     chunk: source items per unit of work and cache shard (0: ~25 ms of work, >= 4 per worker).
     mode: "cost" applies a rewrite when the cost model says it pays; "always" applies every legal
         rewrite (for testing and debugging; it offloads when workers > 1 or remote is given).
+    shared_memory: results of stages on local worker processes bring their large arrays back
+        through shared memory (where the machine has it); False pickles them through the pool's
+        pipes. The model's IPC cost, the trial and the decision all use the chosen transfer.
     """
     from mlsys_flows.systems.cedar.api import Pipeline
 
@@ -457,6 +486,7 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
         raise TypeError(f"remote must have submit(fn, *args) (a distributed.Client); got {type(remote).__name__}")
     cores = _cores()
     workers = workers or cores
+    transfer = "shared_memory" if shared_memory and shm.available() else "pickle"
     source, seed = pipeline.source, pipeline.seed
     first = profile(source, pipeline.ops, seed, sample)
     ops, decisions = reorder(pipeline.ops, first)
@@ -521,12 +551,17 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
         chunk = int(min(max(1, 0.025 / max(per_item, 1e-9)), max(1, prof.n_source // (4 * workers)), 1024))
 
     # offload: per stage and phase (cold: first epoch; warm: cache complete), an Amdahl model from
-    # the profile gates, a measured trial decides (expected_offload_s, offload_pays)
-    remote_rt = _roundtrip(remote.submit) if remote is not None and remote_workers > 0 else None
-    rt = {"process": None}
+    # the profile gates each executor (local processes, remote workers), a measured trial of each
+    # that passes decides (expected_offload_s, offload_pays); the fastest expected one is taken
+    use_remote = remote is not None and remote_workers > 0
+    rt = {"process": None, "remote": None}  # measured round trips, once each, when a model needs them
     total_s = sum(cost.op_s.values())
     steps: list[Stage | Op] = []
     trial_prefixes: list[tuple[Any, str]] = []
+    via = {"process": ("results through shared memory" if transfer == "shared_memory"
+                       else "results pickled through the pool's pipes"),
+           "remote": "results through the remote executor's own serialization"}
+    how = {"process": transfer, "remote": "remote"}
     for gi, g in enumerate(groups):
         if not isinstance(g, list):
             steps.append(g)
@@ -539,8 +574,13 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
         last = p[stage_ops[-1].name]
         out_items = cost.out[stage_ops[-1].name]
         in_ser = (prof.source_ser_s if gi == 0 else p[ops[ops.index(stage_ops[0]) - 1].name].ser_s) * cost.into[stage_ops[0].name]
-        ipc = in_ser + last.ser_s * out_items  # both sides pay about half of dumps+loads
+        ipc = {"remote": in_ser + last.ser_s * out_items}  # both sides pay about half of dumps+loads
         n_chunks = cost.into[stage_ops[0].name] / chunk
+        if workers > 1:  # results of a chunk's size, returned the way the pool returns them
+            outs = list(prof.samples_at[ops.index(stage_ops[-1])])
+            per_chunk = max(1, int(round(chunk * out_items / max(cost.into[stage_ops[0].name], 1e-9))))
+            out_s = _shm_cost(outs[:per_chunk]) if transfer == "shared_memory" else last.ser_s
+            ipc["process"] = in_ser + out_s * out_items
         # the trial's job is the stage's real job; a first stage with a cache writes/reads a trial cache
         trial_cache = None
         if cached:
@@ -548,10 +588,16 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
             trial_prefixes.append((cache_obj.store, trial_cache.prefix))
         job = ChunkJob(stage_ops, seed, trial_cache, cached)
         per_chunk_s = cold_s / max(n_chunks, 1e-9)
-        tw = remote_workers if remote_rt is not None and workers <= 1 else workers
-        trial_n = max(1, tw) * max(TRIAL_ROUNDS, int(np.ceil(TRIAL_WORK_S / max(per_chunk_s, 1e-9) / max(1, tw))))
-        trial_in = _trial_chunks(prof, source, ops, stage_ops, gi == 0, chunk, trial_n, max(1, tw))
-        shards_written = False  # the trial cache's shards, which a warm trial reads
+        trial_inputs: dict[int, list] = {}
+
+        def trial_chunks(n: int) -> list:
+            """Inputs of a trial on ``n`` workers: whole rounds, about TRIAL_WORK_S of work."""
+            if n not in trial_inputs:
+                rounds = max(TRIAL_ROUNDS, int(np.ceil(TRIAL_WORK_S / max(per_chunk_s, 1e-9) / n)))
+                trial_inputs[n] = _trial_chunks(prof, source, ops, stage_ops, gi == 0, chunk, n * rounds, n)
+            return trial_inputs[n]
+
+        shards_written = 0  # the trial cache's shards (chunk ids 0..), which a warm trial reads
         choice = {}
         for phase, stage_s in (("cold", cold_s), ("warm", warm_s)):
             if phase == "warm" and not cached:
@@ -560,72 +606,102 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
             options = {"inline": (stage_s + main_s, "")}
             if workers > 1:
                 if rt["process"] is None:
-                    rt["process"] = _roundtrip(pipeline.runtime.pool(workers).submit)
-                t = _amdahl(stage_s, main_s, ipc / 2 + n_chunks * rt["process"], ipc / 2, workers, cores)
+                    rt["process"] = _roundtrip(pipeline.runtime.pool(workers).submit, warm=workers)
+                t = _amdahl(stage_s, main_s, ipc["process"] / 2 + n_chunks * rt["process"], ipc["process"] / 2,
+                            workers, cores)
                 options["process"] = (t, f"{workers} local processes")
-            if remote_rt is not None:
-                t = _amdahl(stage_s, main_s, ipc / 2 + n_chunks * remote_rt / remote_workers, ipc / 2,
-                            remote_workers, None)
-                options["remote"] = (t, f"{remote_workers} remote workers")
+            if use_remote:
+                def remote_model(round_trip: float) -> float:
+                    return _amdahl(stage_s, main_s, ipc["remote"] / 2 + n_chunks * round_trip / remote_workers,
+                                   ipc["remote"] / 2, remote_workers, None)
+
+                t = remote_model(0.0)  # an upper bound on the speedup: round trips only add
+                if rt["remote"] is None and (mode == "always" or (t > 0 and (stage_s + main_s) / t >= min_speedup)):
+                    rt["remote"] = _roundtrip(remote.submit)
+                if rt["remote"] is not None:
+                    t = remote_model(rt["remote"])
+                options["remote"] = (t, f"{remote_workers} remote worker{'s' * (remote_workers != 1)}")
             serial = options["inline"][0]
-            best = min(options, key=lambda k: options[k][0])
-            if mode == "always" and len(options) > 1:  # prefer remote, then local processes
-                best = "remote" if "remote" in options else "process"
-            model_x = serial / options[best][0] if options[best][0] > 0 else 1.0
+            offers = sorted((k for k in options if k != "inline"), key=lambda k: options[k][0])
             label = f"{phase} stage [{' + '.join(o.name for o in stage_ops)}]"
-            model = (f"Amdahl model {model_x:.2f}x (stage {stage_s * 1e3:.0f} ms, main process {main_s * 1e3:.0f} ms, "
-                     f"IPC {ipc * 1e3:.0f} ms per epoch)")
-            if mode == "always" and best != "inline":
+
+            def model(k: str) -> str:
+                x = serial / options[k][0] if options[k][0] > 0 else 1.0
+                return (f"Amdahl model {x:.2f}x (stage {stage_s * 1e3:.0f} ms, main process {main_s * 1e3:.0f} ms, "
+                        f"IPC {ipc[k] * 1e3:.0f} ms per epoch, {via[k]})")
+
+            def models() -> str:
+                return "; ".join(f"{options[k][1]}: {model(k)}" for k in offers)
+
+            if mode == "always" and offers:  # prefer remote, then local processes
+                best = "remote" if "remote" in options else "process"
                 choice[phase] = best
-                decisions.append(Decision("offload", True, f"{label} to {options[best][1]} (mode='always'); {model}",
-                                          max(serial - options[best][0], 0.0)))
+                decisions.append(Decision("offload", True, f"{label} to {options[best][1]} (mode='always'); "
+                                          f"{model(best)}", max(serial - options[best][0], 0.0), how[best]))
                 continue
-            if best == "inline":
+            if not offers:
                 choice[phase] = "inline"
-                why = "workers=1 and no remote executor" if len(options) == 1 else \
-                    f"every offload option is modelled slower; {model}"
-                decisions.append(Decision("offload", False, f"{label} stays in the main process: {why}", 0.0))
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: workers=1 and no "
+                                          f"remote executor", 0.0))
                 continue
-            if model_x < min_speedup:
+            tried = [k for k in offers if options[k][0] > 0 and serial / options[k][0] >= min_speedup]
+            if not tried:
                 choice[phase] = "inline"
-                decisions.append(Decision("offload", False, f"{label} stays in the main process: {model} "
-                                          f"< {min_speedup}x, no trial", 0.0))
+                why = ("every offload option is modelled slower" if all(options[k][0] >= serial for k in offers)
+                       else f"below {min_speedup}x, no trial")
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: {why}; {models()}",
+                                          0.0))
                 continue
             if phase == "warm" and cached == len(stage_ops):
                 choice[phase] = "inline"
                 decisions.append(Decision("offload", False, f"{label} stays in the main process: only cache "
                                           f"reads remain", 0.0))
                 continue
-            # the model cannot see contention, IPC through pipes or a busy machine: measure
-            n = workers if best == "process" else remote_workers
-            submit = pipeline.runtime.pool(workers).submit if best == "process" else remote.submit
-            if not trial_in[0]:
+            if not trial_chunks(workers if tried[0] == "process" else remote_workers)[0]:
                 choice[phase] = "inline"
                 decisions.append(Decision("offload", False, f"{label} stays in the main process: no inputs "
                                           f"to try it on", 0.0))
                 continue
-            if phase == "warm":
-                if not shards_written:  # an inline cold run of the trial chunks writes them
-                    for i, items in enumerate(trial_in):
-                        job.run(i, items, 0, False)
-                t_in, t_par, fill = _trial(submit, job, [None] * len(trial_in), n, True, min_speedup)
-            else:
-                t_in, t_par, fill = _trial(submit, job, trial_in, n, False, min_speedup)
-                shards_written = cached > 0
-            expected = expected_offload_s(stage_s, main_s, ipc / 2, t_in, t_par, n,
-                                          cores if best == "process" else None, fill)
-            trial = (f"trial on {len(trial_in)} chunks of {chunk} ({sum(len(c) for c in trial_in)} inputs): inline "
-                     f"{t_in * 1e3:.0f} ms, on {n} workers {t_par * 1e3:.0f} ms at the steady rate "
-                     f"({t_in / max(t_par, 1e-9):.2f}x) + {fill * 1e3:.0f} ms to fill them; "
-                     f"expected epoch speedup {serial / expected:.2f}x")
-            if offload_pays(serial, options[best][0], expected, min_speedup):
+            # the model cannot see contention, IPC through pipes or a busy machine: measure each option
+            results = {}
+            for k in tried:
+                n = workers if k == "process" else remote_workers
+                trial_in = trial_chunks(n)
+                submit = pipeline.runtime.process_submit(workers, transfer) if k == "process" else remote.submit
+                before = pipeline.runtime.channel.stats.copy()
+                if phase == "warm":
+                    for i in range(shards_written, len(trial_in)):  # an inline cold run writes missing shards
+                        job.run(i, trial_in[i], 0, False)
+                    shards_written = max(shards_written, len(trial_in))
+                    t_in, t_par, fill = _trial(submit, job, [None] * len(trial_in), n, True, min_speedup)
+                else:
+                    t_in, t_par, fill = _trial(submit, job, trial_in, n, False, min_speedup)
+                    if cached:
+                        shards_written = max(shards_written, len(trial_in))
+                got = pipeline.runtime.channel.stats.since(before)
+                expected = expected_offload_s(stage_s, main_s, ipc[k] / 2, t_in, t_par, n,
+                                              cores if k == "process" else None, fill)
+                counted = f"; counted: {got.text()}" if k == "process" and (got.shared or got.pickled) else ""
+                trial = (f"trial on {len(trial_in)} chunks of {chunk} ({sum(len(c) for c in trial_in)} inputs): "
+                         f"inline {t_in * 1e3:.0f} ms, on {n} workers {t_par * 1e3:.0f} ms at the steady rate "
+                         f"({t_in / max(t_par, 1e-9):.2f}x) + {fill * 1e3:.0f} ms to fill them; "
+                         f"expected epoch speedup {serial / expected:.2f}x{counted}")
+                results[k] = (expected, offload_pays(serial, options[k][0], expected, min_speedup),
+                              f"{options[k][1]}: {model(k)}; {trial}")
+            paying = [k for k in tried if results[k][1]]
+            untried = "".join(f"; not tried, {options[k][1]}: {model(k)} < {min_speedup}x" for k in offers
+                              if k not in tried)
+            if paying:
+                best = min(paying, key=lambda k: results[k][0])
                 choice[phase] = best
-                decisions.append(Decision("offload", True, f"{label} to {options[best][1]}: {model}; {trial}",
-                                          serial - expected))
+                others = "".join(f"; also tried {results[k][2]}" for k in tried if k != best)
+                decisions.append(Decision("offload", True, f"{label} to {results[best][2]}{others}{untried}",
+                                          serial - results[best][0], how[best]))
             else:
                 choice[phase] = "inline"
-                decisions.append(Decision("offload", False, f"{label} stays in the main process: {model}; {trial} "
-                                          f"< {min_speedup}x", 0.0))
+                decisions.append(Decision("offload", False, f"{label} stays in the main process: "
+                                          + "; ".join(results[k][2] for k in tried) + f" < {min_speedup}x{untried}",
+                                          0.0))
         steps.append(Stage(stage_ops, cold=choice["cold"], warm=choice["warm"], cache_ops=cached))
     for store, prefix in trial_prefixes:
         _delete(store, prefix)
@@ -645,7 +721,7 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
                                   "(offloaded stages already keep 2 chunks per worker in flight)", 0.0))
 
     plan = Plan(tuple(steps), cache=cache_obj, prefetch=prefetch, chunk=chunk, workers=workers,
-                remote_workers=remote_workers, decisions=tuple(decisions), optimized=True)
+                remote_workers=remote_workers, decisions=tuple(decisions), optimized=True, transfer=transfer)
     new = Pipeline(source, ops, seed, plan=plan, remote=remote)
     new.runtime.adopt(pipeline.runtime)  # the pool started for measuring moves along
     new.profile_result = prof
@@ -664,6 +740,9 @@ def explain(pipeline) -> str:
             lines.append(f"  {step.ops[0].label()}")
             continue
         where = step.cold if step.cold == step.warm else f"cold: {step.cold}, warm: {step.warm}"
+        if "process" in (step.cold, step.warm):
+            where += (", large arrays back through shared memory" if plan.transfer == "shared_memory"
+                      else ", results pickled back")
         lines.append(f"  stage [{where}, chunks of {plan.chunk}]:")
         for k, op in enumerate(step.ops):
             lines.append(f"    {op.label()}")

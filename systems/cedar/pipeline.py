@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
+from mlsys_flows.systems.cedar.transfer import SharedMemoryChannel
+
 Key = tuple[int, ...]
 Item = tuple[Key, Any]
 Kind = Literal["map", "filter", "flat_map", "batch", "shuffle"]
@@ -306,6 +308,7 @@ def dumps(obj: Any) -> bytes:
 # ----- physical plan ---------------------------------------------------------------------------
 
 Executor = Literal["inline", "process", "remote"]
+Transfer = Literal["shared_memory", "pickle"]
 
 
 @dataclass(frozen=True)
@@ -330,6 +333,7 @@ class Decision:
     applied: bool
     detail: str
     est_gain_s: float  # estimated seconds saved per epoch (0 when not applied)
+    transfer: str = ""  # offload: how results come back (shared_memory | pickle | remote executor)
 
     def line(self) -> str:
         mark = "+" if self.applied else "-"
@@ -346,6 +350,9 @@ class Plan:
     remote_workers: int = 0
     decisions: tuple[Decision, ...] = ()
     optimized: bool = False
+    # how results of stages on local worker processes come back: large arrays through shared
+    # memory (small results still pickled), or everything pickled through the pool's pipes
+    transfer: Transfer = "shared_memory"
 
     @classmethod
     def naive(cls, ops: Sequence[Op]) -> "Plan":
@@ -412,12 +419,14 @@ def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
 
 
 class Runtime:
-    """Process pools and the remote executor of one pipeline, kept across epochs."""
+    """Process pools and the remote executor of one pipeline, kept across epochs, and the
+    shared-memory channel the pool's results come back through."""
 
     def __init__(self, remote: Any = None):
         self.remote = remote
         self._pool: ProcessPoolExecutor | None = None
         self._workers = 0
+        self.channel = SharedMemoryChannel()
 
     def pool(self, workers: int) -> ProcessPoolExecutor:
         if self._pool is None or self._workers != workers or getattr(self._pool, "_broken", False):
@@ -427,6 +436,12 @@ class Runtime:
             ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
             self._pool, self._workers = ProcessPoolExecutor(max_workers=workers, mp_context=ctx), workers
         return self._pool
+
+    def process_submit(self, workers: int, transfer: Transfer = "shared_memory") -> Callable:
+        """``submit(fn, *args)`` on the pool of ``workers`` processes; with ``shared_memory``, large
+        arrays in results come back through shared memory (``self.channel`` counts how)."""
+        pool = self.pool(workers)
+        return self.channel.submitter(pool.submit) if transfer == "shared_memory" else pool.submit
 
     def adopt(self, other: "Runtime") -> None:
         """Take over ``other``'s process pool."""
@@ -440,6 +455,7 @@ class Runtime:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        self.channel.close()
 
 
 def _parallel(submit: Callable, jobs: Iterator[tuple], inflight: int, what: str) -> Iterator[list[Item]]:
@@ -462,9 +478,13 @@ def _parallel(submit: Callable, jobs: Iterator[tuple], inflight: int, what: str)
                 yield take()
         while pending:
             yield take()
-    finally:
+    finally:  # an early stop or an error: results never taken are cancelled or freed
         for fut, _ in pending:
-            fut.cancel()
+            discard = getattr(fut, "discard", None)
+            if discard is not None:
+                discard()  # waits for a running chunk, then unlinks its shared memory
+            else:
+                fut.cancel()
 
 
 # ----- execution -------------------------------------------------------------------------------
@@ -550,8 +570,8 @@ def _stage_outputs(job: ChunkJob, jobs, executor: Executor, plan: Plan, epoch: i
         blob = cloudpickle.dumps(job)
         blob_id = hashlib.sha1(blob).hexdigest()
         if executor == "process":
-            pool, inflight = runtime.pool(plan.workers), 2 * plan.workers
-            submit = lambda *a: pool.submit(_run_chunk, *a)  # noqa: E731
+            psubmit, inflight = runtime.process_submit(plan.workers, plan.transfer), 2 * plan.workers
+            submit = lambda *a: psubmit(_run_chunk, *a)  # noqa: E731
         else:
             if runtime.remote is None:
                 raise ValueError("plan offloads to remote workers but the pipeline has no remote executor")
