@@ -37,7 +37,8 @@ def _fan_out(client, tag: str, workers: list[str] | None = None):
 def federate(p: Params, policy: str, seed: int, storage: ObjectStorage, key: str) -> dict:
     """``p.rounds`` federated rounds of ``policy`` on the workload of ``seed``; every round's client
     trainings are Dask tasks on this run's cluster (this task secedes while it waits for them). The
-    per-round history (accuracy, simulated round times, exclusions and their reasons) is saved at ``key``."""
+    per-round history (accuracy, simulated round times, exclusions and their reasons, the stragglers
+    and sizes in force, the speed factors) is saved at ``key``."""
     from distributed import worker_client
 
     log = get_run_logger()
@@ -49,11 +50,12 @@ def federate(p: Params, policy: str, seed: int, storage: ObjectStorage, key: str
                                "%s seed %d: round %d/%d, test accuracy %.3f", policy, seed, t + 1, p.rounds,
                                h.accuracy[-1]))
     excluded = sum(len(e) for e in h.excluded)
-    log.info("%s seed %d: %d rounds, final test accuracy %.3f, simulated %.2f s, %d update(s) excluded; stragglers %s "
-             "(sub-model r %s)", policy, seed, p.rounds, h.accuracy[-1], sum(h.round_s), excluded, plan.stragglers,
-             [plan.r[c] for c in plan.stragglers])
-    out = {**h.to_dict(), "stragglers": plan.stragglers, "r": [plan.r[c] for c in plan.stragglers],
-           "speed": w.speed.tolist(), "samples": [len(s[1]) for s in w.shards],
+    changes = sum(a != b for a, b in zip(h.stragglers[1:], h.stragglers[2:]))
+    log.info("%s seed %d: %d rounds, final test accuracy %.3f, simulated %.2f s, %d update(s) excluded; profile "
+             "stragglers %s (sub-model r %s), straggler set changed %d time(s) after round 1", policy, seed, p.rounds,
+             h.accuracy[-1], sum(h.round_s), excluded, plan.stragglers, [plan.r[c] for c in plan.stragglers], changes)
+    out = {**h.to_dict(), "profile_stragglers": plan.stragglers, "profile_r": [plan.r[c] for c in plan.stragglers],
+           "slowed": list(w.slowed), "samples": [len(s[1]) for s in w.shards],
            "labels_per_client": [int((c > 0).sum()) for c in w.label_counts]}
     storage.write_bytes(key, json.dumps(out).encode())
     return out

@@ -1,5 +1,6 @@
 """FLuID (NeurIPS 2023): Invariant Dropout for stragglers in federated learning, vs FedAvg waiting
-for every client, random dropout and ordered dropout, on non-IID load_digits clients."""
+for every client, random dropout and ordered dropout, on non-IID load_digits clients whose speeds
+change between rounds; stragglers are re-detected from the previous round's observations."""
 from __future__ import annotations
 
 from typing import ClassVar
@@ -10,16 +11,17 @@ from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 from .dropout import UpdateError
-from .federation import (POLICIES, Config, History, Plan, Workload, final_accuracy, make_workload,
-                         plan_stragglers, rescale_stragglers, round_times, run_federation, slow_stragglers,
-                         time_to_target)
+from .federation import (POLICIES, Config, History, Plan, Workload, final_accuracy, full_model_estimate,
+                         make_workload, observed_s, plan_from_estimates, plan_stragglers, redetects,
+                         rescale_stragglers, round_times, run_federation, slow_stragglers, speed_trajectory,
+                         time_to_target, with_trajectory)
 
 
 class Params(SystemParams):
     SYSTEM: ClassVar[str] = "fluid"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(clients=8, hidden=64, rounds=6, local_epochs=1, faulty_clients=3,
-                      regime_straggler_slowdown=[1.0, 3.0]),
+                      regime_straggler_slowdown=[1.0, 3.0], busy_prob=0.25, busy_slowdown=3.0, busy_rounds=3),
         "quick": dict(clients=16, hidden=256, rounds=20, local_epochs=2, repeats=5),
         "full": dict(clients=20, hidden=512, rounds=100, local_epochs=2, repeats=5),
     }
@@ -31,8 +33,12 @@ class Params(SystemParams):
     speed_min: float = Field(1.0, ge=1.0, le=20.0, description="Slowest-to-fastest speed factor range: each client's factor is uniform in [speed_min, speed_max] (1 = reference device).")
     speed_max: float = Field(2.5, ge=1.0, le=20.0, description="Upper end of the client speed factors (a factor of 2.5 trains 2.5x slower).")
     straggler_slowdown: float = Field(1.5, ge=1.0, le=20.0, description="The slowest straggler_fraction of the clients (by profiled compute) are made this many times slower on top of their speed factor: the gap that sub-models must close (it sizes their r: about 0.55-0.75 at 1.5).")
+    busy_prob: float = Field(0.05, ge=0.0, le=1.0, description="Changing speeds: per round, the chance that a client that is not busy becomes busy (a device running something else); 0 keeps every speed factor fixed for the whole run.")
+    busy_slowdown: float = Field(2.0, ge=1.0, le=20.0, description="Changing speeds: a busy client trains this many times slower than its own speed factor (2: its processor shared with one other app).")
+    busy_rounds: int = Field(4, ge=1, le=1000, description="Changing speeds: how many rounds a busy spell lasts (the round it starts in included).")
+    redetect_every: int = Field(1, ge=1, le=1000, description="FLuID's dynamic adaptation: the stragglers and their sub-model sizes are re-detected from the server's latest observation of every client (its last round's training time) before round 1 and then every this many rounds (1: every round). Every policy but fluid_static (fixed once from the initial profile) re-detects.")
     regime_straggler_slowdown: list[float] = Field([1.0, 1.25, 1.5, 2.0, 3.0, 4.0], min_length=2, max_length=16,
-                                                   description="Regime: straggler slowdowns at which the headline runs are re-timed (the stragglers' speed factors rescaled; every client's measured compute, accuracy curve and sub-model sizes as run at straggler_slowdown).")
+                                                   description="Regime: straggler slowdowns at which the headline runs are re-timed (the slowed clients' speed factors rescaled in every round; every client's measured compute, accuracy curve, stragglers and sub-model sizes as run at straggler_slowdown).")
     # model and local training
     hidden: int = Field(256, ge=8, le=2048, description="Neurons of each of the MLP's two hidden layers.")
     rounds: int = Field(20, ge=2, le=1000, description="Federated rounds per policy.")
@@ -40,7 +46,7 @@ class Params(SystemParams):
     batch_size: int = Field(16, ge=1, le=1024, description="Local minibatch size.")
     lr: float = Field(0.05, gt=0.0, le=10.0, description="Local SGD learning rate.")
     # FLuID
-    straggler_fraction: float = Field(0.2, ge=0.0, le=0.5, description="Share of clients, slowest first by profiled round compute, treated as stragglers.")
+    straggler_fraction: float = Field(0.2, ge=0.0, le=0.5, description="Share of clients, slowest first by estimated full-model round compute (the initial profile, then re-detected every redetect_every rounds), treated as stragglers.")
     min_submodel: float = Field(0.5, ge=0.1, le=1.0, description="Smallest sub-model size r a straggler may train (share of each hidden layer kept).")
     theta_init: float = Field(1e-4, gt=0.0, le=10.0, description="Invariant Dropout: first threshold on a neuron's relative update magnitude; raised until enough neurons are invariant.")
     theta_growth: float = Field(1.25, gt=1.0, le=10.0, description="Invariant Dropout: factor by which the threshold is raised per search step.")
@@ -72,12 +78,15 @@ class Params(SystemParams):
         return Config(hidden=self.hidden, rounds=self.rounds, epochs=self.local_epochs, batch=self.batch_size,
                       lr=self.lr, theta_init=self.theta_init, theta_growth=self.theta_growth,
                       comm_latency_s=self.comm_latency_s, bandwidth_mb_s=self.bandwidth_mb_s,
-                      faulty_clients=self.faulty_clients, seed=seed)
+                      faulty_clients=self.faulty_clients, seed=seed, straggler_fraction=self.straggler_fraction,
+                      min_r=self.min_submodel, ref_gflops=self.ref_gflops, redetect_every=self.redetect_every)
 
     def workload(self, seed: int) -> Workload:
         w = make_workload(self.clients, self.dirichlet_alpha, self.test_fraction, self.speed_min, self.speed_max, seed)
-        return slow_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.straggler_slowdown,
-                               self.ref_gflops)
+        w = slow_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.straggler_slowdown,
+                            self.ref_gflops)
+        return with_trajectory(w, speed_trajectory(w.speed, self.rounds, self.busy_prob, self.busy_slowdown,
+                                                   self.busy_rounds, seed))
 
     def plan(self, w: Workload) -> Plan:
         return plan_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.min_submodel,
@@ -90,11 +99,14 @@ SPEC = SystemSpec(
     baselines=("fedavg_wait", "random_dropout", "ordered_dropout"),
     roles={"fedavg_wait": ("paper", "deployable"), "random_dropout": ("paper", "deployable"),
            "ordered_dropout": ("paper", "deployable")},
+    # fluid_static (FLuID with the stragglers and sizes fixed once from the initial profile) is the
+    # re-detection's ablation, reported by its own claims; not a baseline (nobody would pick it over FLuID)
     mechanism=Mechanism(
         "invariant neuron selection (stragglers drop the neurons whose updates stay below theta on the non-stragglers)",
         "random_dropout",
         "random dropout is FLuID with only the choice of neurons replaced by chance: the same stragglers, the same "
-        "sub-model sizes r, the same re-expansion and aggregation; ordered dropout (FjORD) is a second such ablation"),
+        "sub-model sizes r (re-detected every round from the same observations), the same re-expansion and "
+        "aggregation; ordered dropout (FjORD) is a second such ablation"),
     regime=Regime(
         "straggler_slowdown", "x (stragglers' extra slowdown)", None, "",
         "how much slower the stragglers are than the rest: the round time that a sub-model can save, against "
@@ -114,9 +126,19 @@ SPEC = SystemSpec(
               statement="final accuracy against random dropout"),
         Claim("final_accuracy", "ordered_dropout", "fluid", "higher",
               statement="final accuracy against ordered dropout"),
+        Claim("time_to_accuracy_s", "fluid_static", "fluid", "lower",
+              statement="re-detection vs fixed stragglers: time to the target accuracy against FLuID with its "
+                        "stragglers and sub-model sizes fixed once from the initial profile, as client speeds change"),
+        Claim("mean_round_s", "fluid_static", "fluid", "lower",
+              statement="re-detection vs fixed stragglers: mean round time (a client that became slow is given a "
+                        "sub-model from the next round on)"),
+        Claim("final_accuracy", "fluid_static", "fluid", "higher",
+              statement="re-detection vs fixed stragglers: final accuracy (re-detection moves sub-models between "
+                        "clients)"),
     ),
 )
 
 __all__ = ["Params", "SPEC", "POLICIES", "Config", "History", "Plan", "Workload", "UpdateError", "final_accuracy",
-           "make_workload", "plan_stragglers", "rescale_stragglers", "round_times", "run_federation", "slow_stragglers",
-           "time_to_target"]
+           "full_model_estimate", "make_workload", "observed_s", "plan_from_estimates", "plan_stragglers", "redetects",
+           "rescale_stragglers", "round_times", "run_federation", "slow_stragglers", "speed_trajectory",
+           "time_to_target", "with_trajectory"]

@@ -4,7 +4,14 @@ client trainings run, e.g. as Dask tasks).
 Policies: ``fedavg_wait`` (every client trains the full model, the round waits for the slowest),
 ``random_dropout`` (stragglers train a random sub-model of size r), ``ordered_dropout`` (stragglers
 keep the first r of each hidden layer) and ``fluid`` (Invariant Dropout: stragglers drop the neurons
-whose updates, tracked on the non-stragglers, stay below the threshold theta).
+whose updates, tracked on the non-stragglers, stay below the threshold theta). ``fluid_static`` is
+``fluid`` with its stragglers and sizes fixed once from the initial profile (the re-detection's ablation).
+
+Client speeds change between rounds (``speed_trajectory``: devices become busy for a few rounds). All
+policies but ``fluid_static`` re-detect the stragglers and re-size their sub-models every
+``Config.redetect_every`` rounds from what the server saw of the previous rounds (``observed_s``); the
+detection depends only on the speeds and on which updates were valid, so every policy of a seed sees
+the same stragglers and sizes.
 """
 from __future__ import annotations
 
@@ -16,7 +23,8 @@ import numpy as np
 from . import dropout as dr
 from .model import Weights, accuracy, init_mlp, model_bytes, train_flops
 
-POLICIES = ("fedavg_wait", "random_dropout", "ordered_dropout", "fluid")
+POLICIES = ("fedavg_wait", "random_dropout", "ordered_dropout", "fluid", "fluid_static")
+INVARIANT = ("fluid", "fluid_static")  # the policies that pick neurons by Invariant Dropout
 FAULTS = ("nan", "raise", "shape")  # what the injected faulty clients do, in turn
 N_IN, N_OUT = 64, 10
 
@@ -31,12 +39,22 @@ class Workload:
     x_test: np.ndarray
     y_test: np.ndarray
     shards: list[tuple[np.ndarray, np.ndarray]]
-    speed: np.ndarray            # >= 1: how many times slower than the reference device
+    speed: np.ndarray            # >= 1: how many times slower than the reference device (the initial profile)
     label_counts: np.ndarray     # clients x 10
+    slowed: list[int] = field(default_factory=list)   # clients made straggler_slowdown slower (slow_stragglers)
+    trajectory: np.ndarray | None = None  # rounds x clients: each round's speed factors; None: ``speed`` throughout
 
     @property
     def clients(self) -> int:
         return len(self.shards)
+
+    def speeds(self, rounds: int) -> np.ndarray:
+        """rounds x clients speed factors: the trajectory's first ``rounds`` rows, or ``speed`` every round."""
+        if self.trajectory is None:
+            return np.tile(np.asarray(self.speed, float), (rounds, 1))
+        if len(self.trajectory) < rounds:
+            raise ValueError(f"the speed trajectory has {len(self.trajectory)} rounds, {rounds} are run")
+        return np.asarray(self.trajectory[:rounds], float)
 
 
 def make_workload(clients: int, alpha: float, test_fraction: float, speed_min: float, speed_max: float,
@@ -74,11 +92,47 @@ def slow_stragglers(w: Workload, hidden: int, epochs: int, straggler_fraction: f
     ``plan_stragglers`` ranks them) made ``slowdown`` times slower; the same clients stay the slowest."""
     if slowdown < 1.0:
         raise ValueError(f"slowdown must be >= 1 (got {slowdown})")
-    flops = np.array([train_flops(N_IN, hidden, hidden, N_OUT, len(s[1]), epochs) for s in w.shards])
+    flops = profile_flops(w, hidden, epochs)
     n = _straggler_count(w.clients, straggler_fraction)
+    slowed = sorted(int(c) for c in np.argsort(-(flops * w.speed), kind="stable")[:n])
     speed = w.speed.copy()
-    speed[np.argsort(-(flops * w.speed), kind="stable")[:n]] *= slowdown
-    return Workload(w.x_test, w.y_test, w.shards, speed, w.label_counts)
+    speed[slowed] *= slowdown
+    return Workload(w.x_test, w.y_test, w.shards, speed, w.label_counts, slowed)
+
+
+def speed_trajectory(speed, rounds: int, busy_prob: float, busy_slowdown: float, busy_rounds: int,
+                     seed: int) -> np.ndarray:
+    """rounds x clients speed factors: round 0 is ``speed`` (the profile); from round 1 on, every client
+    that is not busy becomes busy with probability ``busy_prob`` per round (a device running something
+    else) and then trains ``busy_slowdown`` times slower for ``busy_rounds`` rounds, that round included.
+    Seeded by ``seed`` alone, so every policy of a seed sees the same trajectory; the generator draws
+    the same numbers whatever the probabilities, so ``busy_prob`` = 0 gives ``speed`` in every round."""
+    if not 0.0 <= busy_prob <= 1.0 or busy_slowdown < 1.0 or busy_rounds < 1 or rounds < 1:
+        raise ValueError(f"need 0 <= busy_prob <= 1, busy_slowdown >= 1, busy_rounds >= 1, rounds >= 1 (got "
+                         f"{busy_prob}, {busy_slowdown}, {busy_rounds}, {rounds})")
+    speed = np.asarray(speed, float)
+    rng = np.random.default_rng([seed, 0xB05])
+    out = np.tile(speed, (rounds, 1))
+    left = np.zeros(len(speed), int)  # busy rounds left, this one included
+    for t in range(1, rounds):
+        draw = rng.random(len(speed))
+        left[(left == 0) & (draw < busy_prob)] = busy_rounds
+        out[t, left > 0] *= busy_slowdown
+        left = np.maximum(left - 1, 0)
+    return out
+
+
+def with_trajectory(w: Workload, trajectory: np.ndarray) -> Workload:
+    """The workload whose clients run at ``trajectory`` (rounds x clients) round by round."""
+    trajectory = np.asarray(trajectory, float)
+    if trajectory.ndim != 2 or trajectory.shape[1] != w.clients:
+        raise ValueError(f"a trajectory is rounds x {w.clients} clients (got shape {trajectory.shape})")
+    return Workload(w.x_test, w.y_test, w.shards, w.speed, w.label_counts, list(w.slowed), trajectory)
+
+
+def profile_flops(w: Workload, hidden: int, epochs: int) -> np.ndarray:
+    """Every client's full-model training FLOPs per round (counted)."""
+    return np.array([train_flops(N_IN, hidden, hidden, N_OUT, len(s[1]), epochs) for s in w.shards])
 
 
 def _straggler_count(clients: int, straggler_fraction: float) -> int:
@@ -87,33 +141,59 @@ def _straggler_count(clients: int, straggler_fraction: float) -> int:
 
 
 def rescale_stragglers(speed, stragglers: list[int], factor: float) -> np.ndarray:
-    """Speed factors with the stragglers' multiplied by ``factor`` (the regime's re-timing)."""
+    """Speed factors (one per client, or rounds x clients) with the listed clients' multiplied by
+    ``factor`` in every round (the regime's re-timing)."""
     out = np.asarray(speed, dtype=float).copy()
-    out[list(stragglers)] *= factor
+    out[..., list(stragglers)] *= factor
     return out
 
 
 @dataclass
 class Plan:
-    """Who the stragglers are and the sub-model size each trains (from the clients' profile)."""
+    """Who the stragglers are and the sub-model size each trains (from the clients' profile, or from
+    the server's estimates of the previous rounds)."""
 
     stragglers: list[int]
     r: dict[int, float]
-    expected_s: np.ndarray       # profile: full-model training FLOPs x speed / reference FLOP/s
+    expected_s: np.ndarray       # estimated full-model training time per client (profile: FLOPs x speed / FLOP/s)
+
+
+def plan_from_estimates(expected_s, hidden: int, straggler_fraction: float, min_r: float) -> Plan:
+    """The slowest ``straggler_fraction`` of the clients by estimated full-model training time, each
+    with the largest sub-model that brings it to the slowest non-straggler's time."""
+    expected = np.asarray(expected_s, float)
+    n = _straggler_count(len(expected), straggler_fraction)
+    order = np.argsort(-expected, kind="stable")
+    stragglers = sorted(int(c) for c in order[:n])
+    target = float(max(expected[c] for c in range(len(expected)) if c not in stragglers))
+    r = {c: dr.submodel_size(expected[c] / target, N_IN, hidden, N_OUT, min_r) for c in stragglers}
+    return Plan(stragglers, r, expected.copy())
 
 
 def plan_stragglers(w: Workload, hidden: int, epochs: int, straggler_fraction: float, min_r: float,
                     ref_gflops: float) -> Plan:
-    """The slowest ``straggler_fraction`` of the clients by profiled full-model round compute, each
-    with the largest sub-model that brings it to the slowest non-straggler's time."""
-    flops = np.array([train_flops(N_IN, hidden, hidden, N_OUT, len(s[1]), epochs) for s in w.shards])
-    expected = flops * w.speed / (ref_gflops * 1e9)
-    n = _straggler_count(w.clients, straggler_fraction)
-    order = np.argsort(-expected, kind="stable")
-    stragglers = sorted(int(c) for c in order[:n])
-    target = float(max(expected[c] for c in range(w.clients) if c not in stragglers))
-    r = {c: dr.submodel_size(expected[c] / target, N_IN, hidden, N_OUT, min_r) for c in stragglers}
-    return Plan(stragglers, r, expected)
+    """The plan from the clients' initial profile: full-model training FLOPs x ``w.speed``."""
+    return plan_from_estimates(profile_flops(w, hidden, epochs) * w.speed / (ref_gflops * 1e9), hidden,
+                               straggler_fraction, min_r)
+
+
+def observed_s(full_flops: float, kept: int, hidden: int, speed: float, ref_gflops: float) -> float:
+    """What the server sees of a client's round: how long its training took at the size it trained
+    (``kept`` neurons per hidden layer). Modelled from counted FLOPs x that round's speed factor / the
+    reference FLOP rate, so the stragglers chosen from it, and every accuracy, repeat with the seed."""
+    return full_flops * _work_fraction(kept, hidden) * speed / (ref_gflops * 1e9)
+
+
+def full_model_estimate(observed: float, kept: int, hidden: int) -> float:
+    """The server's estimate of a client's full-model training time from one observed round at ``kept``
+    neurons per hidden layer (the time over the sub-model's share of the full model's FLOPs)."""
+    return observed / _work_fraction(kept, hidden)
+
+
+def _work_fraction(kept: int, hidden: int) -> float:
+    if kept == hidden:
+        return 1.0
+    return train_flops(N_IN, kept, kept, N_OUT, 1, 1) / train_flops(N_IN, hidden, hidden, N_OUT, 1, 1)
 
 
 @dataclass
@@ -129,6 +209,11 @@ class Config:
     bandwidth_mb_s: float
     faulty_clients: int
     seed: int
+    # straggler re-detection (every policy but fluid_static): every ``redetect_every`` rounds from round 1
+    straggler_fraction: float = 0.2
+    min_r: float = 0.5
+    ref_gflops: float = 10.0
+    redetect_every: int = 1
 
 
 @dataclass
@@ -143,10 +228,13 @@ class History:
     kept_fraction: list[float] = field(default_factory=list)  # mean kept share of hidden neurons over stragglers
     # per round: (client, kept neurons, CPU s, comm s) of every valid client: re-timed by round_times
     trained: list[list[tuple[int, int, float, float]]] = field(default_factory=list)
+    stragglers: list[list[int]] = field(default_factory=list)  # per round: the stragglers of the plan in force
+    r: list[list[float]] = field(default_factory=list)         # per round: their sub-model sizes, in that order
+    speed: list[list[float]] = field(default_factory=list)     # per round: every client's speed factor
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("policy", "accuracy", "round_s", "round_raw_s", "client_cpu_s", "excluded", "theta",
-                                              "kept_fraction", "trained")}
+                                              "kept_fraction", "trained", "stragglers", "r", "speed")}
 
 
 FAULT_ROUND = 1  # the round in which the injected faulty clients misbehave
@@ -161,16 +249,30 @@ def comm_s(sub: Weights, latency_s: float, bandwidth_mb_s: float) -> float:
     return latency_s + 2 * model_bytes(sub) / (bandwidth_mb_s * 1e6)
 
 
+def redetects(cfg: Config, policy: str, t: int) -> bool:
+    """Whether ``policy`` re-plans its stragglers before round ``t``: from round 1 every
+    ``cfg.redetect_every`` rounds (rounds 1, 1 + k, ...), never for ``fluid_static``."""
+    return policy != "fluid_static" and t >= 1 and (t - 1) % cfg.redetect_every == 0
+
+
 def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_clients: RunClients,
                    log: Callable[[str], None] = lambda s: None,
                    progress: Callable[[int, "History"], None] = lambda t, h: None) -> History:
     """``cfg.rounds`` rounds of ``policy``. Round 0 trains the full model everywhere (the profiling
     round that gives Invariant Dropout its first non-straggler updates); from round 1 the dropout
-    policies send each straggler its sub-model. A client whose task raised or whose update is
-    malformed is excluded from the round (logged); the round completes with the others.
-    ``progress(round, history)`` is called after every round."""
+    policies send each straggler its sub-model. ``plan`` is the initial profile's: ``fluid_static``
+    keeps it; every other policy re-plans before round 1 and then every ``cfg.redetect_every`` rounds
+    from the server's estimates, which each round's valid clients update with what the server saw of
+    them (``observed_s`` at that round's speed, ``full_model_estimate``; an excluded client keeps its
+    last estimate). A client whose task raised or whose update is malformed is excluded from the round
+    (logged); the round completes with the others. ``progress(round, history)`` is called after every round."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; one of {POLICIES}")
+    if cfg.redetect_every < 1:
+        raise ValueError(f"redetect_every must be >= 1 (got {cfg.redetect_every})")
+    speeds = w.speeds(cfg.rounds)
+    flops = profile_flops(w, cfg.hidden, cfg.epochs)
+    estimate = np.asarray(plan.expected_s, float).copy()  # the server's full-model time estimates
     glob = init_mlp(N_IN, cfg.hidden, N_OUT, cfg.seed)
     full_shapes = [a.shape for a in glob]
     hidden = (cfg.hidden, cfg.hidden)
@@ -179,10 +281,12 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
     last_glob = glob
     trained: list[list[tuple[int, int, float, float]]] = []  # per round: (client, kept neurons, CPU s, comm s)
     for t in range(cfg.rounds):
+        if redetects(cfg, policy, t):
+            plan = plan_from_estimates(estimate, cfg.hidden, cfg.straggler_fraction, cfg.min_r)
         keeps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         thetas = (float("nan"), float("nan"))
         dropping = policy != "fedavg_wait" and t > 0
-        scores = dr.neuron_scores(last_glob, last_ns) if policy == "fluid" and dropping and last_ns else None
+        scores = dr.neuron_scores(last_glob, last_ns) if policy in INVARIANT and dropping and last_ns else None
         for c in range(w.clients):
             if not dropping or c not in plan.stragglers or plan.r[c] >= 1.0:
                 keeps[c] = dr.full_keep(hidden)
@@ -215,8 +319,11 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
             full, mask = dr.expand(res["weights"], keeps[c], glob)
             entries.append((full, mask, float(res["samples"])))
             cpu += res["cpu_s"]
-            done.append((c, len(keeps[c][0]), res["cpu_s"], comm_s(res["weights"], cfg.comm_latency_s,
-                                                                   cfg.bandwidth_mb_s)))
+            kept = len(keeps[c][0])
+            done.append((c, kept, res["cpu_s"], comm_s(res["weights"], cfg.comm_latency_s, cfg.bandwidth_mb_s)))
+            # what the server saw of this client this round: the input to the next re-detection
+            estimate[c] = full_model_estimate(observed_s(flops[c], kept, cfg.hidden, speeds[t, c], cfg.ref_gflops),
+                                              kept, cfg.hidden)
             if c not in plan.stragglers:
                 ns.append(full)
         new = dr.aggregate(glob, entries) if entries else glob
@@ -230,24 +337,33 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
         h.excluded.append(excluded)
         h.theta.append(thetas)
         h.kept_fraction.append(float(np.mean(strag_keep)) if strag_keep else 1.0)
+        h.stragglers.append(list(plan.stragglers))
+        h.r.append([float(plan.r[c]) for c in plan.stragglers])
         progress(t, h)
-    h.round_s, h.round_raw_s = round_times(trained, w.speed)
+    h.round_s, h.round_raw_s = round_times(trained, speeds)
     h.trained = trained
+    h.speed = speeds.tolist()
     return h
 
 
-def round_times(trained: list[list[tuple[int, int, float, float]]], speed: np.ndarray) -> tuple[list[float], list[float]]:
-    """Simulated round times: the slowest valid client's compute x its speed factor + its communication.
-    A client's compute is the median of its measured CPU times over the run's rounds in which it trained
+def round_times(trained: list[list[tuple[int, int, float, float]]], speed) -> tuple[list[float], list[float]]:
+    """Simulated round times: the slowest valid client's compute x its speed factor in that round +
+    its communication. ``speed``: one factor per client for every round, or rounds x clients. A
+    client's compute is the median of its measured CPU times over the run's rounds in which it trained
     the same model size (robust to scheduling spikes of a shared machine); the raw variant uses each
     round's own measurement."""
+    speed = np.asarray(speed, float)
+    per_round = speed if speed.ndim == 2 else np.tile(speed, (len(trained), 1))
+    if len(per_round) < len(trained):
+        raise ValueError(f"speeds for {len(per_round)} rounds, {len(trained)} rounds trained")
     by: dict[tuple[int, int], list[float]] = {}
     for done in trained:
         for c, kept, cpu, _ in done:
             by.setdefault((c, kept), []).append(cpu)
     med = {k: float(np.median(v)) for k, v in by.items()}
-    robust = [max((med[c, kept] * speed[c] + comm for c, kept, _, comm in done), default=0.0) for done in trained]
-    raw = [max((cpu * speed[c] + comm for c, _, cpu, comm in done), default=0.0) for done in trained]
+    robust = [max((med[c, kept] * sp[c] + comm for c, kept, _, comm in done), default=0.0)
+              for done, sp in zip(trained, per_round)]
+    raw = [max((cpu * sp[c] + comm for c, _, cpu, comm in done), default=0.0) for done, sp in zip(trained, per_round)]
     return robust, raw
 
 
