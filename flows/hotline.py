@@ -15,8 +15,10 @@ from mlsys_flows.tasks import hotline as t
 def hotline(ctx: RunContext) -> SystemResult:
     p = ctx.params
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data.npz")).result()
-    trained = t.train.submit(p, ctx.storage, data["key"], list(t.VARIANTS)).result()
-    sweep = t.regime.submit(p, ctx.storage, data["key"], list(t.REGIME_VARIANTS)).result()
+    trained = ctx.submit(t.train, p, ctx.storage, data["key"], list(t.VARIANTS), ctx.devices,
+                         device="gpu").result()
+    sweep = ctx.submit(t.regime, p, ctx.storage, data["key"], list(t.REGIME_VARIANTS), ctx.devices,
+                       device="gpu").result()
     runs = trained["runs"]
     result, first = build_result(runs, p, data, trained["profiled"])
     h, s = first["hotline"], first["hotline_sync"]
@@ -35,7 +37,8 @@ def hotline(ctx: RunContext) -> SystemResult:
     samples = first["hybrid"]["samples"]
     base, tech = projected_time(runs["hybrid"], p, False), projected_time(runs["hotline"], p, True)
     result.projection = Projection(
-        baseline_value=samples / base, technique_value=samples / tech, assumptions=projection_assumptions(p),
+        baseline_value=samples / base, technique_value=samples / tech,
+        assumptions=projection_assumptions(p, trained["device"]),
         statement="training samples per second with the hot rows in GPU HBM and the tables in host memory behind "
                   "PCIe: this run's compute plus its counted rows moved at the stated per-row costs, Hotline's "
                   "gather hidden behind its popular micro-batch's compute")

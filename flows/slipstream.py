@@ -14,8 +14,10 @@ from mlsys_flows.tasks import slipstream as t
 def slipstream(ctx: RunContext) -> SystemResult:
     p = ctx.params
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data.npz")).result()
-    trained = t.train.submit(p, ctx.storage, data["key"], list(t.VARIANTS)).result()
-    sweep = t.regime.submit(p, ctx.storage, data["key"], list(t.REGIME_VARIANTS)).result()
+    trained = ctx.submit(t.train, p, ctx.storage, data["key"], list(t.VARIANTS), ctx.devices,
+                         device="gpu").result()
+    sweep = ctx.submit(t.regime, p, ctx.storage, data["key"], list(t.REGIME_VARIANTS), ctx.devices,
+                       device="gpu").result()
     runs = trained["runs"]
     result, first = build_result(runs, p, data, trained["profiled"])
     s = first["slipstream"]
@@ -35,7 +37,7 @@ def slipstream(ctx: RunContext) -> SystemResult:
                                "shorter run (the same share of it).")
     base, tech = projected_time(runs["fae"], p, False), projected_time(runs["slipstream"], p, True)
     result.projection = Projection(
-        baseline_value=base, technique_value=tech, assumptions=projection_assumptions(p),
+        baseline_value=base, technique_value=tech, assumptions=projection_assumptions(p, trained["device"]),
         statement="training seconds of the same epochs (accuracy parity enforced) against FAE with the hot rows in "
                   "GPU HBM and the tables in host memory behind PCIe: this run's compute plus its counted rows moved "
                   "at the stated per-row costs, Slipstream's gather hidden behind its popular micro-batch's compute")

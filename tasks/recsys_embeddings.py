@@ -1,13 +1,15 @@
 """Prefect tasks the hot-embedding family (fae, hotline, slipstream) shares: the Criteo-like dataset,
 then the chosen variants trained on the family's two-tier trainer (systems/recsys_embeddings),
-interleaved over the repeats."""
+interleaved over the repeats. The training tasks are device tasks: each holds a device of the run's
+pool (``pool.claim()``: a GPU of the ``devices`` pool, else this worker's own CUDA device, else the
+CPU with a logged warning) and trains every variant there; the runs say which device it was."""
 from __future__ import annotations
 
 import time
 
 from prefect import get_run_logger, task
 
-from mlsys_flows.blocks import ObjectStorage
+from mlsys_flows.blocks import ObjectStorage, ResourcePool
 from mlsys_flows.systems.recsys_embeddings import experiment as ex
 from mlsys_flows.systems.recsys_embeddings.params import HarnessParams
 from mlsys_flows.systems.recsys_embeddings.workload import Dataset
@@ -33,20 +35,26 @@ def variants_of(p: HarnessParams, ds: Dataset, names: list[str], budget_mb: floa
 
 
 @task(name="recsys-train")
-def train(p: HarnessParams, storage: ObjectStorage, key: str, names: list[str]) -> dict:
-    """Every variant in ``names`` ``repeats`` times, interleaved; each run starts its own slow-tier process."""
+def train(p: HarnessParams, storage: ObjectStorage, key: str, names: list[str], pool: ResourcePool) -> dict:
+    """Every variant in ``names`` ``repeats`` times, interleaved, on a device of ``pool`` (the flow's
+    ``ctx.devices``); each run starts its own slow-tier process."""
     log = get_run_logger()
     ds = Dataset.from_bytes(storage.read_bytes(key))
     variants, profiled = variants_of(p, ds, names)
-    runs = ex.run_interleaved(ds, p, variants, p.repeats, lambda s: log.info("%s %s", p.SYSTEM, s))
-    return {"runs": runs, "profiled": profiled}
+    with pool.claim() as device:
+        log.info("%s training on %s (the model and the hot rows there, the slow tier in host memory)", p.SYSTEM,
+                 device)
+        runs = ex.run_interleaved(ds, p, variants, p.repeats, lambda s: log.info("%s %s", p.SYSTEM, s), str(device))
+    return {"runs": runs, "profiled": profiled, "device": ex.devices_of(runs)}
 
 
 @task(name="recsys-regime")
-def regime(p: HarnessParams, storage: ObjectStorage, key: str, names: list[str]) -> dict[float, dict[str, dict]]:
+def regime(p: HarnessParams, storage: ObjectStorage, key: str, names: list[str],
+           pool: ResourcePool) -> dict[float, dict[str, dict]]:
     """The regime sweep: each variant in ``names`` once at every added slow-tier cost per row
-    (``regime_slow_row_us``) on the first ``regime_samples`` training inputs."""
+    (``regime_slow_row_us``) on the first ``regime_samples`` training inputs, on a device of ``pool``."""
     log = get_run_logger()
     ds = Dataset.from_bytes(storage.read_bytes(key))
     variants, _ = variants_of(p, ds, names)
-    return ex.regime_sweep(ds, p, variants, lambda s: log.info("%s %s", p.SYSTEM, s))
+    with pool.claim() as device:
+        return ex.regime_sweep(ds, p, variants, lambda s: log.info("%s %s", p.SYSTEM, s), str(device))

@@ -31,18 +31,21 @@ def hot_rows(ds: Dataset, p: HarnessParams, budget_mb: float | None = None) -> t
     return profile_hot_rows(ids, ds.total_rows, p.profile_fraction, max(1, budget), np.random.default_rng([p.seed, 5]))
 
 
-def config(p: HarnessParams):
+def config(p: HarnessParams, device: str = "cpu"):
+    """The trainer's configuration; ``device``: where the model and the fast tier live (auto, cpu,
+    cuda, cuda:N; resolved by the trainer, device.resolve_device)."""
     from mlsys_flows.systems.recsys_embeddings.trainer import TrainConfig
 
     return TrainConfig(batch_size=p.batch_size, epochs=p.epochs, lr=p.lr, emb_lr=p.emb_lr, dim=p.embedding_dim,
-                       bottom=(32,), top=(64,), evals_per_epoch=p.evals_per_epoch, seed=p.seed, threads=p.train_threads)
+                       bottom=(32,), top=(64,), evals_per_epoch=p.evals_per_epoch, seed=p.seed, threads=p.train_threads,
+                       device=str(device))
 
 
-def regime_config(p: HarnessParams, slow_row_us: float):
+def regime_config(p: HarnessParams, slow_row_us: float, device: str = "cpu"):
     """The trainer's configuration of one regime point: one epoch, one evaluation, the tier slowed."""
     from dataclasses import replace
 
-    return replace(config(p), epochs=1, evals_per_epoch=1, slow_row_us=slow_row_us)
+    return replace(config(p, device), epochs=1, evals_per_epoch=1, slow_row_us=slow_row_us)
 
 
 def variant(name: str, p: HarnessParams, hot: np.ndarray | None):
@@ -59,15 +62,16 @@ def variant(name: str, p: HarnessParams, hot: np.ndarray | None):
                    overlap_gather=name != "hotline_sync", skip_stale=name == "slipstream", **extra)
 
 
-def run_once(ds: Dataset, p: HarnessParams, v, cfg=None) -> dict:
-    """One training run of variant ``v`` (``cfg``: the trainer's configuration, default from ``p``) as
-    a plain dict (pickles across Dask)."""
+def run_once(ds: Dataset, p: HarnessParams, v, cfg=None, device: str = "cpu") -> dict:
+    """One training run of variant ``v`` (``cfg``: the trainer's configuration, default from ``p`` on
+    ``device``) as a plain dict (pickles across Dask); ``device`` in it: the device it trained on."""
     from mlsys_flows.systems.recsys_embeddings.trainer import train
 
-    r = train(ds, cfg or config(p), v)
+    r = train(ds, cfg or config(p, device), v)
     c = r.counters
     gather = c.get("gather_s", 0.0)
-    return {"name": r.name, "train_time_s": r.train_time_s, "samples_per_s": r.samples_per_s,
+    return {"name": r.name, "device": r.device, "h2d_rows": c["h2d_rows"], "d2h_rows": c["d2h_rows"],
+            "train_time_s": r.train_time_s, "samples_per_s": r.samples_per_s,
             "test_logloss": r.test_logloss, "test_auc": r.test_auc, "curve": [list(x) for x in r.curve],
             "samples": r.samples, "trained_samples": r.trained_samples,
             "skipped_fraction": c["skipped"] / r.samples, "hot_input_fraction": c["hot_input_fraction"],
@@ -87,21 +91,22 @@ def run_once(ds: Dataset, p: HarnessParams, v, cfg=None) -> dict:
 
 
 def run_interleaved(ds: Dataset, p: HarnessParams, variants: list, repeats: int,
-                    log: Callable[[str], None] = lambda s: None) -> dict[str, list[dict]]:
-    """Every variant ``repeats`` times, variants interleaved (rotating the order each repeat)."""
+                    log: Callable[[str], None] = lambda s: None, device: str = "cpu") -> dict[str, list[dict]]:
+    """Every variant ``repeats`` times on ``device``, variants interleaved (rotating the order each repeat)."""
     out: dict[str, list[dict]] = {v.name: [] for v in variants}
     for r in range(repeats):
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for v in order:
-            res = run_once(ds, p, v)
+            res = run_once(ds, p, v, device=device)
             out[v.name].append(res)
-            log(f"repeat {r + 1}/{repeats} {v.name}: {res['train_time_s']:.2f} s training, {res['samples_per_s']:.0f} "
+            log(f"repeat {r + 1}/{repeats} {v.name} on {res['device']}: {res['train_time_s']:.2f} s training, "
+                f"{res['samples_per_s']:.0f} "
                 f"samples/s, test logloss {res['test_logloss']:.4f}, AUC {res['test_auc']:.4f}")
     return out
 
 
 def regime_sweep(ds: Dataset, p: HarnessParams, variants: list,
-                 log: Callable[[str], None] = lambda s: None) -> dict[float, dict[str, dict]]:
+                 log: Callable[[str], None] = lambda s: None, device: str = "cpu") -> dict[float, dict[str, dict]]:
     """The regime: every variant once at each added slow-tier cost per row of ``p.regime_slow_row_us``,
     on the first ``p.regime_samples`` training inputs for one epoch (the variants' hot rows as given,
     the variants rotated at each point). Returns {cost: {variant: run dict}}."""
@@ -115,7 +120,7 @@ def regime_sweep(ds: Dataset, p: HarnessParams, variants: list,
                 for v in variants]
     out: dict[float, dict[str, dict]] = {}
     for k, us in enumerate(p.regime_slow_row_us):
-        cfg = regime_config(p, us)
+        cfg = regime_config(p, us, device)
         out[us] = {}
         for v in variants[k % len(variants):] + variants[:k % len(variants)]:
             r = run_once(sub, p, v, cfg)
@@ -137,8 +142,8 @@ def regime_result(sweep: dict[float, dict[str, dict]], metric: str, p: HarnessPa
     what = "training time" if metric == "train_time_s" else "training throughput (samples/s)"
     note = (f"Regime (measured, one run per variant and point): the slow tier slowed by "
             f"{', '.join(f'{us:g}' for us in sorted(sweep))} us per row moved (the tier process waits that long per "
-            f"row gathered, updated or written), each variant trained once on the first {p.regime_samples} training "
-            f"inputs for one epoch; the curve compares {what} of the same inputs (the headline's accuracy parity "
+            f"row gathered, updated or written), each variant trained once on {devices_of(sweep)} on the first "
+            f"{p.regime_samples} training inputs for one epoch; the curve compares {what} of the same inputs (the headline's accuracy parity "
             f"holds at every point: the rows' values do not depend on the tier's speed). Hybrid's share of training "
             f"time blocked on the slow tier: {shares}.")
     return samples, note
@@ -200,9 +205,14 @@ PCIE_GB_S = 12.0        # PCIe 3.0 x16: 15.75 GB/s per direction raw, ~12 GB/s a
 HOST_ROW_US = 0.1       # one row's host-side gather or row-wise Adagrad update: a random DRAM access (~100 ns)
 
 
-def projection_assumptions(p: HarnessParams) -> dict:
+def projection_assumptions(p: HarnessParams, device: str = "cpu") -> dict:
+    """The projection's constants; ``device``: where this run's compute was measured."""
     from mlsys_flows.systems.common.report import Assumption
 
+    where = (f"on this run's GPU ({device}), with the slow tier still a host process behind a socket"
+             if device.startswith("cuda") else
+             "on this machine's CPU: a GPU computes faster, which raises the slow tier's share, so the projection is "
+             "conservative for the techniques")
     return {
         "pcie_gb_s": Assumption(value=PCIE_GB_S, unit="GB/s", source="PCIe 3.0 x16 (15.75 GB/s per direction, the "
                                 "papers' V100-class hosts), ~12 GB/s achieved by bulk host-to-device copies"),
@@ -211,9 +221,7 @@ def projection_assumptions(p: HarnessParams) -> dict:
         "row_bytes": Assumption(value=4 * p.embedding_dim, unit="bytes", source="parameter embedding_dim x float32 "
                                 "(syncs: one more float, the Adagrad accumulator)"),
         "compute_s": Assumption(value="measured in this run", unit="s", source="each variant's training time minus "
-                                "its time blocked on the slow tier (median of the repeats), on this machine's CPU: a "
-                                "GPU computes faster, which raises the slow tier's share, so the projection is "
-                                "conservative for the techniques"),
+                                "its time blocked on the slow tier (median of the repeats), " + where),
         "rows": Assumption(value="counted in this run", source="rows gathered, rows sent and the syncs' rows of each "
                            "variant's first repeat"),
         "overlap": Assumption(value="hotline: the cold-row gather hides behind the popular micro-batch's compute "
@@ -238,6 +246,26 @@ def projected_time(runs: list[dict], p: HarnessParams, overlapped: bool) -> floa
     return compute + gather_s + r["rows_sent"] * row_s + sync_s
 
 
+def devices_of(runs: dict) -> str:
+    """The device the runs trained on, as the trainer resolved it (several joined if they differed):
+    ``runs`` is {variant: [run dict]} (run_interleaved) or {cost: {variant: run dict}} (regime_sweep)."""
+    flat = [r for rs in runs.values() for r in (rs.values() if isinstance(rs, dict) else rs)]
+    return ", ".join(sorted({r.get("device", "cpu") for r in flat})) or "cpu"
+
+
+def device_note(device: str) -> str:
+    """Where the trainer's parts sat and what crossed between them, on ``device`` (a report note)."""
+    on_gpu = device.startswith("cuda")
+    return (f"Device (recorded per run, as the trainer resolved it): every variant trained on {device}. The dense "
+            "model, the fast tier (hot rows and their Adagrad state) and the prepared inputs sat on that device; the "
+            "slow tier's tables stayed in host memory behind its own process. Rows gathered from the slow tier were "
+            "copied host-to-device and the gradients of slow rows (and FAE's synced hot rows) device-to-host before "
+            "they went back, "
+            + ("through pinned host buffers with non-blocking copies; the training clock waits for the device's "
+               "queued work before each evaluation." if on_gpu else
+               "as no-op copies: on the CPU the device and the host are the same memory."))
+
+
 def loss_curves(runs: dict[str, list[dict]]) -> dict[str, tuple[list[float], list[float]]]:
     """Test logloss against training seconds, first repeat of each variant."""
     return {n: ([c[0] for c in rs[0]["curve"]], [c[2] for c in rs[0]["curve"]]) for n, rs in runs.items()}
@@ -254,6 +282,8 @@ def build_result(runs: dict[str, list[dict]], p: HarnessParams, data: dict, prof
     curves = [Curve(title="test logloss during training (first repeat; evaluation not timed)",
                     x_label="training seconds", y_label="test logloss", series=loss_curves(runs))]
     hot = next((r for n, r in first.items() if n != "hybrid"), None)
+    device = devices_of(runs)
+    on_gpu = device.startswith("cuda")
     notes = [
         f"Workload: {p.samples} training and {p.test_samples} test samples (a fixed split), {p.num_tables} tables "
         f"(Criteo Kaggle's sizes compressed to at most {p.rows_max} rows; {data['total_rows']} rows in all), one id "
@@ -261,8 +291,8 @@ def build_result(runs: dict[str, list[dict]], p: HarnessParams, data: dict, prof
         f"accesses (the hottest 7% of all rows take {data['hot_share']:.1%}); labels from a hidden logistic model "
         f"(positive rate {data['positive_rate']:.3f}, its own test logloss {data['bayes_logloss']:.4f}).",
         f"Every variant trained {p.epochs} epoch(s) of batches of {p.batch_size} from the same init (dense SGD lr "
-        f"{p.lr}, row-wise Adagrad lr {p.emb_lr} on the embedding rows wherever they live) with {p.train_threads} "
-        "torch thread(s). The slow tier is a separate process holding every row and its Adagrad state; rows and "
+        f"{p.lr}, row-wise Adagrad lr {p.emb_lr} on the embedding rows wherever they live) on {device} with "
+        f"{p.train_threads} torch CPU thread(s). The slow tier is a separate process holding every row and its Adagrad state; rows and "
         "gradients cross a Unix socket, so a row gathered from or updated in the slow tier costs real serialization, "
         "copies and a process switch, the same per row in every variant. Input dedup and the hot/cold split are "
         "data-loader work done before the clock starts, for every variant; skipping decisions and syncs are timed.",
@@ -275,9 +305,14 @@ def build_result(runs: dict[str, list[dict]], p: HarnessParams, data: dict, prof
     if hot is not None:
         notes.append(f"Hot rows: the {hot['hot_rows']} most accessed rows of a {p.profile_fraction:.0%} profile "
                      f"({profiled} inputs) that fit {p.hot_budget_mb} MB; {hot['hot_input_fraction']:.1%} of the "
-                     "training inputs touch only hot rows (counted). The fast tier is a torch tensor in the trainer "
-                     "process (no GPU here): the gap between the tiers is a process boundary, not PCIe and CPU "
-                     "embedding kernels as in the papers, and the dense compute runs on the same CPU cores.")
+                     "training inputs touch only hot rows (counted). "
+                     + ("The fast tier is a tensor in GPU memory next to the dense compute; the gap between the tiers "
+                        "is the slow tier's process boundary plus PCIe copies, not CPU embedding kernels as in the "
+                        "papers." if on_gpu else
+                        "The fast tier is a torch tensor in the trainer process (no GPU in this run): the gap between "
+                        "the tiers is a process boundary, not PCIe and CPU embedding kernels as in the papers, and "
+                        "the dense compute runs on the same CPU cores."))
+    notes.append(device_note(device))
     share = statistics.median(x["slow_tier_share"] for x in runs["hybrid"])
     notes.append(f"Hybrid spent {share:.0%} of its training time blocked on slow-tier gathers (slow_tier_share, "
                  "measured; sparse updates are applied before the next gather, so their cost is included): a technique "

@@ -25,8 +25,16 @@ is authoritative: in the fast tier or by a sparse update sent to the slow tier. 
   ``snapshot_every`` steps the hot rows' drift is measured in units of the update scale and the
   threshold re-picked (hot.StalenessRule); popular inputs touching only stale rows are skipped.
 
-Input preparation (dedup of each batch's rows, the hot/cold split) is data-loader work done for
-every variant before the clock starts; everything after it is timed.
+Input preparation (dedup of each batch's rows, the hot/cold split, and the inputs' copy to the
+device) is data-loader work done for every variant before the clock starts; everything after it is
+timed.
+
+Device (``TrainConfig.device``, resolved once by device.resolve_device: ``cpu`` always works, CUDA
+when present and asked for): the dense model, the fast tier (hot rows and their Adagrad accumulators)
+and the prepared inputs live on the device; the slow tier stays in host memory behind its process.
+Rows it returns are copied host-to-device and the gradients (and the rows FAE's syncs write) copied
+device-to-host before they go back to it (device.Placement: pinned staging buffers and non-blocking
+copies on CUDA; no copies at all on the CPU, where the path is the same with device ``cpu``).
 """
 from __future__ import annotations
 
@@ -38,6 +46,7 @@ import torch
 from torch import nn
 
 from mlsys_flows.systems.common.dlrm import DLRM
+from mlsys_flows.systems.recsys_embeddings.device import Placement
 from mlsys_flows.systems.recsys_embeddings.hot import StalenessRule, hot_inputs, hot_slots, update_scale
 from mlsys_flows.systems.recsys_embeddings.tier import EPS, SlowTier
 from mlsys_flows.systems.recsys_embeddings.workload import Dataset, auc, logloss
@@ -58,6 +67,7 @@ class TrainConfig:
     seed: int
     threads: int = 1
     slow_row_us: float = 0.0  # added slow-tier cost per row moved (the regime's knob; 0: the tier as it is)
+    device: str = "cpu"       # auto | cpu | cuda | cuda:N (device.resolve_device; absent CUDA: cpu, with a warning)
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,7 @@ class RunResult:
     test_auc: float
     curve: list[tuple[float, int, float, float]]   # (train seconds, samples consumed, test logloss, auc)
     counters: dict[str, float] = field(default_factory=dict)
+    device: str = "cpu"          # the device it trained on (resolved), e.g. "cpu" or "cuda:0 (NVIDIA H200)"
 
     @property
     def samples_per_s(self) -> float:
@@ -146,15 +157,24 @@ class Micro:
     inv: torch.Tensor        # [b, T] positions in uniq
     slots: np.ndarray        # fast-tier slot of each unique row, -1: cold
     cold: np.ndarray         # positions in uniq read from / written to the slow tier
+    host_dense: np.ndarray   # the dense features and labels on the host (Slipstream re-prepares from them)
+    host_labels: np.ndarray
+    cold_pos: torch.Tensor   # ``cold`` on the device
+    hot_pos: torch.Tensor    # positions in uniq of the hot rows, on the device
+    hot_slot: torch.Tensor   # their fast-tier slots, on the device
 
 
 def prepare(dense: np.ndarray, ids: np.ndarray, labels: np.ndarray, slots: np.ndarray | None,
-            all_slow: bool) -> Micro:
+            all_slow: bool, place: Placement | None = None) -> Micro:
+    """A micro-batch's inputs, unique rows and index tensors, on ``place``'s device (default: the CPU)."""
+    put = place.put if place is not None else (lambda t: t)
     uniq, inv = np.unique(ids, return_inverse=True)
     s = slots[uniq] if slots is not None else np.full(len(uniq), -1, np.int64)
     cold = np.arange(len(uniq)) if all_slow else np.flatnonzero(s < 0)
-    return Micro(torch.from_numpy(dense), torch.from_numpy(labels), ids, uniq,
-                 torch.from_numpy(inv.reshape(ids.shape)), s, cold)
+    hot = np.flatnonzero(s >= 0)
+    return Micro(put(torch.from_numpy(dense)), put(torch.from_numpy(labels)), ids, uniq,
+                 put(torch.from_numpy(inv.reshape(ids.shape))), s, cold, dense, labels, put(torch.from_numpy(cold)),
+                 put(torch.from_numpy(hot)), put(torch.from_numpy(s[hot])))
 
 
 def epoch_orders(n: int, epochs: int, seed: int) -> list[np.ndarray]:
@@ -183,26 +203,35 @@ def fae_schedule(order: np.ndarray, hot: np.ndarray, batch: int, phase_batches: 
 
 # ----- the trainer -------------------------------------------------------------------------------
 class Trainer:
-    def __init__(self, ds: Dataset, cfg: TrainConfig, variant: Variant, table0: np.ndarray):
+    """``place``: the device and its copies (default: ``cfg.device`` resolved, device.Placement)."""
+
+    def __init__(self, ds: Dataset, cfg: TrainConfig, variant: Variant, table0: np.ndarray,
+                 place: Placement | None = None):
         self.ds, self.cfg, self.v = ds, cfg, variant
+        self.place = place if place is not None else Placement.for_device(cfg.device)
         torch.set_num_threads(cfg.threads)
-        self.model = build_model(ds, cfg)
+        self.model = build_model(ds, cfg).to(self.place.device)  # initialised on the host, then moved
         self.keys = self.model.keys
         self.params = dense_params(self.model)
         self.opt = torch.optim.SGD(self.params, lr=cfg.lr)
         self.slots = hot_slots(variant.hot_rows, ds.total_rows) if variant.hot_rows is not None else None
         self.hot_ids = variant.hot_rows
-        self.hot_w = torch.from_numpy(table0[variant.hot_rows].copy()) if variant.hot_rows is not None else None
-        self.hot_acc = torch.zeros(len(variant.hot_rows)) if variant.hot_rows is not None else None
+        # the fast tier: the hot rows and their accumulators on the device
+        self.hot_w = self.place.put(torch.from_numpy(table0[variant.hot_rows].copy())) \
+            if variant.hot_rows is not None else None
+        self.hot_acc = self.place.zeros(len(variant.hot_rows)) if variant.hot_rows is not None else None
         self.fast_authoritative = variant.pipeline in ("hotline", "cache")  # fae: only during hot phases
         self.table0 = table0
         self.counters: dict[str, float] = {"syncs": 0, "sync_rows": 0, "gather_s": 0.0, "gather_wait_s": 0.0,
                                            "skipped": 0, "popular_inputs": 0, "sync_gathered": 0,
                                            "blocking_gather_s": 0.0}
         dense, ids, labels = ds.split("test")
-        self.test = (torch.from_numpy(dense), ids, labels)
+        self.test = (self.place.put(torch.from_numpy(dense)), ids, labels)
         self.test_uniq, inv = np.unique(ids, return_inverse=True)
-        self.test_inv = torch.from_numpy(inv.reshape(ids.shape))
+        self.test_inv = self.place.put(torch.from_numpy(inv.reshape(ids.shape)))
+        test_slots = self.slots[self.test_uniq] if self.slots is not None else np.full(len(self.test_uniq), -1)
+        hot = np.flatnonzero(test_slots >= 0)
+        self.test_hot = (self.place.put(torch.from_numpy(hot)), self.place.put(torch.from_numpy(test_slots[hot])))
 
     # --- one step over one or two micro-batches ---
     def _forward_backward(self, m: Micro, rows: torch.Tensor, scale: float) -> torch.Tensor:
@@ -214,13 +243,14 @@ class Trainer:
         return u.grad
 
     def _rows(self, m: Micro, slow_rows: np.ndarray | None) -> torch.Tensor:
+        """The step's unique rows on the device: hot ones from the fast tier, the slow tier's (host
+        rows) copied host-to-device."""
         if len(m.cold) == len(m.uniq):  # all from the slow tier
-            return torch.from_numpy(slow_rows)
-        rows = torch.empty(len(m.uniq), self.cfg.dim)
-        hot = m.slots >= 0
-        rows[torch.from_numpy(hot)] = self.hot_w[torch.from_numpy(m.slots[hot])]
+            return self.place.to_device(slow_rows)
+        rows = self.place.empty(len(m.uniq), self.cfg.dim)
+        rows[m.hot_pos] = self.hot_w[m.hot_slot]
         if len(m.cold):
-            rows[torch.from_numpy(m.cold)] = torch.from_numpy(slow_rows)
+            rows[m.cold_pos] = self.place.to_device(slow_rows)
         return rows
 
     def _apply(self, micros: list[Micro], grads: list[torch.Tensor | None], tier: SlowTier) -> None:
@@ -232,17 +262,16 @@ class Trainer:
         for m, g in zip(micros, grads):
             if g is None:
                 continue
-            if len(m.cold):
-                tier.update(m.uniq[m.cold], g[torch.from_numpy(m.cold)].numpy(), lr)
+            if len(m.cold):  # the slow rows' gradients copied device-to-host, then sent
+                tier.update(m.uniq[m.cold], self.place.to_host(g[m.cold_pos]), lr)
             if len(m.cold) < len(m.uniq):
-                hot = np.flatnonzero(m.slots >= 0)
-                hot_slots.append(torch.from_numpy(m.slots[hot]))
-                hot_grads.append(g[torch.from_numpy(hot)])
+                hot_slots.append(m.hot_slot)
+                hot_grads.append(g[m.hot_pos])
         if hot_slots:
             slots, g = torch.cat(hot_slots), torch.cat(hot_grads)
             if len(hot_slots) > 1:
                 slots, inv = torch.unique(slots, return_inverse=True)
-                g = torch.zeros(len(slots), g.shape[1]).index_add_(0, inv, g)
+                g = self.place.zeros(len(slots), g.shape[1]).index_add_(0, inv, g)
             acc = self.hot_acc[slots] + (g * g).mean(dim=1)
             self.hot_acc[slots] = acc
             self.hot_w[slots] -= (lr / (acc.sqrt() + EPS))[:, None] * g
@@ -291,14 +320,14 @@ class Trainer:
     # --- FAE phase switches ---
     def to_cold_phase(self, tier: SlowTier) -> None:
         if self.fast_authoritative:
-            tier.write(self.hot_ids, torch.cat([self.hot_w, self.hot_acc[:, None]], dim=1).numpy())
+            tier.write(self.hot_ids, self.place.to_host(torch.cat([self.hot_w, self.hot_acc[:, None]], dim=1)))
             self.fast_authoritative = False
             self.counters["syncs"] += 1
             self.counters["sync_rows"] += len(self.hot_ids)
 
     def to_hot_phase(self, tier: SlowTier) -> None:
         if not self.fast_authoritative:
-            both = torch.from_numpy(tier.gather(self.hot_ids, with_state=True))
+            both = self.place.to_device(tier.gather(self.hot_ids, with_state=True))
             self.counters["sync_gathered"] += len(self.hot_ids)
             self.hot_w, self.hot_acc = both[:, :-1].contiguous(), both[:, -1].contiguous()
             self.fast_authoritative = True
@@ -308,18 +337,16 @@ class Trainer:
     # --- evaluation (not timed) ---
     @torch.no_grad()
     def evaluate(self, tier: SlowTier) -> tuple[float, float]:
-        rows = tier.gather(self.test_uniq)
+        table = self.place.to_device(tier.gather(self.test_uniq))
         if self.hot_w is not None and self.fast_authoritative:
-            s = self.slots[self.test_uniq]
-            hot = s >= 0
-            rows[hot] = self.hot_w.numpy()[s[hot]]
-        table = torch.from_numpy(rows)
+            pos, slot = self.test_hot
+            table[pos] = self.hot_w[slot]
         dense, _, labels = self.test
         logits = []
         for i in range(0, len(labels), 8192):
             emb = table[self.test_inv[i:i + 8192]]
             logits.append(self.model(dense[i:i + 8192], [_Rows(emb, self.keys)]))
-        p = torch.sigmoid(torch.cat(logits)).numpy()
+        p = self.place.to_numpy(torch.sigmoid(torch.cat(logits)))
         return logloss(labels, p), auc(labels, p)
 
     # --- a whole run ---
@@ -328,20 +355,22 @@ class Trainer:
         dense, ids, labels = ds.split("train")
         hot_in = hot_inputs(ids, self.slots) if self.slots is not None else None
         plan: list[tuple[str, list[Micro]]] = []   # (kind, micro-batches) per step; kind: hot, cold, mixed
+        place = self.place
         for order in epoch_orders(len(labels), cfg.epochs, cfg.seed):
             if v.pipeline == "fae":
                 for is_hot, b in fae_schedule(order, hot_in, cfg.batch_size, v.fae_phase_batches):
-                    plan.append(("hot" if is_hot else "cold", [prepare(dense[b], ids[b], labels[b], self.slots, not is_hot)]))
+                    micro = prepare(dense[b], ids[b], labels[b], self.slots, not is_hot, place)
+                    plan.append(("hot" if is_hot else "cold", [micro]))
             else:
                 for b in batches_of(order, cfg.batch_size):
                     if v.pipeline == "hybrid":
-                        plan.append(("cold", [prepare(dense[b], ids[b], labels[b], None, True)]))
+                        plan.append(("cold", [prepare(dense[b], ids[b], labels[b], None, True, place)]))
                     elif v.pipeline == "cache":
-                        plan.append(("cached", [prepare(dense[b], ids[b], labels[b], self.slots, False)]))
+                        plan.append(("cached", [prepare(dense[b], ids[b], labels[b], self.slots, False, place)]))
                     else:
                         pb, rb = b[hot_in[b]], b[~hot_in[b]]
-                        plan.append(("mixed", [prepare(dense[pb], ids[pb], labels[pb], self.slots, False),
-                                               prepare(dense[rb], ids[rb], labels[rb], self.slots, False)]))
+                        plan.append(("mixed", [prepare(dense[pb], ids[pb], labels[pb], self.slots, False, place),
+                                               prepare(dense[rb], ids[rb], labels[rb], self.slots, False, place)]))
         steps_per_epoch = len(plan) // cfg.epochs
         eval_every = max(1, steps_per_epoch // cfg.evals_per_epoch)
         rule = StalenessRule(self.slots, v.max_skip, update_scale(cfg.emb_lr, cfg.dim, v.snapshot_every)) \
@@ -360,13 +389,13 @@ class Trainer:
                     (self.to_hot_phase if kind == "hot" else self.to_cold_phase)(tier)
                 if rule is not None:
                     if i >= v.stale_warmup and (i - v.stale_warmup) % v.snapshot_every == 0:
-                        rule.observe(self.hot_w.numpy(), ids, rng)
+                        rule.observe(place.to_host(self.hot_w), ids, rng)  # a snapshot: device-to-host
                     pop = micros[0]
                     skip = rule.skippable(pop.ids)
                     if skip.any():
                         keep = ~skip
-                        micros = [prepare(pop.dense.numpy()[keep], pop.ids[keep], pop.labels.numpy()[keep],
-                                          self.slots, False), micros[1]]
+                        micros = [prepare(pop.host_dense[keep], pop.ids[keep], pop.host_labels[keep],
+                                          self.slots, False, place), micros[1]]
                         self.counters["skipped"] += int(skip.sum())
                 if kind == "mixed":
                     self.counters["popular_inputs"] += len(micros[0].labels)
@@ -375,6 +404,7 @@ class Trainer:
                 self._batch_gathered += tier.rows_gathered - before
                 if i == len(plan) - 1 or (i + 1) % eval_every == 0:
                     tier.barrier()  # the slow tier has applied every update sent: they count as training time
+                    place.sync()    # and the device has run every kernel queued (CUDA runs asynchronously)
                 clock += time.perf_counter() - t0
                 trained += sum(len(m.labels) for m in micros)
                 if i == len(plan) - 1 or (i + 1) % eval_every == 0:
@@ -389,7 +419,10 @@ class Trainer:
         if rule is not None:
             self.counters["stale_picks"] = len(rule.picks)
             self.counters["stale_quantile_max"] = max((q for q, _ in rule.picks), default=0.0)
-        return RunResult(v.name, clock, consumed, trained, final[2], final[3], curve, dict(self.counters))
+        for k, n in place.describe().items():
+            if k.startswith(("h2d_", "d2h_")):
+                self.counters[k] = n  # the host<->device copies (evaluations' included)
+        return RunResult(v.name, clock, consumed, trained, final[2], final[3], curve, dict(self.counters), str(place))
 
 
 def train(ds: Dataset, cfg: TrainConfig, variant: Variant) -> RunResult:
