@@ -64,10 +64,11 @@ class Params(SystemParams):
     critic_warmup_updates: int = Field(2, ge=0, le=10_000, description="PPO from the prior: first updates that train "
                                        "only the value head (their environment steps count in the budget).")
     value_coef: float = Field(0.5, ge=0.0, le=10.0, description="Value loss weight.")
-    lr_scratch: float = Field(1e-3, gt=0.0, le=1.0, description="Adam learning rate of PPO from scratch (tuned: "
-                              "docs/era.md).")
-    lr_prior_rl: float = Field(1e-4, gt=0.0, le=1.0, description="Adam learning rate of PPO from the prior (tuned: "
-                               "docs/era.md).")
+    lr_scratch: float = Field(1e-3, gt=0.0, le=1.0, description="Adam learning rate of PPO from scratch (swept on "
+                              "validation tasks: benchmarks/results/era-lr-sweep.json; no rate solved one, so the "
+                              "default stays).")
+    lr_prior_rl: float = Field(3e-5, gt=0.0, le=1.0, description="Adam learning rate of PPO from the prior (the best "
+                               "of the validation sweep, benchmarks/results/era-lr-sweep.json).")
     # reward shaping
     success_reward: float = Field(1.0, gt=0.0, le=100.0, description="Reward on the turn that completes the task.")
     subgoal_coef: float = Field(0.5, ge=0.0, le=100.0, description="Reward per unit change of the share of goal "
