@@ -119,15 +119,18 @@ class RunContext:
         self.launches.append(launch.describe())
         return launch
 
-    def rank_workers(self, world_size: int, field: str) -> list[str]:
+    def rank_workers(self, world_size: int, field: str, grow: bool = True) -> list[str]:
         """``world_size`` workers for a launch of ranks, in the order ranks take them: those holding
         the run's task results first, so that a launch that kills its last rank on purpose loses no
         result (Dask would recompute it during the launch). The embedded cluster grows to that many
         (new workers start idle and import the flow first); a cluster started elsewhere must have
-        them (``ParamsError`` naming ``field`` otherwise)."""
+        them (``ParamsError`` naming ``field`` otherwise). ``grow=False`` only checks, before any work:
+        the embedded cluster passes (it grows when the launch comes)."""
         client = FlowRunContext.get().task_runner.client
         have = sorted(client.scheduler_info(n_workers=-1)["workers"])
         if len(have) < world_size and self.cluster.mode == "local" and getattr(client, "cluster", None) is not None:
+            if not grow:
+                return have
             _log.info("growing the embedded cluster from %d to %d workers for %d ranks", len(have), world_size,
                       world_size)
             client.cluster.scale(world_size)

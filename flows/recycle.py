@@ -29,6 +29,8 @@ def recycle(ctx: RunContext) -> SystemResult:
     p = ctx.params
     f = HEADLINE_FAILURES
     shown = (f"recycle_f{f}", f"oobleck_f{f}", f"bamboo_f{f}")
+    if p.failover_run and gloo_available():  # a cluster started elsewhere must have its 4 workers: say so now
+        ctx.rank_workers(PIPELINES * STAGES, "failover_run", grow=False)
     # calibrations are timed: one after another, nothing else running
     calib = [t.calibrate.submit(p, r).result() for r in range(ctx.repeats)]
     # Oobleck's restart, measured on the cluster's workers (also alone), else the stated constant

@@ -334,14 +334,16 @@ def leaf_diff(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 # ----- one fault-free reference run per system, shared by the fault tests of a session ---------------
-_REFERENCES: dict[str, tuple[dict, Any]] = {}
+_REFERENCES: dict[Any, tuple[dict, Any]] = {}
 REFERENCE_RUN_KEY = "reference"
 
 
-def reference_run(name: str) -> tuple[dict[str, Any], Any]:
-    """(RunReport, storage) of a fault-free smoke run (embedded cluster, run key ``reference``).
-    Needs the Prefect API (the ``prefect_api`` fixture)."""
-    if name not in _REFERENCES:
+def reference_run(name: str, overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
+    """(RunReport, storage) of a fault-free smoke run (embedded cluster, run key ``reference``), with
+    ``overrides`` of the smoke parameters if given (each set of overrides its own run). Needs the
+    Prefect API (the ``prefect_api`` fixture)."""
+    ref = name if not overrides else (name, tuple(sorted(overrides.items())))
+    if ref not in _REFERENCES:
         import atexit
         import shutil
         import tempfile
@@ -351,7 +353,8 @@ def reference_run(name: str) -> tuple[dict[str, Any], Any]:
         folder = tempfile.mkdtemp(prefix=f"mlsys-ref-{name}-")
         atexit.register(shutil.rmtree, folder, True)
         storage = ObjectStorage(url=Path(folder).as_uri())
-        report = registry.get(name).load_flow()(scale="smoke", storage=storage, run_key=REFERENCE_RUN_KEY)
-        _REFERENCES[name] = (report, storage)
-    return _REFERENCES[name]
+        report = registry.get(name).load_flow()(scale="smoke", storage=storage, run_key=REFERENCE_RUN_KEY,
+                                                 overrides=overrides)
+        _REFERENCES[ref] = (report, storage)
+    return _REFERENCES[ref]
 

@@ -20,6 +20,9 @@ from mlsys_flows import registry
 from mlsys_flows.blocks import DaskCluster, ObjectStorage
 
 pytestmark = pytest.mark.integration
+# recycle's failover run kills a worker of its own and needs 4 (one per rank); this cluster has 2, so
+# both runs of that system go without it (tests/flows/test_recycle_flow.py runs it)
+OVERRIDES = {"recycle": {"failover_run": False}}
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +38,14 @@ def dask_procs(prefect_api):
 def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
     flow = registry.get(name).load_flow()
     cluster = DaskCluster(address=dask_procs.address)
-    reference, _ = reference_run(name)  # fault-free, on an embedded cluster
+    overrides = OVERRIDES.get(name)
+    reference, _ = reference_run(name, overrides)  # fault-free, on an embedded cluster
 
     target, seconds = max(body_task_durations(reference["run_id"]).items(), key=lambda kv: kv[1])
     with WorkerKillOnTask(dask_procs, target, tmp_path / "kill") as kill:
         try:
-            faulted = flow(scale="smoke", cluster=cluster, storage=ObjectStorage(url=(tmp_path / "fault").as_uri()))
+            faulted = flow(scale="smoke", cluster=cluster, storage=ObjectStorage(url=(tmp_path / "fault").as_uri()),
+                           overrides=overrides)
         except BaseException as exc:
             raise AssertionError(f"the flow failed after the worker kill {kill.record}: {exc!r}") from exc
     print(f"target {target} (reference {seconds:.1f} s); kill: {kill.record}")  # shown with -s and on failure
@@ -51,3 +56,15 @@ def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
     diff = leaf_diff(deterministic_view(faulted), deterministic_view(reference))
     assert not diff, f"the fault {kill.record} changed deterministic fields (faulted != reference): {diff}"
     dask_procs.wait_for_workers(2)  # the replacement joined: later tests get a full cluster
+
+
+def test_recycle_failover_on_a_cluster_too_small_fails_first_naming_the_parameter(dask_procs, tmp_path):
+    """The failover run needs 4 workers; a cluster started elsewhere with 2 is refused before any work
+    (no calibration task runs), naming failover_run."""
+    from mlsys_flows.systems.common.params import ParamsError
+
+    flow = registry.get("recycle").load_flow()
+    storage = ObjectStorage(url=(tmp_path / "small").as_uri())
+    with pytest.raises(ParamsError, match="failover_run.*needs 4 Dask workers.*the cluster has 2"):
+        flow(scale="smoke", cluster=DaskCluster(address=dask_procs.address), storage=storage)
+    assert not storage.list("runs/recycle")  # nothing was written

