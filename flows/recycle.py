@@ -191,7 +191,9 @@ def _failover(ctx: RunContext) -> dict:
             if set(exc.lost) != {VICTIM} or exc.failed:
                 raise
             recycle = [exc.results[r] for r in sorted(exc.results)]
-        survivors = [w for r, w in enumerate(workers) if r != VICTIM]
+        # Oobleck's choice (from the measured times) is shrunk pipelines on every survivor or only the
+        # intact pipelines: its workers are the first survivors, in rank order
+        survivors = [w for r, w in enumerate(workers) if r != VICTIM][:recycle[0]["restart_workers"]]
         measured = {k: recycle[0][k] for k in ("times", "p2p_s", "allreduce_s")}
         launched = time.time()
         restart = ctx.ranks(t.failover_restart_rank, len(survivors), store, "stages", cfg, launched, measured,

@@ -260,7 +260,8 @@ def recycle_rank(rank: int, world_size: int, store, cfg: FailoverConfig, alive: 
             "victim_before": json.loads(store.get(VICTIM_STEPS).decode()),
             "checkpoint_step": step - 1,
             "times": gathered, "p2p_s": float(links[0]), "allreduce_s": float(links[1]),
-            "predicted_step_s": pl.predicted_step_s(), "restart_choice": pl.restart_choice}
+            "predicted_step_s": pl.predicted_step_s(), "restart_choice": pl.restart_choice,
+            "restart_workers": len(pl.restart.workers)}
 
 
 def _by_worker_index(regrouped: dict, survivors: list[int]) -> dict:

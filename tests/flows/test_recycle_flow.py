@@ -35,9 +35,11 @@ def test_recycle_flow_smoke():
     launches = report["environment"]["distributed"]
     # the checkpoint, then each restart (2 ranks); then the failover run: 4 ranks, rank 3 lost on purpose, and
     # the restart baseline on the 3 survivors' workers
-    assert [launch["world_size"] for launch in launches] == [2] * (1 + len(restarts)) + [4, 3]
+    # (3 survivors with Oobleck's shrunk pipelines, or 2 when it drops the damaged pipeline: a timed choice)
+    assert [launch["world_size"] for launch in launches[:-1]] == [2] * (1 + len(restarts)) + [4]
     assert launches[-2]["lost_ranks"] == [3] and launches[-2]["failed_ranks"] == []
-    assert launches[-1]["workers"] == launches[-2]["workers"][:3]
+    restarted = launches[-1]["world_size"]
+    assert restarted in (2, 3) and launches[-1]["workers"] == launches[-2]["workers"][:restarted]
     assert not storage.list(f"runs/recycle/{report['run_id']}/restart")  # the restart's checkpoint is removed
     assert not storage.list(f"runs/recycle/{report['run_id']}/failover")  # and the failover run's
     assert "measured in this run" in assumptions["stage_forward_ms"]["source"]
