@@ -42,8 +42,15 @@ def submit_one(fn, *args) -> tuple:
     with tasks_on(CLUSTER, task_timeout_s=60):
         future = fn.submit(*args)
         future.wait()
+    # the API records a task's states from events it processes after the task ends: wait until it
+    # has the final state before reading how many times the task ran
     with get_client(sync_client=True) as client:
-        return future.state, client.read_task_run(future.task_run_id).run_count
+        for _ in range(600):
+            recorded = client.read_task_run(future.task_run_id)
+            if recorded.state is not None and recorded.state.is_final():
+                break
+            time.sleep(0.05)
+        return future.state, recorded.run_count
 
 
 def test_a_task_whose_first_write_fails_is_retried(local_storage, monkeypatch):
