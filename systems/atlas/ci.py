@@ -128,10 +128,25 @@ def pc(data: np.ndarray, alpha: float, max_depth: int = 3, roots=(0,), required:
 
 
 def _meek(G: np.ndarray, adj: np.ndarray) -> None:
-    """Meek rules 1-3 in place until nothing changes."""
+    """Meek rules 1-3 in place until nothing changes. An orientation a -> b that would close a
+    directed cycle (b already reaches a along directed edges) is refused and the edge stays
+    undirected: on finite samples the v-structures can admit no DAG, and a cycle would make every
+    node on it an ancestor of itself in the root-cause ranking."""
     V = len(G)
     directed = lambda a, b: G[a, b] and not G[b, a]  # noqa: E731
     undirected = lambda a, b: G[a, b] and G[b, a]  # noqa: E731
+
+    def reaches(src: int, dst: int) -> bool:
+        seen, stack = {src}, [src]
+        while stack:
+            u = stack.pop()
+            for w in np.flatnonzero(G[u] & ~G[:, u]):   # u -> w, directed
+                if w == dst:
+                    return True
+                if w not in seen:
+                    seen.add(int(w))
+                    stack.append(int(w))
+        return False
     changed = True
     while changed:
         changed = False
@@ -146,6 +161,6 @@ def _meek(G: np.ndarray, adj: np.ndarray) -> None:
                 # R3: a - c -> b, a - d -> b, c and d non-adjacent => a -> b
                 cs = [c for c in np.flatnonzero(G[a]) if c != b and undirected(a, c) and directed(c, b)]
                 r3 = any(not adj[c, d] for c, d in combinations(cs, 2))
-                if r1 or r2 or r3:
+                if (r1 or r2 or r3) and not reaches(b, a):
                     G[b, a] = False
                     changed = True

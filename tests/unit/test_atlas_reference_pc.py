@@ -13,8 +13,8 @@ What must agree, and why only that:
   1. the separating set: ours keeps the first set found; causal-learn keeps the union of every set
      found at the depth the edge was removed (from both endpoints) and calls a - k - b a collider
      only if k is in none of them. No causal-learn option keeps the first set.
-  2. colliders that admit no DAG: causal-learn's Meek rules refuse an orientation that would close a
-     directed cycle, ours apply it (so ours can then return a directed cycle).
+  2. colliders that admit no DAG: both refuse an orientation by Meek's rules that would close a
+     directed cycle, but the edge left undirected may differ (the order the rules visit edges in).
   So the exact CPDAG is checked on a DAG when, judged on the reference's side only: for every
   unshielded triple a - k - b, all or none of the reference's separating sets of (a, b) contain k
   (our first set is one of them, so it decides the same), and the pattern after the colliders has a
@@ -22,8 +22,8 @@ What must agree, and why only that:
   depend on the order they are applied in. Most DAGs qualify (asserted); the others are only
   skeleton-checked. At alpha 0.01, depth 3, 23 of the 30 qualify and the only CPDAG mismatch is on one
   that does not: seed 2, whose colliders 0 -> 7 <- 10 admit no DAG with the chain 7 - 5 - 11 - 8 - 10;
-  Meek's rule 1 orients 7 -> 5 -> 11 -> 8 in both, then ours orients 8 -> 10 (a directed cycle back
-  to 8 through 7) and causal-learn leaves 8 - 10. At alpha 0.05 seed 29 adds a separating-set case:
+  Meek's rule 1 orients 7 -> 5 -> 11 -> 8 in both, then both refuse 8 -> 10 (a directed cycle back
+  to 8 through 7) and leave 8 - 10. At alpha 0.05 seed 29 adds a separating-set case:
   our first set for (0, 6) lacks 11, the union has it, so only ours orients 0 -> 11 <- 6.
 - on rows whose sample covariance is exactly the model's, every DAG where no test sits near a
   cancellation of the random weights is unambiguous, and both return its true CPDAG (causal-learn's
@@ -293,3 +293,25 @@ def test_a_different_alpha_or_no_meek_rules_is_caught(monkeypatch):
     monkeypatch.setattr(ci, "_meek", lambda G, adj: None)
     assert any(cpdag_diff(ours(sampled(seed), 0.01, 3), reference_on(seed, 0.01, 3)[0])
                for seed in SEEDS if reference_on(seed, 0.01, 3)[1])
+
+
+def test_meek_rules_never_close_a_directed_cycle():
+    """Colliders that admit no DAG: 4 -> 0 <- 3 and the chain 0 - 1 - 2 - 3. Rule 1 orients 0 -> 1 and
+    1 -> 2; orienting 2 -> 3 too would close 3 -> 0 -> 1 -> 2 -> 3, so 2 - 3 stays undirected."""
+    V = 5
+    adj = np.zeros((V, V), bool)
+    for i, j in [(4, 0), (3, 0), (0, 1), (1, 2), (2, 3)]:
+        adj[i, j] = adj[j, i] = True
+    G = adj.copy()
+    G[0, 4] = G[0, 3] = False
+    ci._meek(G, adj)
+    assert G[0, 1] and not G[1, 0] and G[1, 2] and not G[2, 1]
+    assert G[2, 3] and G[3, 2]
+    for seed in SEEDS:          # and on the sampled DAGs: no directed cycle in any output
+        for alpha in (0.01, 0.05):
+            A = ours(sampled(seed), alpha, 3)
+            D = (A & ~A.T).astype(int)
+            reach = D.copy()
+            for _ in range(len(D)):
+                reach = np.minimum(1, reach + reach @ D)
+            assert not np.diag(reach).any(), (seed, alpha)
