@@ -98,47 +98,52 @@ def _torch_array(x: Any) -> np.ndarray | None:
         return None
 
 
-def _find(x: Any, min_array: int, found: dict[int, tuple[Any, np.ndarray, bool]]) -> None:
-    """Collect the large arrays of ``x`` (inside dicts, lists and tuples), by object identity."""
+def _leaves(x: Any):
+    """The leaves of ``x`` (the values inside nested dicts, lists and tuples)."""
     t = type(x)
     if t is dict:
         for v in x.values():
-            _find(v, min_array, found)
+            yield from _leaves(v)
     elif t is list or t is tuple:
         for v in x:
-            _find(v, min_array, found)
-    elif t is np.ndarray:
-        if x.nbytes >= min_array and not x.dtype.hasobject and id(x) not in found:
-            found[id(x)] = (x, x, False)
-    elif t.__module__ == "torch":
-        a = _torch_array(x)
-        if a is not None and a.nbytes >= min_array and id(x) not in found:
-            found[id(x)] = (x, a, True)
+            yield from _leaves(v)
+    else:
+        yield x
+
+
+def _map_leaves(x: Any, fn) -> Any:
+    """``x`` with every leaf replaced by ``fn(leaf)`` (dicts, lists and tuples rebuilt)."""
+    t = type(x)
+    if t is dict:
+        return {k: _map_leaves(v, fn) for k, v in x.items()}
+    if t is list:
+        return [_map_leaves(v, fn) for v in x]
+    if t is tuple:
+        return tuple(_map_leaves(v, fn) for v in x)
+    return fn(x)
+
+
+def _find(x: Any, min_array: int, found: dict[int, tuple[Any, np.ndarray, bool]]) -> None:
+    """Collect the large arrays of ``x`` (inside dicts, lists and tuples), by object identity."""
+    for leaf in _leaves(x):
+        t = type(leaf)
+        if t is np.ndarray:
+            if leaf.nbytes >= min_array and not leaf.dtype.hasobject and id(leaf) not in found:
+                found[id(leaf)] = (leaf, leaf, False)
+        elif t.__module__ == "torch":
+            a = _torch_array(leaf)
+            if a is not None and a.nbytes >= min_array and id(leaf) not in found:
+                found[id(leaf)] = (leaf, a, True)
 
 
 def _strip(x: Any, slots: dict[int, int]) -> Any:
-    t = type(x)
-    if t is dict:
-        return {k: _strip(v, slots) for k, v in x.items()}
-    if t is list:
-        return [_strip(v, slots) for v in x]
-    if t is tuple:
-        return tuple(_strip(v, slots) for v in x)
-    i = slots.get(id(x))
-    return x if i is None else _Slot(i)
+    """``x`` with each array that went to the segment replaced by its slot."""
+    return _map_leaves(x, lambda v: v if id(v) not in slots else _Slot(slots[id(v)]))
 
 
 def _fill(x: Any, arrays: list) -> Any:
-    t = type(x)
-    if t is dict:
-        return {k: _fill(v, arrays) for k, v in x.items()}
-    if t is list:
-        return [_fill(v, arrays) for v in x]
-    if t is tuple:
-        return tuple(_fill(v, arrays) for v in x)
-    if t is _Slot:
-        return arrays[x.i]
-    return x
+    """The inverse of :func:`_strip`: each slot replaced by its array from the segment."""
+    return _map_leaves(x, lambda v: arrays[v.i] if type(v) is _Slot else v)
 
 
 def _bytes_of(a: np.ndarray) -> tuple[memoryview, bool]:
