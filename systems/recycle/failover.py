@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from .config import RunConfig
 from .policies import Cluster, LayerCosts, _split_layers, best_oobleck, oobleck_pipelines, recycle_plan
 from .sim import Plan, simulate
 
@@ -44,16 +45,9 @@ VICTIM_STEPS = "recycle/victim-steps"    # and its fault-free steps
 
 
 @dataclass(frozen=True)
-class FailoverConfig:
-    d_model: int = 128
-    heads: int = 4
+class FailoverConfig(RunConfig):
     layers_per_stage: int = 2
-    micro_batch: int = 4
-    seq: int = 64
-    microbatches: int = 8                # per pipeline per iteration
     steps: int = 3                       # timed steps of each phase (after one warm-up or recovery step)
-    calibration_reps: int = 5
-    seed: int = 0
 
     def cluster(self) -> Cluster:
         return Cluster(PIPELINES, STAGES, self.microbatches, self.layers_per_stage, self.micro_batch)

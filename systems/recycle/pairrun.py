@@ -23,21 +23,16 @@ from pathlib import Path
 
 from mlsys_flows.systems.common.net import free_port
 
+from .config import RunConfig
 from .sim import Group, MicroBatch, Plan, simulate
 
 
 @dataclass(frozen=True)
-class PairConfig:
-    d_model: int = 128
-    heads: int = 4
+class PairConfig(RunConfig):
     layers: int = 2
-    micro_batch: int = 4
-    seq: int = 64
-    microbatches: int = 8
     steps: int = 5
     warmup_steps: int = 2
     calibration_reps: int = 7
-    seed: int = 0
 
 
 def pair_plan(times: list[dict], p2p_s: float, microbatches: int) -> Plan:
