@@ -8,8 +8,9 @@ from typing import Callable
 
 import numpy as np
 
-from . import train
+from . import baselines, train
 from .index import LearnedIndex, Server, Submit, inline_submit
+from .shared import SharedSubmit
 from .workload import make_keys, op_stream
 
 LATENCY_QUANTILES = [0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9]
@@ -18,24 +19,32 @@ LATENCY_QUANTILES = [0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 9
 @dataclass(frozen=True)
 class Run:
     variant: str     # report variant name
-    scheme: str      # full_retrain | sia
+    scheme: str      # full_retrain | sia (the learned index), or a baseline index (baselines.INDEXES)
     offload: bool    # retrain on the board (True) or inline on the host
     mix: str         # "write" (the headline mix) | "read" (read-heavy)
 
+    @property
+    def learned(self) -> bool:
+        return self.scheme not in baselines.INDEXES
+
 
 def runs_for(workload: str, inline: bool) -> list[Run]:
-    """The runs of one workload: both schemes offloaded at both mixes, and (``inline``) both schemes
-    retraining on the host at the write-heavy mix."""
+    """The runs of one workload: both schemes offloaded and the baseline indexes at both mixes, and
+    (``inline``) both schemes retraining on the host at the write-heavy mix."""
     sfx = "" if workload == "ycsb" else f"_{workload}"
     out = [Run(f"{s}{sfx}", s, True, "write") for s in ("full_retrain", "sia")]
     out += [Run(f"{s}{sfx}_readheavy", s, True, "read") for s in ("full_retrain", "sia")]
     if inline:
         out += [Run(f"{s}{sfx}_inline", s, False, "write") for s in ("full_retrain", "sia")]
+    out += [Run(f"{b}{sfx}", b, False, "write") for b in baselines.INDEXES]
+    out += [Run(f"{b}{sfx}_readheavy", b, False, "read") for b in baselines.INDEXES]
     return out
 
 
-# the variants the regime sweep serves at each insert share (the technique and the deployable baselines)
-REGIME = (("sia", True), ("full_retrain", True), ("full_retrain", False))
+# the variants the regime sweep serves at each insert share (the technique and the deployable
+# baselines): (regime variant, scheme, offloaded)
+REGIME = (("sia", "sia", True), ("full_retrain", "full_retrain", True), ("full_retrain_inline", "full_retrain", False),
+          *((b, b, False) for b in baselines.INDEXES))
 
 
 def regime_plan(p, shares, inline: bool) -> dict[float, dict[str, tuple[str, bool] | str]]:
@@ -45,12 +54,12 @@ def regime_plan(p, shares, inline: bool) -> dict[float, dict[str, tuple[str, boo
     out = {}
     for share in shares:
         plan = {}
-        for scheme, offload in REGIME:
-            if not offload and not inline:
+        for name, scheme, offload in REGIME:
+            inline_run = not offload and scheme not in baselines.INDEXES
+            if inline_run and not inline:
                 continue
-            name = scheme + ("" if offload else "_inline")
-            if share in named and (offload or share == p.insert_share):
-                plan[name] = scheme + named[share] + ("" if offload else "_inline")
+            if share in named and (not inline_run or share == p.insert_share):
+                plan[name] = scheme + named[share] + ("_inline" if inline_run else "")
             else:
                 plan[name] = (scheme, offload)
         out[float(share)] = plan
@@ -87,13 +96,32 @@ def check_weights(index: LearnedIndex) -> tuple[float, float]:
     return worst, worst_ratio
 
 
+BASELINE_METRICS = ("ops_per_s", "lookup_p50_us", "lookup_p99_us", "misses")
+
+
 def measure_workload(p, workload: str, board_submit: Submit, inline: bool,
                      log: Callable[[str], None] = lambda s: None, regime: tuple[float, ...] = ()) -> dict:
     """Generate ``workload``'s keys, build the index, then serve each run's operations ``p.repeats``
     times, rotating the order of the runs each repeat. Returns per-variant samples and counts, and
-    (``regime``: insert shares) the regime sweep's ops/s per share and variant."""
-    with train.one_blas_thread():  # the host serves on one core; its inline retrains use that core too
-        return _measure(p, workload, board_submit, inline, log, regime)
+    (``regime``: insert shares) the regime sweep's ops/s per share and variant. Offloaded retrains
+    pass their arrays to the board through shared memory; every segment is unlinked on return."""
+    with train.one_blas_thread(), SharedSubmit(board_submit) as shared:  # the host serves on one core
+        return _measure(p, workload, shared, inline, log, regime)
+
+
+def _serve(p, base: LearnedIndex, keys: np.ndarray, key_list: list, scheme: str, offload: bool,
+           board: Submit, stream: tuple) -> tuple[dict, object, object]:
+    """One timed pass of ``stream`` (insert flags, targets): (summary, the index after it, its stats)."""
+    if scheme in baselines.INDEXES:
+        index = baselines.build(scheme, keys[: p.loaded_keys], np.arange(p.loaded_keys), p.pgm_buffer)
+        st = baselines.serve(index, key_list, *stream)
+        summ = {m: v for m, v in st.summary().items() if m in BASELINE_METRICS}
+        if scheme == "pgm":
+            summ["rebuilds"] = float(index.rebuilds - 1)  # the build before the clock is not one
+        return summ, index, st
+    index = clone(base)
+    st = Server(index, scheme, board if offload else inline_submit, p.threshold, p.buffer_cap).run(key_list, *stream)
+    return st.summary(), index, st
 
 
 def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable[[str], None],
@@ -118,22 +146,21 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
     for rep in range(p.repeats):
         order = runs[rep % len(runs):] + runs[: rep % len(runs)]
         for run in order:
-            index = clone(base)
-            submit = board_submit if run.offload else inline_submit
-            server = Server(index, run.scheme, submit, p.threshold, p.buffer_cap)
             ins, tgt, n_ins = streams[run.mix]
-            st = server.run(key_list, ins, tgt)
-            summ = st.summary()
+            summ, index, st = _serve(p, base, keys, key_list, run.scheme, run.offload, board_submit, (ins, tgt))
             for m, v in summ.items():
                 samples[run.variant].setdefault(m, []).append(v)
-            log(f"{workload} {run.variant} repeat {rep}: {summ['ops_per_s']:.0f} ops/s, {st.retrains} retrains "
-                f"(kernel median {summ['retrain_ms']:.2f} ms), stall share {summ['stall_share']:.3f}")
+            if run.learned:
+                log(f"{workload} {run.variant} repeat {rep}: {summ['ops_per_s']:.0f} ops/s, {st.retrains} retrains "
+                    f"(kernel median {summ['retrain_ms']:.2f} ms), stall share {summ['stall_share']:.3f} "
+                    f"(submissions {summ['submit_share']:.3f})")
+            else:
+                log(f"{workload} {run.variant} repeat {rep}: {summ['ops_per_s']:.0f} ops/s")
             if run.variant not in counts:  # exactness and weight checks, once per variant (after the clock)
-                n_ins_done = n_ins
-                present = key_list[: p.loaded_keys + n_ins_done]
+                present = key_list[: p.loaded_keys + n_ins]
                 rng = np.random.default_rng([p.seed, rep, 11])
                 pick = rng.choice(len(present), size=min(p.check_keys, len(present)), replace=False)
-                absent = key_list[p.loaded_keys + n_ins_done: p.loaded_keys + n_ins_done + 64] + \
+                absent = key_list[p.loaded_keys + n_ins: p.loaded_keys + n_ins + 64] + \
                     [present[i] + b"~" for i in pick[:64] if len(present[i]) < keys.dtype.itemsize]
                 wrong = check_lookups(index, [present[i] for i in pick], [int(i) for i in pick], absent)
                 c = {"ops": float(p.ops), "inserts": float(n_ins), "lookup_errors": float(wrong)}
@@ -152,12 +179,11 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
             if stream is None:
                 s = op_stream(keys, p.loaded_keys, p.ops, 1.0 - share, rng_seed)
                 stream = (s.is_insert.tolist(), s.target.tolist())
-            scheme, offload = how
-            st = Server(clone(base), scheme, board_submit if offload else inline_submit, p.threshold,
-                        p.buffer_cap).run(key_list, *stream)
-            summ = st.summary()
+            summ, _, _ = _serve(p, base, keys, key_list, *how, board_submit, stream)
             sweep[share][name] = [summ["ops_per_s"]]
             log(f"{workload} regime insert share {share:g} {name}: {summ['ops_per_s']:.0f} ops/s, stall share "
-                f"{summ['stall_share']:.3f}")
+                f"{summ.get('stall_share', 0.0):.3f}")
     return {"samples": samples, "counts": counts, "latency": latency, "groups": len(base.groups),
-            "build_s": build_s, "err_median": float(np.median([g.err for g in base.groups])), "regime": sweep}
+            "build_s": build_s, "err_median": float(np.median([g.err for g in base.groups])), "regime": sweep,
+            "shared": {"calls": board_submit.calls, "bytes": board_submit.shared_bytes}
+            if isinstance(board_submit, SharedSubmit) else {}}

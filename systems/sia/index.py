@@ -38,7 +38,8 @@ KERNELS = {"full_retrain": "mlsys_flows.systems.sia.train:retrain_full",
 
 def image() -> bytes:
     """The retrain accelerator's image: its manifest declares the kernels the board may run."""
-    return build_image([*KERNELS.values(), "mlsys_flows.systems.sia.train:warm_up"])
+    return build_image([*KERNELS.values(), *(f"{k}_shared" for k in KERNELS.values()),
+                        "mlsys_flows.systems.sia.train:warm_up"])
 
 
 Submit = Callable[..., concurrent.futures.Future]
@@ -166,8 +167,8 @@ class RunStats:
     stall_s: float = 0.0       # inserts waiting for their group's in-flight retrain (back-pressure)
     submit_bytes: int = 0      # bytes of array arguments submitted (merged group, new keys, R)
     merged_rows: int = 0       # rows of the merged groups submitted (each retrain's A^T y and error-bound pass)
-    submit_s: float = 0.0      # the host blocked inside a submission (pickling and writing the arguments to
-                               # the board's pipe; inline: the whole retrain), counted as stall too
+    submit_s: float = 0.0      # the host blocked inside a submission (copying the arguments to shared memory
+                               # and writing to the board's pipe; inline: the whole retrain), counted as stall
 
     def summary(self) -> dict:
         lat = np.asarray(self.lookup_ns, dtype=np.float64) / 1e3
@@ -185,7 +186,8 @@ class RunStats:
 
 class Server:
     """Serves an operation stream on ``index``; retrains with ``scheme`` ('full_retrain' or 'sia')
-    through ``submit`` (a board's ``run_async``, or :func:`inline_submit`)."""
+    through ``submit`` (a board's ``run_async`` wrapped by :class:`.shared.SharedSubmit`, or
+    :func:`inline_submit`)."""
 
     def __init__(self, index: LearnedIndex, scheme: str, submit: Submit, threshold: int, cap: int,
                  poll_every: int = 16):

@@ -17,8 +17,9 @@ constant in a group would make ``A`` rank deficient).
   (corrected semi-normal equations) so the weights carry the accuracy of a QR solve.
 
 Both kernels then compute the group's error bound (the largest ``|A w - y|`` over its keys) that
-lookups search within. They are the device kernels: plain numpy arrays in and out (they cross the
-host-device pipe by pickle) and run in the FPGA board's process.
+lookups search within. They are the device kernels: plain numpy arrays in and out, run inline on
+the host or in the FPGA board's process; their ``_shared`` twins take the arrays as shared-memory
+descriptors (:mod:`.shared`), so only a few hundred bytes cross the host-device pipe.
 """
 from __future__ import annotations
 
@@ -148,6 +149,24 @@ def retrain_sia(keys: np.ndarray, new_keys: np.ndarray, r_old: np.ndarray, offse
     w = solve_with_r(r, a, np.arange(len(a), dtype=np.float64), lam)
     err = error_bound(a, w)
     return {"w": w, "r": r, "err": err, "kernel_s": time.perf_counter() - t0, "qr_rows": len(new_keys) + len(r)}
+
+
+@device_kernel
+def retrain_full_shared(keys, offset: int, n_feat: int, lam: float) -> dict:
+    """:func:`retrain_full` with its key array in a shared-memory segment (a descriptor, :mod:`.shared`)."""
+    from .shared import attach
+
+    with attach((keys,)) as (k,):
+        return retrain_full(k, offset, n_feat, lam)
+
+
+@device_kernel
+def retrain_sia_shared(keys, new_keys, r_old, offset: int, n_feat: int, lam: float) -> dict:
+    """:func:`retrain_sia` with its arrays in a shared-memory segment (descriptors, :mod:`.shared`)."""
+    from .shared import attach
+
+    with attach((keys, new_keys, r_old)) as (k, new, r):
+        return retrain_sia(k, new, r, offset, n_feat, lam)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -273,10 +273,15 @@ def test_params_validation_names_the_field():
         Params.for_scale("smoke", insert_share=0.0)
     with pytest.raises(ParamsError, match="group_size"):
         Params.for_scale("smoke", loaded_keys=2048, group_size=4096)
+    with pytest.raises(ParamsError, match="pgm_buffer"):
+        Params.for_scale("smoke", pgm_buffer=0)
+    idx = {"sorteddict", "btree", "pgm"}
     assert {r.variant for r in runs_for("ycsb", True)} == {
-        "full_retrain", "sia", "full_retrain_readheavy", "sia_readheavy", "full_retrain_inline", "sia_inline"}
+        "full_retrain", "sia", "full_retrain_readheavy", "sia_readheavy", "full_retrain_inline", "sia_inline",
+        *idx, *(f"{b}_readheavy" for b in idx)}
     assert {r.variant for r in runs_for("twitter", False)} == {
-        "full_retrain_twitter", "sia_twitter", "full_retrain_twitter_readheavy", "sia_twitter_readheavy"}
+        "full_retrain_twitter", "sia_twitter", "full_retrain_twitter_readheavy", "sia_twitter_readheavy",
+        *(f"{b}_twitter" for b in idx), *(f"{b}_twitter_readheavy" for b in idx)}
 
 
 # ---- the kernels on the software FPGA board -----------------------------------------------------------
@@ -325,8 +330,10 @@ def test_regime_plan_reuses_the_measured_mixes():
 
     p = Params.for_scale("smoke", insert_share=0.5, read_heavy_insert_share=0.05)
     plan = regime_plan(p, [0.05, 0.3, 0.5], inline=True)
-    assert plan[0.5] == {"sia": "sia", "full_retrain": "full_retrain", "full_retrain_inline": "full_retrain_inline"}
+    assert plan[0.5] == {"sia": "sia", "full_retrain": "full_retrain", "full_retrain_inline": "full_retrain_inline",
+                         "sorteddict": "sorteddict", "btree": "btree", "pgm": "pgm"}
     assert plan[0.05] == {"sia": "sia_readheavy", "full_retrain": "full_retrain_readheavy",
-                          "full_retrain_inline": ("full_retrain", False)}
-    assert plan[0.3]["sia"] == ("sia", True)
+                          "full_retrain_inline": ("full_retrain", False), "sorteddict": "sorteddict_readheavy",
+                          "btree": "btree_readheavy", "pgm": "pgm_readheavy"}
+    assert plan[0.3]["sia"] == ("sia", True) and plan[0.3]["btree"] == ("btree", False)
     assert "full_retrain_inline" not in regime_plan(p, [0.3], inline=False)[0.3]
