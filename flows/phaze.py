@@ -1,6 +1,6 @@
 """PHAZE flow: equal-area accelerator designs evaluated as parallel Dask tasks (per-layer scheduling ILP
 + data/pipeline/tensor placement DP each), the co-searched design vs a TPUv4-like chip and vs the best
-single chip placed afterwards, on a GPT-style block stack at two sizes."""
+single chip placed afterwards, on transformer block stacks (GPT, Llama or parallel-attention blocks) at two sizes."""
 from __future__ import annotations
 
 import time
@@ -31,6 +31,11 @@ def _variant(design: dict, size: str, tech) -> dict[str, float]:
             "configs_tried": r["configs_tried"]}
 
 
+def _saved(r: dict, pas: str) -> float:
+    serial = r[f"block_{pas}_serial_s"]
+    return 1 - r[f"block_{pas}_s"] / serial if serial else 0.0
+
+
 @system_flow("phaze")
 def phaze(ctx: RunContext) -> SystemResult:
     p = ctx.params
@@ -57,11 +62,14 @@ def phaze(ctx: RunContext) -> SystemResult:
     kinds = dict.fromkeys(MODELLED, "modelled") | dict.fromkeys(COUNTED, "counted") | dict.fromkeys(MEASURED, "measured")
 
     budget = area_mm2(tpuv4_like(), tech)
-    model = param_assumptions(p, *TECH_FIELDS, "state_bytes_per_param", "chips", "global_batch", "seq_len") | {
+    model = param_assumptions(p, *TECH_FIELDS, "state_bytes_per_param", "chips", "global_batch", "seq_len",
+                              "block_style", "large_block_style") | {
         "area_budget_mm2": Assumption(value=round(budget, 1), unit="mm^2",
                                       source="area of the TPUv4-like design under the area model; every candidate spends it"),
         "bytes_per_value": Assumption(value=2, unit="B", source="bf16 activations, weights and gradients"),
-        "activation_memory": Assumption(value="Korthikanti et al. 2022, s*b*h*(10 + 24/t + 5*a*s/(h*t)) per block",
+        "activation_memory": Assumption(value="Korthikanti et al. 2022, s*b*h*(10 + 24/t + 5*a*s/(h*t)) per GPT block; "
+                                              "parallel block 6 instead of 10; Llama block s*b*(8h + (8h + 8f)/t) + "
+                                              "2*a*s^2*b/t (f = MLP width, no dropout)",
                                         source="stashed bytes per micro-batch under tensor parallelism"),
     }
     assumptions = {m: model for m in MODELLED}
@@ -84,6 +92,12 @@ def phaze(ctx: RunContext) -> SystemResult:
         f"({sum(r['results'][s]['ilps'] for r in results.values() for s in SIZES)} ILPs in all, largest gap "
         f"{max(r['results'][s]['ilp_max_gap'] for r in results.values() for s in SIZES):.2%}), then the "
         f"placement DP over data/pipeline/tensor parallelism on {p.chips} chips.",
+        "Operator graphs with branches: " + "; ".join(
+            f"{'larger' if s else 'smaller'} model {m.style} blocks, on the co-searched design the scheduling ILPs "
+            f"shorten the block's forward by {_saved(results[chosen[s]['phaze']]['results'][s], 'fwd'):.1%} and its "
+            f"backward by {_saved(results[chosen[s]['phaze']]['results'][s], 'bwd'):.1%} against running its operators "
+            f"one at a time (summed over every tensor-parallel degree and micro-batch size)"
+            for s, m in p.models().items()) + ".",
         "Chosen designs: " + "; ".join(
             f"{'larger' if s else 'smaller'} model: phaze -> {chosen[s]['phaze']}, single_chip_first -> "
             f"{chosen[s]['single_chip_first']}" for s in SIZES) + ".",

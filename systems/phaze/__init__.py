@@ -3,7 +3,7 @@ and vs choosing the best single chip first and placing afterwards."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -11,7 +11,7 @@ from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 from .arch import Arch, Tech, area_mm2, candidates, tpuv4_like
-from .ops import Model
+from .ops import STYLES, Model
 from .placement import LayerCost, Plan, PlacementError, System, dp_split, exhaustive, place, score_plan
 from .schedule import ScheduleError, brute_force, ilp_schedule, list_schedule, validate
 from .search import Space, evaluate_design
@@ -30,10 +30,10 @@ class Params(SystemParams):
                       ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 8.0]),
         "quick": dict(candidates=16, chips=64, global_batch=256, seq_len=2048, vocab=51200, layers=24, hidden=2048,
                       heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=4,
-                      ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 2.0, 4.0, 8.0]),
+                      ilp_time_limit_s=0.2, regime_gib_per_stack=[0.5, 1.0, 2.0, 4.0, 8.0]),
         "full": dict(candidates=81, chips=256, global_batch=1024, seq_len=2048, vocab=51200, layers=24, hidden=2048,
                      heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=8,
-                     ilp_time_limit_s=5.0),
+                     ilp_time_limit_s=5.0, regime_gib_per_stack=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0]),
     }
 
     # search space and system
@@ -49,7 +49,13 @@ class Params(SystemParams):
                                                           "smaller model at each capacity, same layer costs (the "
                                                           "scheduling ILPs do not depend on capacity).")
     state_bytes_per_param: float = Field(16.0, gt=0.0, le=64.0, description="Bytes of weights, gradients and optimizer state per parameter (mixed-precision Adam: 2 + 2 + 12).")
-    # workload: GPT-style block stacks at two sizes
+    # workload: transformer block stacks at two sizes, each with the branches of its block style
+    block_style: Literal["gpt", "llama", "parallel"] = Field(
+        "gpt", description="Block of the smaller model: gpt (GPT-3/OPT: LayerNorm, Q/K/V, GeLU MLP), llama "
+                           "(RMSNorm, rotary Q/K, gated SiLU MLP with parallel gate and up projections) or parallel "
+                           "(GPT-J/PaLM: attention and MLP side by side from one norm, one all-reduce).")
+    large_block_style: Literal["gpt", "llama", "parallel"] = Field(
+        "llama", description="Block of the larger model (the defaults' 32 x 4096 with 32 heads is Llama 2 7B's shape).")
     seq_len: int = Field(2048, ge=16, le=65536, description="Tokens per sequence.")
     vocab: int = Field(51200, ge=256, le=1_000_000, description="Vocabulary size (embedding and LM head).")
     layers: int = Field(24, ge=1, le=256, description="Transformer blocks of the smaller model.")
@@ -82,16 +88,17 @@ class Params(SystemParams):
         if any(g <= 0 or g > 1024 for g in self.regime_gib_per_stack) or \
                 len(set(self.regime_gib_per_stack)) != len(self.regime_gib_per_stack):
             raise ValueError("regime_gib_per_stack: distinct capacities, each in (0, 1024] GiB")
-        if self.vocab % self.max_tp or (4 * self.hidden) % self.max_tp:
-            raise ValueError("vocab and 4 x hidden must be multiples of max_tp")
+        if self.vocab % self.max_tp or any(m.ffn() % self.max_tp for m in self.models().values()):
+            raise ValueError("max_tp: vocab and each model's MLP width must be multiples of it")
         return self
 
     def tech(self) -> Tech:
         return Tech(**{f: getattr(self, f) for f in TECH_FIELDS})
 
     def models(self) -> dict[str, Model]:
-        return {"": Model(self.layers, self.hidden, self.heads, self.seq_len, self.vocab),
-                "_large": Model(self.large_layers, self.large_hidden, self.large_heads, self.seq_len, self.vocab)}
+        return {"": Model(self.layers, self.hidden, self.heads, self.seq_len, self.vocab, self.block_style),
+                "_large": Model(self.large_layers, self.large_hidden, self.large_heads, self.seq_len, self.vocab,
+                                self.large_block_style)}
 
     def space(self) -> Space:
         pow2 = lambda hi: tuple(2 ** i for i in range(hi.bit_length()) if 2 ** i <= hi)  # noqa: E731
@@ -152,7 +159,7 @@ SPEC = SystemSpec(
         Claim("train_throughput", "tpuv4_like", "phaze", "higher", None,
               "higher training throughput than a TPUv4-like design and the Spotlight search", headline=True),
         Claim("train_throughput", "tpuv4_like_large", "phaze_large", "higher",
-              statement="the same against the TPUv4-like design on the larger GPT-style model"),
+              statement="the same against the TPUv4-like design on the larger (Llama-style by default) model"),
         Claim("train_throughput", "single_chip_first", "phaze", "higher",
               statement="co-search vs choosing the best single chip first and placing it afterwards"),
         Claim("train_throughput", "single_chip_first_large", "phaze_large", "higher",
@@ -161,6 +168,6 @@ SPEC = SystemSpec(
 )
 
 __all__ = ["Params", "SPEC", "Arch", "Tech", "Model", "LayerCost", "Plan", "PlacementError", "ScheduleError",
-           "System", "Space", "area_mm2", "candidates", "tpuv4_like", "dp_split", "exhaustive", "place",
+           "System", "Space", "STYLES", "area_mm2", "candidates", "tpuv4_like", "dp_split", "exhaustive", "place",
            "score_plan", "brute_force", "ilp_schedule", "list_schedule", "validate", "evaluate_design",
            "evaluate_all_sizes", "pick", "regime_pick", "SIZES", "TECH_FIELDS"]
