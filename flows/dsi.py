@@ -3,8 +3,12 @@ DPP co-located on the trainer's core (the mechanism's ablation), and the regime 
 preprocessing cost per batch."""
 from __future__ import annotations
 
+from prefect.context import FlowRunContext
+
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from mlsys_flows.systems.common.report import Curve, RegimeSample
+from mlsys_flows.systems.dsi import data as sd
+from mlsys_flows.systems.dsi.cpu import dpp_workers_wanted
 from mlsys_flows.tasks import dsi as t
 
 KINDS = {"trainer_samples_per_s": "measured", "stall_fraction": "measured", "wall_s": "measured",
@@ -17,8 +21,13 @@ VARIANTS = ("inline", "inline_full_rows", "dpp", "dpp_colocated")
 @system_flow("dsi")
 def dsi(ctx: RunContext) -> SystemResult:
     p = ctx.params
+    sd.check_fits(p, *t.free_bytes(ctx.storage))  # before any work: a dataset larger than the disk fails here
+    own = ctx.cluster.mode == "local"  # the run started the cluster: its processes may be pinned and grown
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data")).result()
-    cpu = ctx.submit(t.cpu_budget, p, ctx.storage, data, ctx.devices, device="gpu").result()
+    cpu = ctx.submit(t.cpu_budget, p, ctx.storage, data, ctx.devices, own_cluster=own, device="gpu").result()
+    # one DPP worker process per DPP core (up to max_workers), so the controller has workers to add
+    want = dpp_workers_wanted(p.max_workers, cpu["trainer_cores"], cpu["dpp_cores"])
+    workers = t.grow_for_dpp(FlowRunContext.get().task_runner.client, own and ctx.cluster.processes, want)
     # timed one after the other, rotating which goes first: DPP's workers must not compete with an
     # on-trainer loader, and no variant always runs on a warmer machine
     # the ablation runs once (the first round): its one sample keeps the sweep's cost down
@@ -34,6 +43,9 @@ def dsi(ctx: RunContext) -> SystemResult:
                 runs[name].append(ctx.submit(t.train_inline, p, ctx.storage, data, ctx.devices, cpu,
                                              projected=name == "inline", repeat=r, device="gpu").result())
     dpp = runs["dpp"][0]
+    pins = dpp["pinning"]
+    pinned = "; ".join(f"{label} (pid {x['pid']}, {x['threads']} threads): core(s) {','.join(map(str, x['cores']))}"
+                       for label, x in pins["pinned"].items()) or "no other process"
     measured = [m for m, kind in KINDS.items() if kind == "measured"]
     per_run = {"inline": runs["inline"], "inline_full_rows": runs["inline_full_rows"],
                "dpp": [r["metrics"] for r in runs["dpp"]], "dpp_colocated": [r["metrics"] for r in runs["dpp_colocated"]]}
@@ -64,14 +76,17 @@ def dsi(ctx: RunContext) -> SystemResult:
         "value, the counted ones and the curve are from the first run of each.",
         f"CPU budget: {cpu['note']}. inline and inline_full_rows run the loader ({p.loader_threads} prefetch "
         f"thread(s), {p.prefetch} item(s) ahead each) on the trainer's core; DPP's workers are other Dask worker "
-        "processes (never the trainer's), each work item pinned to the DPP core(s).",
+        "processes (never the trainer's), pinned whole to the DPP core(s).",
         f"{len(data['items'])} work items (row groups) of {data['prefix']}, {data['stored_bytes'] / 1e6:.1f} MB; the "
         f"model uses {len(p.used_columns())} columns. inline and DPP read the used columns only, with coalesced "
         "range reads (pyarrow pre-buffering); inline_full_rows reads full rows (every column chunk, one read each).",
         step + ".",
         f"DPP workers: mean {m['workers_mean']:.2f}, max {m['workers_max']:.0f} (cap: min(max_workers={p.max_workers}, "
-        f"live Dask workers other than the trainer's)); re-issued items {m['reissued_items']:.0f}, late duplicates "
-        f"dropped {m['duplicates_dropped']:.0f}.",
+        f"live Dask workers other than the trainer's: {workers - 1} of {workers} here, one per DPP core wanted: "
+        f"{want})); re-issued items {m['reissued_items']:.0f}, late duplicates dropped {m['duplicates_dropped']:.0f}.",
+        f"Pinning (whole processes, every thread, for each timed run of every variant, restored after it): trainer "
+        f"(pid {pins['trainer']['pid']}): core(s) {','.join(map(str, pins['trainer']['cores']))}; {pinned} "
+        f"({pins['note']}).",
         "The paper's 56% throughput loss comes from production transforms far heavier than these; here the ratio "
         "depends on how long a row group takes to read and transform against the step time on one core.",
         f"Preprocessing cost: extra_preprocess={p.extra_preprocess:g} trainer steps per batch ({cpu['rounds']} round(s) "

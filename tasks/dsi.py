@@ -4,14 +4,17 @@ preprocessing rounds, train with an on-trainer loader (projected or full rows), 
 sweep over the preprocessing cost."""
 from __future__ import annotations
 
+import os
 import uuid
+from contextlib import contextmanager
 
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage, ResourcePool
 from mlsys_flows.systems.dsi import Params
 from mlsys_flows.systems.dsi import data as d
-from mlsys_flows.systems.dsi.cpu import available_cores, pinned, split_cores
+from mlsys_flows.systems.dsi.cpu import (HAS_AFFINITY, available_cores, helper_pins, pin_process, pinned,
+                                         process_identity, restore_process, split_cores)
 from mlsys_flows.systems.dsi.dpp import (Trainer, calibrate_passes, run_dpp, run_inline, sweep_preprocessing,
                                          torch_threads)
 
@@ -30,12 +33,35 @@ def warm_up(p: Params, storage: ObjectStorage, data: dict, device: str) -> None:
     _WARM.add(data["prefix"])
 
 
-def dpp_work(item: d.WorkItem, storage: ObjectStorage, used: list[str], p: Params, cores: list[int] | None = None,
-             rounds: int = 0):
-    """What a stateless DPP worker runs for one work item: projected, coalesced read + transform, on
-    the DPP cores (this thread pinned for the item, then restored)."""
-    with pinned(cores, whole_process=False):
-        return d.process_item(item, storage.open_input, used, p, projected=True, rounds=rounds)
+def dpp_work(item: d.WorkItem, storage: ObjectStorage, used: list[str], p: Params, rounds: int = 0):
+    """What a stateless DPP worker runs for one work item: projected, coalesced read + transform (its
+    whole process is pinned to the DPP cores for the run, see :func:`off_trainer`)."""
+    return d.process_item(item, storage.open_input, used, p, projected=True, rounds=rounds)
+
+
+@contextmanager
+def off_trainer(client, me: str, cpu: dict):
+    """For one timed run: the run's embedded cluster's other processes (scheduler, nannies, the workers
+    other than the trainer's ``me``) pinned whole to the DPP cores, restored afterwards; yields what
+    got which cores. Every variant gets it, so none has the scheduler on the trainer's core."""
+    record = {"trainer": {"pid": os.getpid(), "cores": cpu["trainer_cores"]}, "pinned": {}}
+    if not HAS_AFFINITY or set(cpu["dpp_cores"]) == set(cpu["trainer_cores"]):
+        record["note"] = "pinning skipped: " + ("no affinity call on this OS" if not HAS_AFFINITY else
+                                                f"one core ({cpu['trainer_cores'][0]}) for everything")
+        yield record
+        return
+    pins, record["note"] = helper_pins(process_identity(), client.run_on_scheduler(process_identity),
+                                       client.run(process_identity), me, cpu.get("own_cluster", False))
+    before: dict[int, dict] = {}
+    try:
+        for label, pid in pins.items():
+            if pid not in before:
+                before[pid] = pin_process(pid, cpu["dpp_cores"])
+                record["pinned"][label] = {"pid": pid, "cores": cpu["dpp_cores"], "threads": len(before[pid])}
+        yield record
+    finally:
+        for pid, masks in before.items():
+            restore_process(pid, masks)
 
 
 class DaskExecutor:
@@ -43,26 +69,51 @@ class DaskExecutor:
 
     ``exclude``: a worker that must not preprocess (the trainer's own process), unless it is the
     only one; ``only``: the one worker that preprocesses (the ablation: the trainer's own process);
-    ``cores``: the cores a work item runs on; ``rounds``: derived-feature rounds per item."""
+    ``rounds``: derived-feature rounds per item."""
 
     def __init__(self, client, storage: ObjectStorage, used: list[str], p: Params, exclude: str | None = None,
-                 cores: list[int] | None = None, rounds: int = 0, only: str | None = None):
+                 rounds: int = 0, only: str | None = None):
         self.client, self.storage, self.used, self.p = client, storage, used, p
-        self.exclude, self.cores, self.rounds, self.only = exclude, cores, rounds, only
+        self.exclude, self.rounds, self.only = exclude, rounds, only
         self.run = uuid.uuid4().hex[:8]
 
     def workers(self) -> list[str]:
-        ws = list(self.client.scheduler_info(n_workers=-1)["workers"])
+        ws = list(self.client.nthreads())  # the live workers: a far smaller answer than scheduler_info's
         if self.only is not None:
             return [w for w in ws if w == self.only]
         others = [w for w in ws if w != self.exclude]
         return others or ws
 
     def submit(self, item: d.WorkItem, worker: str):
-        return self.client.submit(dpp_work, item, self.storage, self.used, self.p, self.cores, self.rounds,
+        return self.client.submit(dpp_work, item, self.storage, self.used, self.p, self.rounds,
                                   workers=[worker],
                                   allow_other_workers=False, pure=False, retries=0,
                                   key=f"dpp-{self.run}-{item.id}-{uuid.uuid4().hex[:6]}")
+
+
+def free_bytes(storage: ObjectStorage) -> tuple[int | None, str]:
+    """(free bytes, where) of a local storage root's disk; None for S3 (no free space to ask)."""
+    import shutil
+    from pathlib import Path
+
+    if storage.is_s3:
+        return None, storage.root_url
+    path = Path(storage.filesystem()[1])
+    while not path.exists() and path != path.parent:  # the root folder may not exist yet
+        path = path.parent
+    return shutil.disk_usage(path).free, f"{storage.root_url} (its disk)"
+
+
+def grow_for_dpp(client, own_cluster: bool, want: int) -> int:
+    """Grow the run's own embedded cluster to the trainer's worker plus ``want`` DPP workers (a cluster
+    started elsewhere keeps its size); returns the Dask workers there are."""
+    have = len(client.scheduler_info(n_workers=-1)["workers"])
+    cluster = getattr(client, "cluster", None)
+    if own_cluster and cluster is not None and have < want + 1:
+        cluster.scale(want + 1)
+        client.wait_for_workers(want + 1, timeout=120)
+        have = len(client.scheduler_info(n_workers=-1)["workers"])
+    return have
 
 
 def plan_items(p: Params, storage: ObjectStorage, prefix: str) -> list[d.WorkItem]:
@@ -87,11 +138,12 @@ def make_dataset(p: Params, storage: ObjectStorage, prefix: str) -> dict:
 
 
 @task(name="dsi-cpu-budget")
-def cpu_budget(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool) -> dict:
+def cpu_budget(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, own_cluster: bool = False) -> dict:
     """Split the cores (trainer host: one; DPP workers: the rest) and calibrate on the trainer's core the
     CPU trainer step (how many real DLRM passes per batch take ``step_ms``) and the cost of one round of
     derived features per batch (the rounds that make ``extra_preprocess`` steps). Every variant then
-    does the same step and preprocessing work."""
+    does the same step and preprocessing work. ``own_cluster``: the run started the cluster, so its
+    processes may be pinned (:func:`off_trainer`)."""
     trainer, dpp, note = split_cores(available_cores())
     passes, pass_ms, step_cpu_ms = None, float("nan"), p.step_ms
     item, used = data["items"][0], p.used_columns()
@@ -106,7 +158,15 @@ def cpu_budget(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool
                           "batch, %d round(s) for extra_preprocess %g", note, passes, pass_ms, round_ms, rounds,
                           p.extra_preprocess)
     return {"trainer_cores": trainer, "dpp_cores": dpp, "note": note, "passes": passes, "pass_ms": pass_ms,
-            "step_cpu_ms": step_cpu_ms, "round_ms": round_ms, "rounds": rounds}
+            "step_cpu_ms": step_cpu_ms, "round_ms": round_ms, "rounds": rounds, "own_cluster": own_cluster}
+
+
+def _inline(p: Params, storage: ObjectStorage, items: list[d.WorkItem], device: str, cpu: dict, client, me: str,
+            projected: bool, rounds: int) -> tuple[dict, dict]:
+    """One on-trainer run: the trainer and its loader threads pinned to the trainer's core."""
+    with off_trainer(client, me, cpu) as pins, pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
+        return run_inline(items, storage.open_input, p.used_columns(), p, device=device, projected=projected,
+                          passes=cpu["passes"], rounds=rounds), pins
 
 
 @task(name="dsi-inline")
@@ -115,12 +175,13 @@ def train_inline(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePo
     """The on-trainer loader: the trainer and its prefetch threads pinned to the trainer host's core.
     ``repeat`` makes each timed repeat its own call: an identical call in the same flow run would be
     answered from its persisted result (Prefect's input-keyed cache), not run again."""
+    from distributed import get_client, get_worker
+
     log = get_run_logger()
     with pool.claim() as device:
         warm_up(p, storage, data, device)
-        with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
-            m = run_inline(data["items"], storage.open_input, p.used_columns(), p, device=device,
-                           projected=projected, passes=cpu["passes"], rounds=cpu["rounds"])
+        m, _ = _inline(p, storage, data["items"], device, cpu, get_client(), get_worker().address, projected,
+                       cpu["rounds"])
     log.info("inline (%s): %.0f samples/s, stall %.0f%%, %.1f MB read", "projected" if projected else "full rows",
              m["trainer_samples_per_s"], 100 * m["stall_fraction"], m["bytes_read"] / 1e6)
     return m
@@ -129,15 +190,15 @@ def train_inline(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePo
 def _dpp(p: Params, storage: ObjectStorage, items: list[d.WorkItem], device: str, cpu: dict, client, me: str,
          colocated: bool, rounds: int):
     """One DPP run with the trainer here (pinned to the trainer's core): work items on the other Dask
-    workers pinned to the DPP cores, or (``colocated``) on this worker process and the trainer's core."""
+    workers, whose processes are pinned to the DPP cores, or (``colocated``) on this worker process and
+    the trainer's core. Returns (metrics, details, pinning record)."""
     if colocated:
-        executor = DaskExecutor(client, storage, p.used_columns(), p, only=me, cores=cpu["trainer_cores"],
-                                rounds=rounds)
+        executor = DaskExecutor(client, storage, p.used_columns(), p, only=me, rounds=rounds)
     else:
-        executor = DaskExecutor(client, storage, p.used_columns(), p, exclude=me, cores=cpu["dpp_cores"],
-                                rounds=rounds)
-    with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
-        return run_dpp(items, executor, p.used_columns(), p, device=device, passes=cpu["passes"])
+        executor = DaskExecutor(client, storage, p.used_columns(), p, exclude=me, rounds=rounds)
+    with off_trainer(client, me, cpu) as pins, pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
+        m, details = run_dpp(items, executor, p.used_columns(), p, device=device, passes=cpu["passes"])
+    return m, details, pins
 
 
 @task(name="dsi-dpp")
@@ -152,12 +213,12 @@ def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
     me = get_worker().address
     with pool.claim() as device, worker_client() as client:  # secedes: this worker may run co-located items
         warm_up(p, storage, data, device)
-        m, details = _dpp(p, storage, data["items"], device, cpu, client, me, colocated, cpu["rounds"])
-    log.info("dpp%s: %.0f samples/s, stall %.0f%%, %.1f MB read, workers mean %.2f max %d, re-issued %d",
+        m, details, pins = _dpp(p, storage, data["items"], device, cpu, client, me, colocated, cpu["rounds"])
+    log.info("dpp%s: %.0f samples/s, stall %.0f%%, %.1f MB read, workers mean %.2f max %d, re-issued %d; pinned %s",
              " (co-located on the trainer's core)" if colocated else "", m["trainer_samples_per_s"],
              100 * m["stall_fraction"], m["bytes_read"] / 1e6, m["workers_mean"], m["workers_max"],
-             m["reissued_items"])
-    return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": device}
+             m["reissued_items"], pins)
+    return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": device, "pinning": pins}
 
 
 @task(name="dsi-regime")
@@ -175,11 +236,9 @@ def regime(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool, cp
 
         def run(variant: str, extra: float) -> float:
             if variant == "inline":
-                with pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
-                    m = run_inline(items, storage.open_input, used, p, device=device, passes=cpu["passes"],
-                                   rounds=rounds[extra])
+                m, _ = _inline(p, storage, items, device, cpu, client, me, True, rounds[extra])
             else:
-                m, _ = _dpp(p, storage, items, device, cpu, client, me, variant == "dpp_colocated", rounds[extra])
+                m, _, _ = _dpp(p, storage, items, device, cpu, client, me, variant == "dpp_colocated", rounds[extra])
             log.info("regime extra_preprocess %g (%d rounds): %s %.0f samples/s, stall %.0f%%", extra,
                      rounds[extra], variant, m["trainer_samples_per_s"], 100 * m["stall_fraction"])
             return m["trainer_samples_per_s"]

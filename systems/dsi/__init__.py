@@ -32,7 +32,8 @@ class Params(SystemParams):
                       used_dense=4, used_sparse=2, batch_size=256, step_ms=5.0, control_interval_s=0.2,
                       mlp_width=32, regime_extra_preprocess=[0.0, 1.0], regime_items=2),
         "quick": dict(),
-        "full": dict(files=64, row_groups_per_file=32, rows_per_group=8192, dense_columns=512, sparse_columns=128,
+        # ~18 GB of parquet (data.dataset_bytes): paper-like width, rows cut to fit a 64 GB disk with room
+        "full": dict(files=32, row_groups_per_file=8, rows_per_group=8192, dense_columns=512, sparse_columns=128,
                      used_dense=64, used_sparse=24, batch_size=2048, max_workers=64, step_ms=50.0,
                      regime_extra_preprocess=[0.0, 0.25, 0.5, 1.0, PAPER_PREPROCESS_STEPS, 2.0, 4.0], regime_items=64),
     }

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlsys_flows.systems.common.dlrm import feature_salt, mix64, sigrid_hash
+from mlsys_flows.systems.common.params import ParamsError
 
 from . import Params
 
@@ -102,6 +103,28 @@ def generate_file(p: Params, index: int) -> pa.Table:
         cols[f"sparse_{i}"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))
     label = (rng.random(n) < 1.0 / (1.0 + np.exp(-(score - score.mean())))).astype(np.float32)
     return pa.table({LABEL: pa.array(label), **cols})
+
+
+def dataset_bytes(p: Params) -> int:
+    """Bytes the generated dataset takes, from its parameters: the uncompressed column data (label and
+    dense float32 with a null bitmap, id lists of int64 with int32 offsets at their mean length). The
+    values are random, so zstd saves little: this is a slight over-estimate of the stored files."""
+    per_row = 4 + p.dense_columns * (4 + 1 / 8) + p.sparse_columns * (4 + 8 * p.sparse_list_len)
+    return int(p.files * p.row_groups_per_file * p.rows_per_group * per_row)
+
+
+def check_fits(p: Params, free_bytes: int | None, where: str) -> None:
+    """Before any work: fail, naming the parameter, when the dataset to generate would not fit in
+    ``free_bytes`` at ``where`` (None: unknown, e.g. S3)."""
+    if p.dataset or free_bytes is None:
+        return
+    need = dataset_bytes(p)
+    if need > free_bytes:
+        raise ParamsError("dsi", "files", f"the generated dataset needs about {need / 1e9:.1f} GB ({p.files} files x "
+                                          f"{p.row_groups_per_file} row groups x {p.rows_per_group} rows of "
+                                          f"{p.dense_columns} dense and {p.sparse_columns} sparse columns) but "
+                                          f"{where} has {free_bytes / 1e9:.1f} GB free: lower files, "
+                                          "row_groups_per_file or rows_per_group")
 
 
 def file_key(prefix: str, index: int) -> str:

@@ -6,12 +6,14 @@ fails before any training."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
 from faultkit import reference_run
 
 from mlsys_flows.flows.dsi import dsi
+from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.dsi import Params
 from mlsys_flows.systems.dsi import data as d
 
@@ -46,6 +48,12 @@ def test_dsi_smoke_flow():
     assert any("CPU budget" in n for n in report["notes"]) and any(n.startswith("Regime:") for n in report["notes"])
     assert report["curves"][0]["series"]["dpp"][1], "workers over time"
     assert storage.read_json(f"reports/dsi/{report['run_id']}.json")["headline"] == h
+    pinning = next(n for n in report["notes"] if n.startswith("Pinning"))
+    if len(os.sched_getaffinity(0)) > 1:  # the embedded cluster's scheduler (this process) and DPP worker
+        assert "scheduler (the flow's process)" in pinning and "DPP worker" in pinning
+    # restored: no thread of this process (which ran the scheduler) stays pinned after the run
+    parent = os.sched_getaffinity(os.getppid())
+    assert all(os.sched_getaffinity(int(t)) == parent for t in os.listdir("/proc/self/task"))
 
 
 def test_dsi_empty_or_incomplete_dataset_fails_before_training(dask_cluster, local_storage):
@@ -57,3 +65,10 @@ def test_dsi_empty_or_incomplete_dataset_fails_before_training(dask_cluster, loc
         dsi(scale="smoke", overrides={"dataset": "mine", "features": ["dense_0", "dense_99"]},
             cluster=dask_cluster, storage=local_storage)
     assert not [k for k in local_storage.list("reports")]
+
+
+def test_dsi_dataset_larger_than_the_disk_fails_before_any_work(dask_cluster, local_storage):
+    huge = {"files": 10_000, "row_groups_per_file": 10_000, "rows_per_group": 1_048_576}
+    with pytest.raises(ParamsError, match="'files'.*GB free"):
+        dsi(scale="smoke", overrides=huge, cluster=dask_cluster, storage=local_storage)
+    assert not local_storage.list("runs") and not local_storage.list("reports")

@@ -253,8 +253,8 @@ def test_the_dask_executor_keeps_the_trainers_worker_out():
         def __init__(self, ws):
             self.ws = ws
 
-        def scheduler_info(self, n_workers=-1):
-            return {"workers": {w: {} for w in self.ws}}
+        def nthreads(self):
+            return {w: 1 for w in self.ws}
 
     p = Params.for_scale("smoke")
     assert DaskExecutor(Client(["a", "b"]), None, [], p, exclude="a").workers() == ["b"]

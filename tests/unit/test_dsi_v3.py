@@ -82,8 +82,8 @@ def test_the_colocated_executor_uses_only_the_trainers_worker():
     from mlsys_flows.tasks.dsi import DaskExecutor
 
     class Client:
-        def scheduler_info(self, n_workers=-1):
-            return {"workers": {"a": {}, "b": {}}}
+        def nthreads(self):
+            return {"a": 1, "b": 1}
 
     p = Params.for_scale("smoke")
     assert DaskExecutor(Client(), None, [], p, only="a").workers() == ["a"]
