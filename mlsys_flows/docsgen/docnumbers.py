@@ -5,6 +5,11 @@ A system page quotes a number from its committed quick run through an inline spa
 
     the DP wins by <!-- run:headline.ratio {:.2f}x -->1.13x<!-- /run --> at 6 accelerators
 
+A span may read another committed report of the system instead (a run with other parameters, saved with
+``--json benchmarks/results/<stem>.json``) by starting its path with ``@<stem>:``::
+
+    <!-- run:@bagel-minilm:headline.ratio {:.2f}x -->1.21x<!-- /run -->
+
 The path walks the report's JSON: ``a.b`` for keys, ``[2]`` for a list index, ``[key=value,...]`` for
 the first list element whose fields match (``ratios[baseline=greedy].ratio``,
 ``regime.points[value=6].ratio``). The format is a ``str.format`` template (``{}`` when left out).
@@ -70,12 +75,19 @@ def _same(value: Any, text: str) -> bool:
     return str(value) == text
 
 
-def render(text: str, report: dict | None, page: str = "") -> str:
-    """``text`` with every span's value filled in from ``report`` (a page without spans is unchanged)."""
+def render(text: str, report: dict | None, page: str = "", other=None) -> str:
+    """``text`` with every span's value filled in from ``report`` (a page without spans is unchanged);
+    ``other(stem)`` loads the report an ``@stem:`` span names."""
     def fill(m: re.Match) -> str:
-        if report is None:
+        path, source = m.group("path"), report
+        if path.startswith("@"):
+            stem, _, path = path[1:].partition(":")
+            source = other(stem) if other is not None else None
+            if source is None:
+                raise SpanError(f"{page}: a run span ({m.group('path')}) but no committed report {stem}.json")
+        elif report is None:
             raise SpanError(f"{page}: a run span ({m.group('path')}) but no committed quick report")
-        value = resolve(report, m.group("path"))
+        value = resolve(source, path)
         fmt = m.group("fmt") or "{}"
         try:
             shown = fmt.format(value)
@@ -90,7 +102,14 @@ def render(text: str, report: dict | None, page: str = "") -> str:
 def render_page(name: str, text: str, results: Path) -> str:
     path = results / f"{name}-quick.json"
     report = json.loads(path.read_text()) if path.exists() else None
-    return render(text, report, f"docs/{name}.md")
+
+    def other(stem: str) -> dict | None:
+        if not stem.startswith(name + "-") or "/" in stem:  # a page reads only its own system's reports
+            return None
+        extra = results / f"{stem}.json"
+        return json.loads(extra.read_text()) if extra.exists() else None
+
+    return render(text, report, f"docs/{name}.md", other)
 
 
 def unmarked(text: str, current_run: str | None = None) -> list[str]:

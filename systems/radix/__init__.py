@@ -10,61 +10,69 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.params import FieldValueError, SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 from .tree import NaivePrefixStore, RadixCache, common_prefix_len
 
 
+# The served model: all-MiniLM-L6-v2 (BERT, run causally; ``model.py`` loads it). Its limits are
+# stated here so parameters are checked without loading torch; a unit test checks them against
+# the package's config and vocabulary.
+MODEL_NAME = "all-MiniLM-L6-v2"
+MODEL_POSITIONS = 512      # max_position_embeddings: a request chain's prompt + output must fit
+MODEL_VOCAB = 30522
+FIRST_WORD_ID = 999        # ids below are [PAD], [unusedN], [UNK], [CLS], [SEP], [MASK]
+TOKEN_IDS = range(FIRST_WORD_ID, MODEL_VOCAB)   # the ordinary wordpieces prompts are drawn from
+
+
 class Params(SystemParams):
     SYSTEM: ClassVar[str] = "radix"
     PRESETS: ClassVar[dict] = {
-        "smoke": dict(fewshot_requests=12, fewshot_prefix=256, chat_sessions=3, chat_turns=3, tot_trees=1,
-                      tot_depth=2, tot_question=96, noshare_requests=12, noshare_prompt=128,
-                      pressure_templates=3, pressure_per_template=4, pressure_prefix=160, pressure_kv_slots=448,
-                      max_running=8, regime_shared_share=[0.0, 0.75], regime_requests=8, regime_repeats=1),
+        "smoke": dict(fewshot_requests=6, fewshot_prefix=128, question_len=16, new_tokens=4, chat_sessions=2,
+                      chat_turns=3, chat_system=32, chat_user=16, chat_new_tokens=4, tot_trees=1, tot_branch=2,
+                      tot_depth=2, tot_question=48, tot_step=8, tot_new_tokens=4, noshare_requests=6,
+                      noshare_prompt=64, pressure_templates=3, pressure_per_template=3, pressure_prefix=96,
+                      pressure_kv_slots=200, kv_slots=2048, max_running=8, regime_shared_share=[0.0, 0.75],
+                      regime_requests=6, regime_repeats=1),
         "quick": dict(),
-        "full": dict(d_model=512, layers=8, heads=8, fewshot_requests=256, fewshot_prefix=1536,
-                     chat_sessions=64, chat_turns=6, tot_trees=16, tot_depth=3, noshare_requests=256,
-                     noshare_prompt=512, pressure_templates=12, pressure_per_template=32, pressure_prefix=1024,
-                     pressure_kv_slots=6144, kv_slots=131_072, max_running=64, torch_threads=4),
+        "full": dict(fewshot_requests=256, fewshot_prefix=448, question_len=48, new_tokens=16, chat_sessions=64,
+                     chat_turns=6, tot_trees=16, tot_depth=3, noshare_requests=256, noshare_prompt=448,
+                     pressure_templates=12, pressure_per_template=32, pressure_prefix=384, pressure_kv_slots=3072,
+                     kv_slots=65_536, max_running=64, regime_requests=64, regime_repeats=3, torch_threads=4),
     }
 
-    # model: a random-weight decoder (only the amount of computation matters, not what it says)
-    vocab: int = Field(512, ge=16, le=65_536, description="Vocabulary size of the decoder and of the random prompts.")
-    d_model: int = Field(128, ge=16, le=4096, description="Hidden size of the decoder; a multiple of heads.")
-    layers: int = Field(2, ge=1, le=64, description="Decoder layers.")
-    heads: int = Field(4, ge=1, le=64, description="Attention heads.")
     torch_threads: int = Field(1, ge=1, le=256, description="torch CPU threads of the serving task (1 is steadier on a shared 2-core machine).")
     # serving engine
     max_running: int = Field(16, ge=1, le=1024, description="Most requests decoded together in one batch (continuous batching).")
-    kv_slots: int = Field(16_384, ge=64, le=4_194_304, description="Token slots of the KV pool for the few-shot, chat, tree-of-thought and no-sharing workloads.")
-    new_tokens: int = Field(8, ge=1, le=1024, description="Tokens generated per request in the few-shot, no-sharing and pressure workloads.")
-    question_len: int = Field(24, ge=1, le=4096, description="Tokens of the per-request question after a few-shot prefix.")
-    # workloads
-    fewshot_requests: int = Field(32, ge=2, le=100_000, description="Requests of the few-shot workload (headline).")
-    fewshot_prefix: int = Field(512, ge=1, le=32_768, description="Tokens of the few-shot prefix every request shares.")
-    chat_sessions: int = Field(12, ge=1, le=10_000, description="Multi-turn chat sessions.")
+    kv_slots: int = Field(8192, ge=64, le=4_194_304, description="Token slots of the KV pool for the few-shot, chat, tree-of-thought, no-sharing and regime workloads "
+                          "(each slot holds K and V of 6 layers x 384 floats: 18 KiB).")
+    new_tokens: int = Field(8, ge=1, le=511, description="Tokens generated per request in the few-shot, no-sharing, pressure and regime workloads.")
+    question_len: int = Field(24, ge=1, le=511, description="Tokens of the per-request question after a few-shot prefix.")
+    # workloads (every request chain, prompt + generated tokens, must fit the model's 512 positions)
+    fewshot_requests: int = Field(16, ge=2, le=100_000, description="Requests of the few-shot workload (headline).")
+    fewshot_prefix: int = Field(384, ge=1, le=511, description="Tokens of the few-shot prefix every request shares.")
+    chat_sessions: int = Field(6, ge=1, le=10_000, description="Multi-turn chat sessions.")
     chat_turns: int = Field(4, ge=1, le=64, description="Turns per chat session (turn k resends the whole conversation).")
-    chat_system: int = Field(64, ge=1, le=32_768, description="Tokens of the system prompt all sessions share.")
-    chat_user: int = Field(48, ge=1, le=4096, description="Tokens of each user message.")
-    chat_new_tokens: int = Field(16, ge=1, le=1024, description="Tokens generated per chat turn.")
-    tot_trees: int = Field(4, ge=1, le=10_000, description="Tree-of-thought problems.")
+    chat_system: int = Field(64, ge=1, le=511, description="Tokens of the system prompt all sessions share.")
+    chat_user: int = Field(48, ge=1, le=511, description="Tokens of each user message.")
+    chat_new_tokens: int = Field(16, ge=1, le=511, description="Tokens generated per chat turn.")
+    tot_trees: int = Field(2, ge=1, le=10_000, description="Tree-of-thought problems.")
     tot_branch: int = Field(3, ge=1, le=16, description="Continuations of every tree-of-thought call.")
     tot_depth: int = Field(2, ge=1, le=8, description="Levels of continuations below the root call.")
-    tot_question: int = Field(192, ge=1, le=32_768, description="Tokens of a tree-of-thought problem statement.")
-    tot_step: int = Field(16, ge=1, le=4096, description="Tokens each continuation appends (its instruction).")
-    tot_new_tokens: int = Field(16, ge=1, le=1024, description="Tokens generated per tree-of-thought call.")
-    noshare_requests: int = Field(48, ge=2, le=100_000, description="Requests of the no-sharing workload.")
-    noshare_prompt: int = Field(256, ge=1, le=32_768, description="Tokens of each independent no-sharing prompt.")
-    pressure_templates: int = Field(6, ge=2, le=1000, description="Few-shot templates interleaved in the cache-pressure workload.")
-    pressure_per_template: int = Field(8, ge=1, le=10_000, description="Requests per template in the cache-pressure workload.")
-    pressure_prefix: int = Field(384, ge=1, le=32_768, description="Tokens of each template's prefix in the cache-pressure workload.")
+    tot_question: int = Field(192, ge=1, le=511, description="Tokens of a tree-of-thought problem statement.")
+    tot_step: int = Field(16, ge=1, le=511, description="Tokens each continuation appends (its instruction).")
+    tot_new_tokens: int = Field(16, ge=1, le=511, description="Tokens generated per tree-of-thought call.")
+    noshare_requests: int = Field(16, ge=2, le=100_000, description="Requests of the no-sharing workload.")
+    noshare_prompt: int = Field(256, ge=1, le=511, description="Tokens of each independent no-sharing prompt.")
+    pressure_templates: int = Field(4, ge=2, le=1000, description="Few-shot templates interleaved in the cache-pressure workload.")
+    pressure_per_template: int = Field(4, ge=1, le=10_000, description="Requests per template in the cache-pressure workload.")
+    pressure_prefix: int = Field(256, ge=1, le=511, description="Tokens of each template's prefix in the cache-pressure workload.")
     regime_shared_share: list[float] = Field([0.0, 0.5, 0.75, 0.95], min_length=2, max_length=16,
                                              description="Regime: shares of every prompt that are one common prefix (prompts of the few-shot length, fewshot_prefix + question_len tokens); served without a cache and with the radix cache.")
-    regime_requests: int = Field(8, ge=2, le=100_000, description="Requests at every point of the shared-prefix regime sweep.")
+    regime_requests: int = Field(6, ge=2, le=100_000, description="Requests at every point of the shared-prefix regime sweep.")
     regime_repeats: int = Field(2, ge=1, le=100, description="Timed passes per variant at every regime point (fewer than repeats: the sweep is measured).")
-    pressure_kv_slots: int = Field(1536, ge=64, le=4_194_304, description="Token slots of the KV pool in the cache-pressure workload: "
+    pressure_kv_slots: int = Field(704, ge=64, le=4_194_304, description="Token slots of the KV pool in the cache-pressure workload: "
                                    "fewer than all templates need, so the cache must evict.")
 
     @field_validator("regime_shared_share")
@@ -74,22 +82,35 @@ class Params(SystemParams):
             raise ValueError("shares must be distinct, each in [0, 1]")
         return sorted(v)
 
+    def chain_lengths(self) -> dict[str, tuple[int, str]]:
+        """Workload -> (positions of its longest request chain, prompt + generated tokens; the
+        parameter named when it does not fit)."""
+        return {
+            "few-shot": (self.fewshot_prefix + self.question_len + self.new_tokens, "fewshot_prefix"),
+            "chat": (self.chat_system + self.chat_turns * (self.chat_user + self.chat_new_tokens), "chat_turns"),
+            "tree-of-thought": (self.tot_question + self.tot_depth * self.tot_step
+                                + (self.tot_depth + 1) * self.tot_new_tokens, "tot_depth"),
+            "no-sharing": (self.noshare_prompt + self.new_tokens, "noshare_prompt"),
+            "pressure": (self.pressure_prefix + self.question_len + self.new_tokens, "pressure_prefix"),
+        }
+
     @model_validator(mode="after")
     def _consistent(self) -> "Params":
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model ({self.d_model}) must be a multiple of heads ({self.heads})")
-        one = {"kv_slots": max(self.fewshot_prefix + self.question_len + self.new_tokens,
-                               self.chat_system + self.chat_turns * (self.chat_user + self.chat_new_tokens),
-                               self.tot_question + self.tot_depth * self.tot_step + (self.tot_depth + 1) * self.tot_new_tokens,
-                               self.noshare_prompt + self.new_tokens),
-               "pressure_kv_slots": self.pressure_prefix + self.question_len + self.new_tokens}
+        chains = self.chain_lengths()
+        for workload, (need, name) in chains.items():
+            if need > MODEL_POSITIONS:
+                raise FieldValueError(name, f"the {workload} workload's longest request chain (prompt + generated "
+                                      f"tokens) is {need} positions; {MODEL_NAME} has {MODEL_POSITIONS}")
+        one = {"kv_slots": max(need for w, (need, _) in chains.items() if w != "pressure"),
+               "pressure_kv_slots": chains["pressure"][0]}
         for name, need in one.items():
             if getattr(self, name) < need:
-                raise ValueError(f"{name} ({getattr(self, name)}) is smaller than the longest request's "
-                                 f"{need} tokens: it could never be served")
+                raise FieldValueError(name, f"{name} ({getattr(self, name)}) is smaller than the longest request's "
+                                      f"{need} tokens: it could never be served")
         if self.pressure_kv_slots >= self.pressure_templates * self.pressure_prefix:
-            raise ValueError(f"pressure_kv_slots ({self.pressure_kv_slots}) holds all {self.pressure_templates} "
-                             f"template prefixes ({self.pressure_templates * self.pressure_prefix} tokens): no cache pressure")
+            raise FieldValueError("pressure_kv_slots", f"pressure_kv_slots ({self.pressure_kv_slots}) holds all "
+                                  f"{self.pressure_templates} template prefixes "
+                                  f"({self.pressure_templates * self.pressure_prefix} tokens): no cache pressure")
         return self
 
 
@@ -129,4 +150,5 @@ SPEC = SystemSpec(
     ),
 )
 
-__all__ = ["Params", "SPEC", "RadixCache", "NaivePrefixStore", "common_prefix_len"]
+__all__ = ["Params", "SPEC", "RadixCache", "NaivePrefixStore", "common_prefix_len", "MODEL_NAME", "MODEL_POSITIONS",
+           "MODEL_VOCAB", "FIRST_WORD_ID", "TOKEN_IDS"]

@@ -1,4 +1,4 @@
-"""A serving engine around ``TinyDecoder``: continuous batching over a KV pool, with or without the
+"""A serving engine around the causal MiniLM (``model.CausalMiniLM``): continuous batching over a KV pool, with or without the
 radix cache, and the two admission orders compared in the paper (SGLang, Sec. 3): first come first
 served, and longest prefix match first (LPM, the paper's cache-aware scheduling)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from .model import KVPool, ModelConfig, TinyDecoder
+from .model import CausalMiniLM, KVPool, pretrained
 from .tree import RadixCache
 
 
@@ -20,6 +20,20 @@ class Request:
     parent: int | None
     append: tuple[int, ...]
     max_new: int
+
+
+def longest_sequence(requests: list[Request]) -> int:
+    """Positions of the longest request chain (its prompts and outputs): what the model must hold."""
+    by_id = {r.rid: r for r in requests}
+    memo: dict[int, int] = {}
+
+    def length(rid: int) -> int:
+        if rid not in memo:
+            r = by_id[rid]
+            memo[rid] = (length(r.parent) if r.parent is not None else 0) + len(r.append) + r.max_new
+        return memo[rid]
+
+    return max((length(r.rid) for r in requests), default=0)
 
 
 @dataclass
@@ -54,9 +68,9 @@ class ServeStats:
 
 
 class Engine:
-    def __init__(self, cfg: ModelConfig, seed: int = 0):
-        self.cfg = cfg
-        self.model = TinyDecoder(cfg, seed)
+    def __init__(self, model: CausalMiniLM | None = None):
+        self.model = model if model is not None else pretrained()
+        self.cfg = self.model.cfg
         self._exact = False   # set per serve(): exact-prompt matching only
 
     def serve(self, requests: list[Request], *, kv_slots: int, max_running: int, cache: bool,
@@ -69,8 +83,13 @@ class Engine:
             raise ValueError(f"policy must be 'lpm' or 'fcfs' (got {policy!r})")
         if match not in ("prefix", "exact"):
             raise ValueError(f"match must be 'prefix' or 'exact' (got {match!r})")
+        longest = longest_sequence(requests)
+        if longest > self.cfg.max_positions:
+            raise ValueError(f"a request chain needs {longest} positions (prompt + generated tokens) but "
+                             f"{self.cfg.name} has {self.cfg.max_positions}")
         self._exact = match == "exact"
-        model, pool = self.model, KVPool(self.cfg, kv_slots)
+        # the decode batch's gather buffers are sized (and touched) before the clock starts
+        model, pool = self.model, KVPool(self.cfg, kv_slots, batch_tokens=min(max_running, len(requests)) * longest)
         tree = RadixCache() if cache else None
         children: dict[int | None, list[Request]] = {}
         for r in requests:
@@ -79,7 +98,8 @@ class Engine:
         waiting: list[tuple[Request, list[int]]] = [(r, list(r.append)) for r in children.get(None, [])]
         running: list[_Running] = []
         st = ServeStats()
-        rows: torch.Tensor | None = None
+        rows: torch.Tensor | None = None   # the running batch's slot rows; None: rebuild (and re-gather)
+        batch_kv = None
         order_key = None  # (tree version, ready count) when the queue was last ordered
         ready = len(waiting)
         t0 = time.perf_counter()
@@ -111,8 +131,9 @@ class Engine:
             # ---- one decoding step of the whole running batch ----
             if rows is None:
                 rows = pad_sequence([r.slots for r in running], batch_first=True)
+                batch_kv = model.gather_batch(pool, rows)
             logits = model.decode(pool, [r.output[-1] for r in running],
-                                  [len(r.prompt) + len(r.output) - 1 for r in running], rows)
+                                  [len(r.prompt) + len(r.output) - 1 for r in running], rows, batch_kv)
             st.decode_steps += 1
             nxt = logits.argmax(-1).tolist()
             still = []

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 
+from . import TOKEN_IDS
 from . import workloads as w
 from .engine import Engine, Request, ServeStats
-from .model import ModelConfig
 
 WORKLOADS = ("fewshot", "chat", "tot", "noshare", "pressure")
 SUFFIX = {"fewshot": "", "chat": "_chat", "tot": "_tot", "noshare": "_noshare", "pressure": "_pressure"}
@@ -30,27 +30,39 @@ def make_requests(p, workload: str) -> list[Request]:
     index = WORKLOADS.index(workload) if workload in WORKLOADS else len(WORKLOADS)  # a regime point
     rng = np.random.default_rng([p.seed, index])
     if workload == "fewshot":
-        return w.fewshot(rng, p.vocab, p.fewshot_requests, p.fewshot_prefix, p.question_len, p.new_tokens)
+        return w.fewshot(rng, TOKEN_IDS, p.fewshot_requests, p.fewshot_prefix, p.question_len, p.new_tokens)
     if workload == "chat":
-        return w.chat(rng, p.vocab, p.chat_sessions, p.chat_turns, p.chat_system, p.chat_user, p.chat_new_tokens)
+        return w.chat(rng, TOKEN_IDS, p.chat_sessions, p.chat_turns, p.chat_system, p.chat_user, p.chat_new_tokens)
     if workload == "tot":
-        return w.tree_of_thought(rng, p.vocab, p.tot_trees, p.tot_branch, p.tot_depth, p.tot_question,
+        return w.tree_of_thought(rng, TOKEN_IDS, p.tot_trees, p.tot_branch, p.tot_depth, p.tot_question,
                                  p.tot_step, p.tot_new_tokens)
     if workload == "noshare":
-        return w.no_sharing(rng, p.vocab, p.noshare_requests, p.noshare_prompt, p.new_tokens)
+        return w.no_sharing(rng, TOKEN_IDS, p.noshare_requests, p.noshare_prompt, p.new_tokens)
     if workload.startswith("share"):   # the regime: a share of every prompt is one common prefix
-        return w.shared_share(rng, p.vocab, p.regime_requests, p.fewshot_prefix + p.question_len,
+        return w.shared_share(rng, TOKEN_IDS, p.regime_requests, p.fewshot_prefix + p.question_len,
                               float(workload[len("share"):]), p.new_tokens)
     if workload == "pressure":
-        return w.interleaved_templates(rng, p.vocab, p.pressure_templates, p.pressure_per_template,
+        return w.interleaved_templates(rng, TOKEN_IDS, p.pressure_templates, p.pressure_per_template,
                                        p.pressure_prefix, p.question_len, p.new_tokens)
     raise ValueError(f"unknown workload {workload!r}")
 
 
-def model_config(p) -> ModelConfig:
-    longest = max(w.longest_sequence(make_requests(p, name)) for name in WORKLOADS)
-    return ModelConfig(vocab=p.vocab, d_model=p.d_model, layers=p.layers, heads=p.heads, mlp_mult=4,
-                       max_seq_len=longest)
+def make_engine(p) -> Engine:
+    """An engine on the pretrained model (weights read once per process), ``p.torch_threads`` threads."""
+    import torch
+
+    torch.set_num_threads(p.torch_threads)
+    return Engine()
+
+
+def model_note() -> dict:
+    """What was served and how long reading its weights took (once per process, never in a timed pass)."""
+    from .model import pretrained
+
+    model = pretrained()
+    cfg = model.cfg
+    return {"name": cfg.name, "layers": cfg.layers, "d_model": cfg.d_model, "heads": cfg.heads,
+            "vocab": cfg.vocab, "max_positions": cfg.max_positions, "load_s": model.load_s}
 
 
 def outputs_digest(st: ServeStats) -> str:
@@ -71,20 +83,17 @@ def measure_regime(p, log=None) -> dict[float, dict[str, list[float]]]:
     """Requests/s of no cache and the radix cache at every shared-prefix share of ``p.regime_shared_share``:
     ``p.regime_requests`` prompts of the few-shot length whose first share of tokens is common,
     ``p.regime_repeats`` timed passes per variant (interleaved, after one warm-up pass each)."""
-    import torch
-
-    torch.set_num_threads(p.torch_threads)
-    engine = Engine(model_config(p), seed=p.seed)
+    eng = make_engine(p)
     out = {}
     for share in p.regime_shared_share:
         name = regime_workload(share)
         requests = make_requests(p, name)
         rates: dict[str, list[float]] = {v: [] for v in REGIME_VARIANTS}
         for v in REGIME_VARIANTS:
-            serve(engine, p, name, v, requests[: max(2, len(requests) // 8)])
+            serve(eng, p, name, v, requests[: max(2, len(requests) // 8)])
         for rep in range(p.regime_repeats):
             for v in REGIME_VARIANTS[rep % 2:] + REGIME_VARIANTS[:rep % 2]:
-                st = serve(engine, p, name, v, requests)
+                st = serve(eng, p, name, v, requests)
                 rates[v].append(st.requests / st.wall_s)
         if log:
             log(f"shared share {share:g}: " + ", ".join(f"{v} {sorted(r)[len(r) // 2]:.3g} req/s" for v, r in rates.items()))
@@ -96,21 +105,18 @@ def measure(p, workload: str, log=None) -> dict:
     """Serve ``workload`` with each of its variants ``p.repeats`` times, variants interleaved and
     their order rotated per repeat, after one untimed warm-up pass of each. Counts come from the
     first timed pass (every pass of a variant serves the same requests the same way)."""
-    import torch
-
-    torch.set_num_threads(p.torch_threads)
-    engine = Engine(model_config(p), seed=p.seed)
+    eng = make_engine(p)
     requests = make_requests(p, workload)
     names = variants_of(workload)
     for v in names:  # warm-up: allocator, kernels, caches of the interpreter
-        serve(engine, p, workload, v, requests[: max(2, len(requests) // 8)])  # parents precede children
+        serve(eng, p, workload, v, requests[: max(2, len(requests) // 8)])  # parents precede children
     rates: dict[str, list[float]] = {v: [] for v in names}
     first: dict[str, ServeStats] = {}
     digests: dict[str, set[str]] = {v: set() for v in names}
     for rep in range(p.repeats):
         order = names[rep % len(names):] + names[:rep % len(names)]
         for v in order:
-            st = serve(engine, p, workload, v, requests)
+            st = serve(eng, p, workload, v, requests)
             rates[v].append(st.requests / st.wall_s)
             digests[v].add(outputs_digest(st))
             first.setdefault(v, st)
@@ -118,7 +124,7 @@ def measure(p, workload: str, log=None) -> dict:
                 log(f"{workload}/{v}: {st.requests} requests in {st.wall_s:.3f} s, prefill {st.prefill_tokens} "
                     f"of {st.prompt_tokens} prompt tokens, hit rate {st.hit_rate:.3f}")
     out = {"workload": workload, "rates": rates, "metrics": {}, "finished_prefill": {},
-           "digests": {v: sorted(d) for v, d in digests.items()}}
+           "digests": {v: sorted(d) for v, d in digests.items()}, "model": model_note()}
     for v, st in first.items():
         out["metrics"][v] = {
             "prefill_tokens": float(st.prefill_tokens), "prompt_tokens": float(st.prompt_tokens),

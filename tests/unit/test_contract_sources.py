@@ -72,6 +72,25 @@ def test_committed_quick_result_was_made_by_the_current_code(name):
         f"{path.name} was made by other code than this; regenerate: mlsys-flows bench {name} --scale quick --save"
 
 
+def _extra_reports() -> list:
+    """Committed RunReports of a system run with other parameters (``<name>-<stem>.json``, quoted by its
+    page through ``@<name>-<stem>:`` spans); other JSON files there are not RunReports."""
+    out = []
+    for path in sorted(RESULTS.glob("*.json")):
+        report = json.loads(path.read_text())
+        name = report.get("system") if isinstance(report, dict) else None
+        if name in IMPLEMENTED and path.name != f"{name}-{report.get('scale')}.json" and "environment" in report:
+            out.append(pytest.param(name, path.name, id=path.stem))
+    return out
+
+
+@pytest.mark.parametrize("name,file", _extra_reports())
+def test_other_committed_reports_were_made_by_the_current_code(name, file):
+    report = json.loads((RESULTS / file).read_text())
+    assert report["environment"].get("code_hash") == code_hash(name), \
+        f"{file} was made by other code than this; rerun it with the parameters its notes record"
+
+
 @pytest.mark.parametrize("name", IMPLEMENTED)
 def test_committed_quick_result_meets_the_contract(name):
     report = json.loads((RESULTS / f"{name}-quick.json").read_text())

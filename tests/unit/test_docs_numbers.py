@@ -33,6 +33,18 @@ def test_a_span_whose_path_does_not_resolve_fails_naming_it(path):
         docnumbers.render(f"<!-- run:{path} -->x<!-- /run -->", REPORT)
 
 
+def test_a_span_reads_another_committed_report_of_its_system(tmp_path):
+    (tmp_path / "demo-quick.json").write_text(json.dumps(REPORT))
+    (tmp_path / "demo-minilm.json").write_text(json.dumps({"headline": {"ratio": 2.345}}))
+    (tmp_path / "other-minilm.json").write_text(json.dumps({"headline": {"ratio": 9.0}}))
+    text = "<!-- run:headline.ratio {:.2f}x -->?<!-- /run --> and <!-- run:@demo-minilm:headline.ratio {:.2f}x -->?<!-- /run -->"
+    out = docnumbers.render_page("demo", text, tmp_path)
+    assert "-->1.13x<!--" in out and "-->2.35x<!--" in out
+    for stem in ("demo-absent", "other-minilm"):  # missing, or another system's
+        with pytest.raises(docnumbers.SpanError, match=f"no committed report {stem}.json"):
+            docnumbers.render_page("demo", f"<!-- run:@{stem}:headline.ratio -->?<!-- /run -->", tmp_path)
+
+
 def test_a_span_without_a_committed_report_fails():
     with pytest.raises(docnumbers.SpanError, match="no committed quick report"):
         docnumbers.render("<!-- run:headline.ratio -->x<!-- /run -->", None, "docs/demo.md")
