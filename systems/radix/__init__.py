@@ -2,7 +2,7 @@
 tree with LRU eviction and longest-prefix-match-first scheduling, against serving with no cache.
 
 Pure: no prefect/dask imports; torch is imported only by the modules that run the model
-(``model``, ``engine``, ``run``), never here.
+(``systems/llm_serving/causal_minilm.py``, ``engine``, ``run``), never here.
 """
 from __future__ import annotations
 
@@ -12,18 +12,10 @@ from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import FieldValueError, SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.llm_serving.model_card import FIRST_WORD_ID, MODEL_NAME, MODEL_POSITIONS, MODEL_VOCAB, TOKEN_IDS
 
 from .tree import NaivePrefixStore, RadixCache, common_prefix_len
 
-
-# The served model: all-MiniLM-L6-v2 (BERT, run causally; ``model.py`` loads it). Its limits are
-# stated here so parameters are checked without loading torch; a unit test checks them against
-# the package's config and vocabulary.
-MODEL_NAME = "all-MiniLM-L6-v2"
-MODEL_POSITIONS = 512      # max_position_embeddings: a request chain's prompt + output must fit
-MODEL_VOCAB = 30522
-FIRST_WORD_ID = 999        # ids below are [PAD], [unusedN], [UNK], [CLS], [SEP], [MASK]
-TOKEN_IDS = range(FIRST_WORD_ID, MODEL_VOCAB)   # the ordinary wordpieces prompts are drawn from
 
 
 class Params(SystemParams):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from .model import CausalMiniLM, KVPool, pretrained
+from mlsys_flows.systems.llm_serving.causal_minilm import CausalMiniLM, KVPool, pretrained
 from .tree import RadixCache
 
 

@@ -57,7 +57,7 @@ def make_engine(p) -> Engine:
 
 def model_note() -> dict:
     """What was served and how long reading its weights took (once per process, never in a timed pass)."""
-    from .model import pretrained
+    from mlsys_flows.systems.llm_serving.causal_minilm import pretrained
 
     model = pretrained()
     cfg = model.cfg

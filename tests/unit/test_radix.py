@@ -128,5 +128,5 @@ def test_params_reject_impossible_pools():
         Params.for_scale("smoke", kv_slots=100)
     with pytest.raises(ParamsError, match="pressure_kv_slots"):
         Params.for_scale("smoke", pressure_kv_slots=5000)   # holds every template: no pressure
-    with pytest.raises(ParamsError, match="heads"):
-        Params.for_scale("smoke", d_model=100, heads=3)
+    with pytest.raises(ParamsError, match="noshare_prompt"):
+        Params.for_scale("smoke", noshare_prompt=510)   # 510 + 4 generated: past 512 positions

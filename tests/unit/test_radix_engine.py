@@ -1,19 +1,21 @@
-"""The decoder really reuses cached K/V: logits with a cached prefix equal a full recomputation,
-served outputs are identical with and without the radix cache, the cache saves the prefill it
-should, and longest-prefix-match-first beats FCFS under cache pressure."""
+"""The served model is the package's pretrained MiniLM run causally, and the engine really reuses its
+cached K/V: logits with a cached prefix equal a full recomputation, served outputs are identical with
+and without the radix cache, the cache saves the prefill it should, and longest-prefix-match-first
+beats FCFS under cache pressure."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from mlsys_flows.systems.radix import Params, common_prefix_len
+from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.radix import FIRST_WORD_ID, MODEL_POSITIONS, MODEL_VOCAB, TOKEN_IDS, Params, common_prefix_len
 from mlsys_flows.systems.radix import workloads as w
 from mlsys_flows.systems.radix.engine import Engine
-from mlsys_flows.systems.radix.model import KVPool, ModelConfig, TinyDecoder
+from mlsys_flows.systems.llm_serving.causal_minilm import KVPool, load_config, load_state_dict, pretrained, weights_dir
 from mlsys_flows.systems.radix.run import make_requests, measure, serve
 
-CFG = ModelConfig(vocab=64, d_model=32, layers=2, heads=4, max_seq_len=256)
+ATOL = RTOL = 1e-4
 
 
 @pytest.fixture(autouse=True)
@@ -24,8 +26,65 @@ def _one_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture(scope="module")
+def model():
+    return pretrained()
+
+
+def _tokens(n: int, seed: int = 0) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(TOKEN_IDS.start, TOKEN_IDS.stop, n)]
+
+
+def test_constants_match_the_packaged_model():
+    cfg = load_config()
+    assert (cfg.layers, cfg.d_model, cfg.heads, cfg.intermediate) == (6, 384, 12, 1536)
+    assert (cfg.max_positions, cfg.vocab) == (MODEL_POSITIONS, MODEL_VOCAB)
+    vocab = (weights_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert len(vocab) == MODEL_VOCAB
+    # every id below FIRST_WORD_ID is a special or unused piece; the ordinary wordpieces start there
+    assert all(t.startswith("[") and t.endswith("]") for t in vocab[:FIRST_WORD_ID])
+    assert vocab[FIRST_WORD_ID] == "!" and "[CLS]" not in vocab[FIRST_WORD_ID:]
+
+
+def test_loaded_weights_are_the_package_state_dict(model):
+    sd = load_state_dict()
+    assert model.load_s > 0
+    d = model.cfg.d_model
+    e = "embeddings."
+    assert torch.equal(model.word, sd[e + "word_embeddings.weight"])
+    assert torch.equal(model.pos, sd[e + "position_embeddings.weight"])
+    assert torch.equal(model.type0, sd[e + "token_type_embeddings.weight"][0])
+    assert torch.equal(model.emb_ln_w, sd[e + "LayerNorm.weight"])
+    for i, blk in enumerate(model.blocks):
+        p = f"encoder.layer.{i}."
+        for j, n in enumerate(("query", "key", "value")):
+            assert torch.equal(blk["qkv_w"][j * d:(j + 1) * d], sd[p + f"attention.self.{n}.weight"])
+            assert torch.equal(blk["qkv_b"][j * d:(j + 1) * d], sd[p + f"attention.self.{n}.bias"])
+        assert torch.equal(blk["o_w"], sd[p + "attention.output.dense.weight"])
+        assert torch.equal(blk["ln1_b"], sd[p + "attention.output.LayerNorm.bias"])
+        assert torch.equal(blk["up_w"], sd[p + "intermediate.dense.weight"])
+        assert torch.equal(blk["down_b"], sd[p + "output.dense.bias"])
+        assert torch.equal(blk["ln2_w"], sd[p + "output.LayerNorm.weight"])
+
+
+def test_architecture_equals_transformers_bert(model):
+    """Our module on the same weights equals transformers' BertModel: bidirectional (what the weights
+    were trained as) and causal (BertModel as a decoder): embeddings, post-LN and GELU are BERT's."""
+    transformers = pytest.importorskip("transformers")
+    path = str(weights_dir())
+    tokens = _tokens(60, seed=3)
+    ids = torch.tensor([tokens])
+    with torch.inference_mode():
+        enc = transformers.BertModel.from_pretrained(path, local_files_only=True).eval()
+        dec = transformers.BertModel.from_pretrained(path, local_files_only=True, is_decoder=True).eval()
+        bidir, causal = enc(ids).last_hidden_state[0], dec(ids).last_hidden_state[0]
+    assert torch.allclose(model.hidden_states(tokens, causal=False), bidir, atol=ATOL)
+    assert torch.allclose(model.hidden_states(tokens, causal=True), causal, atol=ATOL)
+    assert not torch.allclose(bidir, causal, atol=1e-2)  # the causal mask really changes the result
+
+
 def _prefix_then_suffix(model, tokens, split, prefix_slots_shift=0):
-    pool = KVPool(CFG, 128)
+    pool = KVPool(model.cfg, 128)
     slots = torch.arange(len(tokens)) + 7
     model.prefill(pool, tokens[:split], 0, slots[:split])
     reuse = slots.clone()
@@ -33,42 +92,60 @@ def _prefix_then_suffix(model, tokens, split, prefix_slots_shift=0):
     return model.prefill(pool, tokens[split:], split, reuse)
 
 
-def test_prefill_over_cached_prefix_equals_full_recompute():
-    model = TinyDecoder(CFG, seed=1)
-    tokens = [int(t) for t in np.random.default_rng(0).integers(0, CFG.vocab, 40)]
+def test_prefill_over_cached_prefix_equals_full_prefill(model):
+    tokens = _tokens(40)
     ref = model.full_logits(tokens)[-1]
+    whole = model.prefill(KVPool(model.cfg, 64), tokens, 0, torch.arange(40))
+    assert torch.allclose(whole, ref, atol=ATOL, rtol=RTOL)
     for split in (1, 17, 39):
-        assert torch.allclose(_prefix_then_suffix(model, tokens, split), ref, atol=1e-4, rtol=1e-4)
+        assert torch.allclose(_prefix_then_suffix(model, tokens, split), ref, atol=ATOL, rtol=RTOL)
 
 
-def test_wrong_prefix_slots_give_different_logits():
+def test_wrong_prefix_slots_give_different_logits(model):
     """The equality above is not vacuous: reading the prefix from the wrong slots changes the result."""
-    model = TinyDecoder(CFG, seed=1)
-    tokens = [int(t) for t in np.random.default_rng(0).integers(0, CFG.vocab, 40)]
+    tokens = _tokens(40)
     ref = model.full_logits(tokens)[-1]
     assert not torch.allclose(_prefix_then_suffix(model, tokens, 17, prefix_slots_shift=50), ref, atol=1e-2)
 
 
-def test_decode_matches_full_recompute():
-    model = TinyDecoder(CFG, seed=2)
-    rng = np.random.default_rng(1)
-    a, b = ([int(t) for t in rng.integers(0, CFG.vocab, n)] for n in (12, 20))
-    pool = KVPool(CFG, 128)
-    sa, sb = torch.arange(0, 13), torch.arange(40, 61)
+def test_decode_matches_full_recompute(model):
+    """Batched decode steps over a gathered batch K/V, updated in place step after step, equal a full
+    causal pass over each whole sequence."""
+    a, b = _tokens(12, seed=1), _tokens(20, seed=2)
+    pool = KVPool(model.cfg, 128)
+    sa, sb = torch.arange(0, 15), torch.arange(40, 63)
     model.prefill(pool, a, 0, sa[:12])
     model.prefill(pool, b, 0, sb[:20])
     rows = torch.nn.utils.rnn.pad_sequence([sa, sb], batch_first=True)
-    out = model.decode(pool, [5, 9], [12, 20], rows)
-    assert torch.allclose(out[0], model.full_logits(a + [5])[-1], atol=1e-4, rtol=1e-4)
-    assert torch.allclose(out[1], model.full_logits(b + [9])[-1], atol=1e-4, rtol=1e-4)
+    batch_kv = model.gather_batch(pool, rows)
+    fed = ([5000, 5001, 5002], [9000, 9001, 9002])
+    for step in range(3):
+        out = model.decode(pool, [fed[0][step], fed[1][step]], [12 + step, 20 + step], rows, batch_kv)
+        assert torch.allclose(out[0], model.full_logits(a + fed[0][:step + 1])[-1], atol=ATOL, rtol=RTOL)
+        assert torch.allclose(out[1], model.full_logits(b + fed[1][:step + 1])[-1], atol=ATOL, rtol=RTOL)
+    # without a kept batch K/V the step gathers it from the pool, which decode kept up to date
+    again = model.decode(pool, [fed[0][2], fed[1][2]], [14, 22], rows)
+    assert torch.allclose(again, out, atol=ATOL, rtol=RTOL)
+
+
+def test_positions_past_the_model_fail_clearly(model):
+    with pytest.raises(ValueError, match="512 positions"):
+        model.prefill(KVPool(model.cfg, 1024), _tokens(20), 500, torch.arange(520))
+    long = [w.Request(0, None, tuple(_tokens(500)), 20)]
+    with pytest.raises(ValueError, match="needs 520 positions"):
+        Engine(model).serve(long, kv_slots=1024, max_running=1, cache=True)
+    for field, value in (("fewshot_prefix", 500), ("chat_turns", 20), ("tot_depth", 8), ("noshare_prompt", 509),
+                         ("pressure_prefix", 500)):
+        more = {"tot_question": 300} if field == "tot_depth" else {}   # 300 + 8 x 16 + 9 x 16 = 572
+        with pytest.raises(ParamsError, match=field) as err:
+            Params.for_scale("quick", **{field: value}, **more)
+        assert err.value.field == field and "512" in str(err.value)
 
 
 @pytest.mark.parametrize("workload", ["fewshot", "chat", "tot", "noshare", "pressure"])
-def test_outputs_identical_with_and_without_cache(workload):
-    p = Params.for_scale("smoke", d_model=32, fewshot_prefix=96, tot_question=48, pressure_prefix=96,
-                         pressure_kv_slots=256, noshare_prompt=48)
-    from mlsys_flows.systems.radix.run import model_config
-    engine = Engine(model_config(p), seed=0)
+def test_outputs_identical_with_and_without_cache(model, workload):
+    p = Params.for_scale("smoke")
+    engine = Engine(model)
     reqs = make_requests(p, workload)
     base = serve(engine, p, workload, "no_cache", reqs)
     variants = ("radix", "radix_fcfs") if workload == "pressure" else ("radix",)
@@ -82,10 +159,10 @@ def test_outputs_identical_with_and_without_cache(workload):
         assert results["radix"].prefill_tokens < base.prefill_tokens / 2
 
 
-def test_fewshot_prefill_counts_exact():
+def test_fewshot_prefill_counts_exact(model):
     """One shared prefix, admitted one request at a time: only the first request computes it."""
-    engine = Engine(CFG, seed=0)
-    reqs = w.fewshot(np.random.default_rng(0), CFG.vocab, 6, 50, 5, 3)
+    engine = Engine(model)
+    reqs = w.fewshot(np.random.default_rng(0), TOKEN_IDS, 6, 50, 5, 3)
     st = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True)
     assert st.prompt_tokens == 6 * 55
     # every earlier prompt is cached when the next is admitted (no eviction): the naive count
@@ -97,9 +174,9 @@ def test_fewshot_prefill_counts_exact():
     assert none.prefill_tokens == 6 * 55 and none.outputs == st.outputs
 
 
-def test_lpm_beats_fcfs_under_pressure_and_pool_is_conserved():
-    engine = Engine(CFG, seed=0)
-    reqs = w.interleaved_templates(np.random.default_rng(3), CFG.vocab, 4, 6, 60, 4, 2)
+def test_lpm_beats_fcfs_under_pressure_and_pool_is_conserved(model):
+    engine = Engine(model)
+    reqs = w.interleaved_templates(np.random.default_rng(3), TOKEN_IDS, 4, 6, 60, 4, 2)
     lpm = engine.serve(reqs, kv_slots=150, max_running=2, cache=True, policy="lpm")
     fcfs = engine.serve(reqs, kv_slots=150, max_running=2, cache=True, policy="fcfs")
     assert lpm.outputs == fcfs.outputs
@@ -109,19 +186,20 @@ def test_lpm_beats_fcfs_under_pressure_and_pool_is_conserved():
 
 
 def test_measure_reports_every_variant():
-    p = Params.for_scale("smoke", d_model=32, repeats=2)
+    p = Params.for_scale("smoke", repeats=2)
     out = measure(p, "pressure")
     assert set(out["rates"]) == {"no_cache", "radix", "radix_fcfs"}
     assert all(len(r) == 2 and min(r) > 0 for r in out["rates"].values())
     m = out["metrics"]
     assert m["radix"]["prefill_tokens_saved"] == m["radix"]["prompt_tokens"] - m["radix"]["prefill_tokens"] > 0
     assert m["no_cache"]["hit_rate"] == 0.0 and 0 < m["radix"]["hit_rate"] < 1
+    assert out["model"]["name"] == "all-MiniLM-L6-v2" and out["model"]["max_positions"] == MODEL_POSITIONS
 
 
-def test_exact_prompt_cache_reuses_only_whole_identical_prompts():
+def test_exact_prompt_cache_reuses_only_whole_identical_prompts(model):
     """The mechanism's ablation: prompts sharing a prefix recompute it; an identical prompt reuses it whole."""
-    engine = Engine(CFG, seed=0)
-    reqs = w.fewshot(np.random.default_rng(0), CFG.vocab, 6, 50, 5, 3)
+    engine = Engine(model)
+    reqs = w.fewshot(np.random.default_rng(0), TOKEN_IDS, 6, 50, 5, 3)
     exact = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, match="exact")
     radix = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True)
     assert exact.prefill_tokens == exact.prompt_tokens == 6 * 55 > radix.prefill_tokens
@@ -133,11 +211,20 @@ def test_exact_prompt_cache_reuses_only_whole_identical_prompts():
         engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, match="fuzzy")
 
 
+def test_workload_tokens_are_ordinary_wordpieces():
+    p = Params.for_scale("smoke")
+    for name in ("fewshot", "chat", "tot", "noshare", "pressure"):
+        assert all(FIRST_WORD_ID <= t < MODEL_VOCAB for r in make_requests(p, name) for t in r.append)
+    with pytest.raises(ValueError, match="ids"):
+        w.fewshot(np.random.default_rng(0), 512, 2, 4, 2, 1)
+
+
 def test_shared_share_workload_shares_exactly_that_prefix():
-    reqs = w.shared_share(np.random.default_rng(1), 512, 10, 100, 0.75, 4)
+    ids = range(0, 512)
+    reqs = w.shared_share(np.random.default_rng(1), ids, 10, 100, 0.75, 4)
     assert all(len(r.append) == 100 and r.append[:75] == reqs[0].append[:75] for r in reqs)
     assert max(common_prefix_len(a.append, b.append) for a in reqs for b in reqs if a is not b) < 80
-    assert all(common_prefix_len(a.append, b.append) < 5 for a in w.shared_share(np.random.default_rng(2), 512, 5, 50, 0.0, 1)
-               for b in w.shared_share(np.random.default_rng(3), 512, 5, 50, 0.0, 1))
+    assert all(common_prefix_len(a.append, b.append) < 5 for a in w.shared_share(np.random.default_rng(2), ids, 5, 50, 0.0, 1)
+               for b in w.shared_share(np.random.default_rng(3), ids, 5, 50, 0.0, 1))
     with pytest.raises(ValueError):
-        w.shared_share(np.random.default_rng(1), 512, 2, 10, 1.5, 1)
+        w.shared_share(np.random.default_rng(1), ids, 2, 10, 1.5, 1)
