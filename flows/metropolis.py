@@ -1,5 +1,6 @@
 """AI Metropolis flow: out-of-order cluster scheduling vs global synchronization and the oracle,
-on the simulated clock (plan) and for real (threads sleeping through each LLM call) on Dask."""
+on the simulated clock (plan) and for real on Dask (every LLM call generated on a small pretrained
+model behind a batching server, or slept through)."""
 from __future__ import annotations
 
 import statistics
@@ -13,6 +14,30 @@ from mlsys_flows.tasks import metropolis as t
 COUNTED = ("llm_calls", "cluster_steps", "conversations", "state_matches_global")
 SIMULATED = ("sim_makespan_s", "sim_max_clock_spread", "sim_utilization")
 MEASURED = ("makespan_s", "utilization", "orchestration_overhead_s", "max_clock_spread", "prefect_task_overhead_s")
+
+
+def llm_note(p, runs: dict) -> str:
+    """What answered the LLM calls of the timed runs, in words and the server's counts."""
+    shape = (f"each call's latency is drawn lognormal (median {p.latency_median_s} s, sigma {p.latency_sigma}) from a "
+             "key of (agent, step, call)")
+    if p.llm == "sleep":
+        return (f"LLM calls are not a model: {shape} and really slept by a thread holding one of {p.llm_slots} priority "
+                "slots (lagging agents first). makespan_s is therefore the wall clock (measured) of a real-time replay "
+                "of a simulated workload: what is measured is the scheduler and its threads, what is slept stands for "
+                "the LLM; sim_makespan_s is the same schedule on a discrete-event clock with no orchestration cost "
+                "(simulated).")
+    batch = {name: statistics.median(x["served_mean_batch"] for x in runs[name]) for name in POLICIES}
+    first = runs["global_sync"][0]
+    return (f"LLM calls run a real model: all-MiniLM-L6-v2's pretrained weights as a causal decoder (the radix "
+            f"system's model, KV pool and batched decode), one server thread on one torch thread, up to {p.llm_slots} "
+            "requests active at once, admitted lagging agents first; each decode step advances every active request "
+            f"by one token. A call prefills a {p.prompt_tokens}-token prompt and generates its length in tokens: {shape}, "
+            f"and a call at the median generates {p.tokens_median} tokens, the others in proportion (at most "
+            f"{p.max_new_tokens}); {first['served_tokens']:.0f} tokens per run (counted). makespan_s is the wall clock "
+            "(measured) of the whole simulation with that generation; utilization is the server's busy slot-seconds "
+            "(active requests x step time) over K x makespan. Median requests per decode step: "
+            + ", ".join(f"{n} {b:.1f}" for n, b in batch.items()) + " (counted per run). sim_makespan_s is the same "
+            "schedule on a discrete-event clock with the drawn latencies (simulated), not the model's.")
 
 
 @system_flow("metropolis")
@@ -48,17 +73,25 @@ def metropolis(ctx: RunContext) -> SystemResult:
                           "sim_utilization": sim["utilization"]}
         samples[name] = {"makespan_s": [x["makespan_s"] for x in real],
                          "utilization": [x["utilization"] for x in real],
-                         "orchestration_overhead_s": [x["makespan_s"] - sim["makespan_s"] for x in real],
                          "max_clock_spread": [float(x["max_clock_spread"]) for x in real]}
+        if p.llm == "sleep":  # the slept calls are the simulated ones: the difference is orchestration
+            samples[name]["orchestration_overhead_s"] = [x["makespan_s"] - sim["makespan_s"] for x in real]
     # not a repeat of the variants' run: the median of its own probe tasks (overhead_probe_tasks)
     variants["out_of_order"]["prefect_task_overhead_s"] = statistics.median(probe)
-    kinds = dict.fromkeys(COUNTED, "counted") | dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(MEASURED, "measured")
+    measured = MEASURED if p.llm == "sleep" else tuple(m for m in MEASURED if m != "orchestration_overhead_s")
+    kinds = dict.fromkeys(COUNTED, "counted") | dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(measured, "measured")
     latency = param_assumptions(p, "latency_median_s", "latency_sigma", "llm_slots", "act_prob", "talk_prob", "max_turns")
-    assumptions = {m: latency for m in ("makespan_s", "utilization", *SIMULATED)}
+    assumptions = {m: latency for m in SIMULATED}
+    if p.llm == "sleep":
+        assumptions |= {m: latency for m in ("makespan_s", "utilization")}
 
     curves = [Curve(title="simulated progress", x_label="simulated time (s)", y_label="mean agent clock (steps)",
                     series={name: ([x for x, _ in sims[name]["progress"]], [y for _, y in sims[name]["progress"]])
                             for name in POLICIES})]
+    if p.llm == "minilm":
+        curves.append(Curve(title="decode batch of the model server", x_label="repeat", y_label="mean requests per decode step",
+                            series={name: (list(range(len(runs[name]))), [x["served_mean_batch"] for x in runs[name]])
+                                    for name in POLICIES}))
     if any(planned["sweep"].values()):
         curves.append(Curve(title="simulated makespan vs LLM slots", x_label="concurrent LLM calls (K)",
                             y_label="makespan (s)", series={name: ([k for k, _ in pts], [m for _, m in pts])
@@ -72,12 +105,7 @@ def metropolis(ctx: RunContext) -> SystemResult:
         f"{p.radius}, speed <= {p.max_speed} cell/step, {p.hotspots} hotspots; {sims['global_sync']['cluster_steps']:.0f} "
         f"cluster steps making {sims['global_sync']['llm_calls']:.0f} LLM calls ({sims['global_sync']['conversations']:.0f} "
         "conversations), the same in every policy (counted).",
-        f"LLM calls are not a model: each call's latency is drawn lognormal (median {p.latency_median_s} s, sigma "
-        f"{p.latency_sigma}) from a key of (agent, step, call) and really slept by a thread holding one of "
-        f"{p.llm_slots} priority slots (lagging agents first). makespan_s is therefore the wall clock (measured) of a "
-        "real-time replay of a simulated workload: what is measured is the scheduler and its threads, what is slept "
-        "stands for the LLM; sim_makespan_s is the same schedule on a discrete-event clock with no orchestration "
-        "cost (simulated).",
+        llm_note(p, runs),
         "Mechanism: the ablation is global_sync itself (the same engine, slots and priority with only the "
         "dependency rule replaced by a per-step barrier), so the mechanism ratio is the headline. Regime: the "
         f"interaction radius, radii {', '.join(map(str, p.regime_radius))} (the headline runs at {p.radius}), every "
@@ -91,15 +119,16 @@ def metropolis(ctx: RunContext) -> SystemResult:
         f"agent's {p.steps} steps form a chain, so a Prefect task per cluster step would put at least "
         f"{p.steps} x {statistics.median(probe):.2f} s = {p.steps * statistics.median(probe):.1f} s of dispatch on the "
         "critical path of every policy; each run of a policy is therefore one Prefect task on a Dask worker, and its "
-        "cluster steps go to a worker-side thread executor whose whole cost is orchestration_overhead_s (wall clock "
-        "minus the simulated clock of the same schedule).",
+        "cluster steps go to a worker-side thread executor"
+        + (" whose whole cost is orchestration_overhead_s (wall clock minus the simulated clock of the same "
+           "schedule)." if p.llm == "sleep" else " (microseconds per dispatch)."),
         f"Median makespans: global_sync {med['global_sync']:.2f} s, out_of_order {med['out_of_order']:.2f} s, oracle "
         f"{med['oracle']:.2f} s. The oracle knows the clusters of the finished run (hindsight); it is a bound, not a "
         "baseline a user can run: its role is oracle (vs_oracle), never the headline's denominator.",
-        "The paper ran LLM-driven generative agents on GPU serving engines; here the agents' "
-        "decisions are seeded rules and the calls are slept, so the speedup reflects the scheduling alone: it grows "
-        "with the latency spread, the agents' spread over the map and the free LLM slots, and shrinks when the slots "
-        "are saturated (see the slot sweep).",
+        "The paper ran LLM-driven generative agents on GPU serving engines; here the agents' decisions are seeded "
+        "rules (the model's output does not steer them), so the speedup reflects the scheduling and how it fills "
+        "the serving engine: it grows with the calls' length spread, the agents' spread over the map and the free "
+        "LLM slots, and shrinks when the slots are saturated (see the slot sweep, simulated).",
     ]
     deterministic = set(COUNTED) | {"sim_makespan_s", "sim_max_clock_spread", "sim_utilization"}
     return SystemResult(variants=variants, kinds=kinds, samples=samples, assumptions=assumptions, curves=curves,

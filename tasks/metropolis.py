@@ -13,7 +13,8 @@ import time
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.metropolis import POLICIES, Params, execute, simulate, sweep_radius, utilization
+from mlsys_flows.systems.metropolis import (POLICIES, Params, execute, execute_model, simulate, sweep_radius,
+                                           utilization)
 
 
 def _truth_to_json(truth: dict) -> bytes:
@@ -57,12 +58,17 @@ def plan(p: Params, storage: ObjectStorage, truth_key: str) -> dict:
 
 @task(name="metropolis-run")
 def run_schedule(p: Params, policy: str, storage: ObjectStorage, truth_key: str, repeat: int) -> dict:
-    """One simulation under ``policy`` with real threads: every LLM call holds one of the K slots and
-    sleeps its latency; the makespan is the wall clock of the whole simulation."""
+    """One simulation under ``policy`` with real threads: every LLM call generates its tokens on the real
+    model's batching server (llm=minilm) or sleeps its latency holding one of the K slots (llm=sleep);
+    the makespan is the wall clock of the whole simulation."""
     log = get_run_logger()
     truth = _truth_from_json(storage.read_bytes(truth_key)) if policy == "oracle" else None
-    out = execute(policy, p.config(), p.llm_slots, truth=truth)
-    s = out.summary()
+    served = {}
+    if p.llm == "minilm":
+        out, served = execute_model(policy, p.config(), p.llm_slots, p.serve_config(), truth=truth)
+    else:
+        out = execute(policy, p.config(), p.llm_slots, truth=truth)
+    s = out.summary() | {f"served_{k}": float(v) for k, v in served.items()}
     s["digest"] = out.digest
     s["utilization"] = utilization(out.busy_call_s, p.llm_slots, out.makespan_s)
     log.info("metropolis %s repeat %d: makespan %.3f s, %d cluster steps, largest clock spread %d", policy, repeat,

@@ -18,6 +18,8 @@ engine's capacity), lagging agents first (priority = simulated time):
 - :class:`SimExecutor`: a discrete-event simulation of the same calls (a simulated clock, exact);
 - :class:`ThreadExecutor`: real threads that really wait (``time.sleep``) for each call's latency
   while holding a slot; the makespan is wall clock.
+- :class:`ModelExecutor`: real threads whose calls generate tokens on a real small model behind a
+  continuous-batching server of ``llm_slots`` concurrent requests (``serve.py``); wall clock.
 """
 from __future__ import annotations
 
@@ -185,6 +187,27 @@ class ThreadExecutor:
         self._calls.shutdown(wait=True)
 
 
+class ModelExecutor(ThreadExecutor):
+    """ThreadExecutor whose calls generate tokens on a real model (serve.ModelServer, ``k`` requests
+    batched) instead of sleeping: the makespan is the wall clock of real generation."""
+
+    def __init__(self, k: int, max_parallel: int, latency_median_s: float, serve_cfg):
+        from .serve import ModelServer  # torch and the weights only when a real model is asked for
+
+        super().__init__(k, max_parallel)
+        self.server = ModelServer(k, serve_cfg)
+        self._median = latency_median_s
+        self.t0 = time.perf_counter()  # after the model is loaded: loading is not the simulation's time
+
+    def _call(self, latency: float, priority: float) -> None:
+        tokens = self.server.cfg.new_tokens(latency, self._median)
+        self.server.generate(self.server.prompt_for(int(latency * 1e9)), tokens, priority)
+
+    def close(self) -> None:
+        super().close()
+        self.server.close()
+
+
 class SimExecutor:
     """The same calls on a simulated clock: ``k`` slots, lagging steps' calls first, zero overhead."""
 
@@ -330,6 +353,24 @@ def simulate(policy: str, cfg: Config, llm_slots: int, truth: dict | None = None
 def execute(policy: str, cfg: Config, llm_slots: int, truth: dict | None = None) -> Outcome:
     """``run`` with real threads that sleep through each call; the makespan is wall clock."""
     return run(policy, cfg, ThreadExecutor(llm_slots, max_parallel=max(2, cfg.agents)), truth)
+
+
+def execute_model(policy: str, cfg: Config, llm_slots: int, serve_cfg, truth: dict | None = None) -> tuple[Outcome, dict]:
+    """``run`` with every call generated on a real model (ModelExecutor); also the server's counters.
+    The outcome's ``busy_call_s`` becomes the server's busy slot-seconds (active requests x step time)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # one server thread does all the compute; more intra-op threads only contend
+    try:
+        ex = ModelExecutor(llm_slots, max(2, cfg.agents), cfg.latency_median_s, serve_cfg)
+        out = run(policy, cfg, ex, truth)
+    finally:
+        torch.set_num_threads(threads)
+    srv = ex.server
+    out.busy_call_s = srv.busy_slot_s
+    return out, {"decode_steps": srv.steps, "prefills": srv.prefills, "tokens": srv.tokens,
+                 "mean_batch": (srv.tokens - srv.prefills) / max(1, srv.steps)}
 
 
 def utilization(busy_call_s: float, llm_slots: int, makespan_s: float) -> float:
