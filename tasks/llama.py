@@ -1,5 +1,6 @@
-"""Prefect tasks of the Llama flow: profile the serverless workers, plan (reference answer, SLO, static
-plans in hindsight), then run one variant over the whole workload on its own fresh worker pool.
+"""Prefect tasks of the Llama flow: profile the serverless workers, plan (reference answer, SLO and
+deployable static plans on calibration videos), then run one variant over the whole workload on its own
+fresh worker pool (the hindsight search for static_oracle runs candidate static plans the same way).
 
 Granularity: a task runs a whole step; the invocations inside it go to worker processes the task's
 serverless runtime starts on demand (``systems/llama/runtime.py``), so each invocation costs a pipe
@@ -30,7 +31,7 @@ def profile(p: Params) -> dict:
 
 @task(name="llama-plan")
 def plan(p: Params, prof: dict, storage: ObjectStorage, key: str) -> dict:
-    """The reference answer, the SLO, the static plans chosen in hindsight (saved at ``key``)."""
+    """The reference answer, the SLO, the deployable static plans (saved at ``key``)."""
     log = get_run_logger()
     out = ex.make_plan(p, prof["profile"])
     storage.write_bytes(key, json.dumps({"slo_s": out["slo_s"], "plans": out["labels"], "predicted": out["predicted"],
@@ -42,10 +43,11 @@ def plan(p: Params, prof: dict, storage: ObjectStorage, key: str) -> dict:
 
 
 @task(name="llama-run")
-def run_variant(p: Params, name: str, plan_: dict, prof: dict, repeat: int) -> dict:
-    """Every video under one variant's policy, invocations in real worker processes."""
+def run_variant(p: Params, name: str, plan_: dict, prof: dict, repeat: int, configs: dict | None = None) -> dict:
+    """Every video under one variant's policy (``configs``: this static plan), invocations in real worker
+    processes."""
     log = get_run_logger()
-    out = ex.run_variant(p, name, plan_, prof["profile"])
+    out = ex.run_variant(p, name, plan_, prof["profile"], configs)
     m = out["metrics"]
     log.info("llama %s repeat %d: cost/video %.3g USD, mean latency %.3f s, SLO met %.0f%%, %d cold starts (%.2f s), "
              "%d invocations, answers match %s", name, repeat, m["cost"], m["mean_latency_s"], 100 * m["slo_attainment"],

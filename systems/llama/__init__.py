@@ -1,5 +1,7 @@
 """Llama (arXiv 2102.01887): latency-targeted, per-invocation configuration of video pipelines on
-serverless CPU and GPU workers, vs all-CPU, all-GPU and the best static plan chosen in hindsight."""
+serverless CPU and GPU workers, vs all-CPU, all-GPU and the cheapest static plan meeting the attainment
+goal on separate calibration videos (deployable), with the cheapest static plan reaching Llama's
+attainment on the evaluated videos beside them (hindsight, an oracle)."""
 from __future__ import annotations
 
 from typing import ClassVar
@@ -16,23 +18,26 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "llama"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(videos=1, frames=16, batch_sizes=[2, 8], max_instances=1, prewarm=0, profile_reps=1,
-                      cold_probes=1, calibration_videos=1, regime_videos=1, regime_duration_scale=[1.0, 16.0]),
-        "quick": dict(videos=20, frames=12, batch_sizes=[2, 8, 32], max_instances=2, profile_reps=5, cold_probes=2,
-                      calibration_videos=8, regime_videos=4),
-        "full": dict(videos=24, frames=96, batch_sizes=[1, 2, 4, 8, 16, 32], max_instances=8, profile_reps=5,
-                     cold_probes=3),
+                      cold_probes=1, calibration_videos=1, regime_videos=1, regime_duration_scale=[1.0, 16.0],
+                      oracle_tries=2),
+        "quick": dict(videos=32, frames=12, batch_sizes=[2, 8, 32], max_instances=2, profile_reps=5, cold_probes=2,
+                      calibration_videos=16, regime_videos=8),
+        "full": dict(videos=60, frames=96, batch_sizes=[1, 2, 4, 8, 16, 32], max_instances=8, profile_reps=5,
+                     cold_probes=3, calibration_videos=30, regime_videos=16, oracle_tries=24),
     }
 
     # workload: synthetic videos
-    videos: int = Field(20, ge=1, le=200, description="Measured videos in the workload.")
-    calibration_videos: int = Field(8, ge=1, le=200, description="Separate videos (another seed) on which the SLO is "
+    videos: int = Field(32, ge=1, le=500, description="Evaluated videos: SLO attainment moves in steps of 1 / videos, "
+                        "so a comparison at equal attainment needs many (>= 30 at quick); every video runs once per "
+                        "variant and repeat, so more of them lengthen the run.")
+    calibration_videos: int = Field(16, ge=1, le=500, description="Separate videos (another seed) on which the SLO is "
                                     "derived and the deployable static plans are chosen; never evaluated.")
     regime_duration_scale: list[float] = Field([1.0, 4.0, 16.0, 64.0], min_length=2, max_length=12,
                                                description="Operator duration / cold start regime: factors on every "
                                                "operation's profiled latency (cold starts unchanged); at each, the SLO "
                                                "and static plans are re-derived on calibration videos and every "
                                                "variant is predicted with the scaled profile (modelled).")
-    regime_videos: int = Field(4, ge=1, le=200, description="Videos of each set (calibration, evaluated) a regime "
+    regime_videos: int = Field(8, ge=1, le=200, description="Videos of each set (calibration, evaluated) a regime "
                                "point predicts (the first ones).")
     prewarm: int = Field(2, ge=0, le=64, description="Instances per tier started (cold, measured) before the first "
                          "video: provisioned concurrency, the same for every variant; idle ones are stopped after keep_alive_s.")
@@ -53,8 +58,12 @@ class Params(SystemParams):
                                 "predicted latency under the fastest all-GPU plan (0) and under the cheapest all-CPU plan (1).")
     slo_cold_starts: float = Field(1.0, ge=0.0, le=100.0, description="Cold starts (of the slower tier, as profiled) "
                                    "added to the derived SLO, so that a video meeting one cold start can still make it.")
-    attainment_goal: float = Field(1.0, gt=0.0, le=1.0, description="Share of videos the best static plan must be "
-                                                                     "predicted to finish within the SLO.")
+    attainment_goal: float = Field(1.0, gt=0.0, le=1.0, description="Share of the calibration videos the deployable "
+                                   "static plan (best_static) must be predicted to finish within the SLO; 1.0 is "
+                                   "Llama's own goal (every video's deadline).")
+    oracle_tries: int = Field(8, ge=1, le=64, description="Static plans run for real on the evaluated videos, cheapest "
+                              "predicted first, in the hindsight search for static_oracle (the cheapest static plan "
+                              "reaching Llama's measured attainment there).")
     # knobs and serverless platform
     batch_sizes: list[int] = Field([2, 8, 32], min_length=1, max_length=8, description="Batch sizes (items per "
                                    "invocation) every operation may use, ascending.")
@@ -128,22 +137,24 @@ SPEC = SystemSpec(
     claims=(
         Claim("cost", "best_static", "llama", "lower", 17.2,
               "7.9x lower latency and 17.2x lower cost (paper: against cluster and serverless video systems; "
-              "here: against the cheapest static plan predicted to meet the SLO on separate calibration videos, "
-              "run on the evaluated videos)", headline=True),
+              "here: against the cheapest static plan predicted to meet the SLO for attainment_goal of separate "
+              "calibration videos, run on the evaluated videos; a win only where Llama's attainment there is at "
+              "least the static plan's: the run's notes say whether it is)", headline=True),
         Claim("cost", "all_gpu", "llama", "lower", statement="cost against running every operation on GPU workers "
                                                              "with the fastest uniform batch size (chosen on the "
-                                                             "calibration videos)"),
+                                                             "calibration videos); read with the attainment note"),
         Claim("slo_attainment", "best_static", "llama", "higher",
-              statement="share of videos within the SLO, against the deployable static plan"),
+              statement="share of the evaluated videos within the SLO (steps of 1 / videos), against the deployable "
+                        "static plan: >= 1 means the cost ratio is at equal (or better) attainment"),
         Claim("slo_attainment", "static_oracle", "llama", "higher",
-              statement="share of videos within the SLO, against the static plan chosen in hindsight on the "
-                        "evaluated videos"),
+              statement="share of videos within the SLO, against the cheapest static plan reaching Llama's "
+                        "attainment on the evaluated videos (hindsight; at most 1.0 where its repeats reach Llama's)"),
         Claim("mean_latency_s", "all_cpu", "llama", "lower", 7.9,
               "7.9x lower latency (paper: against other systems' user-chosen configurations; here: against the "
               "cheapest all-CPU plan)"),
         Claim("cost", "all_cpu", "llama", "lower",
-              statement="cost against the cheapest all-CPU plan (which misses the SLO: it is not a baseline at equal "
-                        "attainment)"),
+              statement="cost against the cheapest all-CPU plan (chosen without regard to the SLO: not a "
+                        "deployable baseline for the attainment goal)"),
     ),
 )
 

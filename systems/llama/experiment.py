@@ -1,6 +1,9 @@
-"""The three steps of a Llama run, each a plain function the flow's tasks call: profile the workers,
-plan (reference answer, SLO, static baselines in hindsight), execute one variant for real."""
+"""The steps of a Llama run, each a plain function the flow's tasks call: profile the workers,
+plan (reference answer, SLO and deployable static plans on calibration videos), execute one variant for
+real, and search in hindsight for the cheapest static plan reaching Llama's attainment (static_oracle)."""
 from __future__ import annotations
+
+import math
 
 from . import Params, ops
 from .pipeline import (LlamaOncePolicy, LlamaPolicy, Profile, RealRunner, StaticPolicy, choose_statics, execute, items_per_video,
@@ -89,35 +92,75 @@ def run_profile(p: Params) -> dict:
 
 def make_plan(p: Params, profile: Profile) -> dict:
     """The reference answer and trace, the SLO and the deployable static plans (both from the separate
-    calibration videos), the static plan chosen in hindsight on the evaluated videos (static_oracle),
-    and every plan's (and Llama's) predicted outcome on the evaluated videos."""
+    calibration videos), every static plan's predicted outcome on the evaluated videos (the order in
+    which the hindsight search for static_oracle tries them, see ``search_oracle``), and every
+    deployable plan's (and Llama's) predicted outcome on the evaluated videos."""
     args = p.op_args()
     cal_videos = workload(p, calibration=True)
     cal_trace, _ = reference(cal_videos, args)
     cal_jobs = jobs_of(p, cal_videos, calibration=True)
     # the SLO comes from warm predictions (no keep-alive expiry) on the calibration videos, plus cold starts
     slo, worst = derive_slo(p, cal_jobs, profile, cal_trace)
-    plans, scored_cal = choose_statics(cal_jobs, profile, cal_trace, args, slo, p.keep_alive_s, p.max_instances,
-                                       p.attainment_goal, p.prewarm)
+    plans, _ = choose_statics(cal_jobs, profile, cal_trace, args, slo, p.keep_alive_s, p.max_instances,
+                              p.attainment_goal, p.prewarm)
     videos = workload(p)
     trace, answers = reference(videos, args)
     jobs = jobs_of(p, videos)
-    hindsight, scored = choose_statics(jobs, profile, trace, args, slo, p.keep_alive_s, p.max_instances,
-                                       p.attainment_goal, p.prewarm)
-    plans["static_oracle"] = hindsight["best_static"]
+    _, scored = choose_statics(jobs, profile, trace, args, slo, p.keep_alive_s, p.max_instances,
+                               p.attainment_goal, p.prewarm)
     predicted = {name: predict_run(jobs, policy_of(p, name, plans, profile), profile, trace, args, slo,
                                    p.keep_alive_s, p.max_instances, p.prewarm).summary(slo)
                  for name in (*plans, "llama", "llama_once")}
     return {"slo_s": slo, "worst_predicted_s": worst, "plans": plans, "labels": {n: plan_label(pl) for n, pl in plans.items()},
             "answers": answers, "predicted": predicted, "candidates": len(scored),
+            "oracle_order": oracle_order(scored),
             "frontier": sorted((c["slo_attainment"], c["cost"]) for c in scored)}
 
 
-def run_variant(p: Params, name: str, plan: dict, profile: Profile) -> dict:
-    """One variant over the whole workload on a fresh serverless pool of real worker processes."""
+def oracle_order(scored: list[dict]) -> list[dict]:
+    """Every static plan, cheapest predicted cost on the evaluated videos first (ties: the higher
+    predicted attainment first): the order of the hindsight search."""
+    return [{**c, "label": plan_label(c["plan"])}
+            for c in sorted(scored, key=lambda c: (c["cost"], -c["slo_attainment"], plan_label(c["plan"])))]
+
+
+def search_oracle(order: list[dict], run, target: float, tries: int) -> dict:
+    """static_oracle, in hindsight on the evaluated videos: the cheapest static plan whose run on them
+    reaches ``target`` (Llama's measured attainment there). Plans are run (``run(configs)`` -> a
+    variant's output with ``metrics``) in ``order``, at most ``tries`` of them; the first that reaches the
+    target is the oracle. Should none, the tried plan with the highest attainment (then the cheapest)
+    stands in, flagged ``reached=False``. Returns the chosen candidate, its run, every try and the flag."""
+    if not order:
+        raise ValueError("no static plan to search")
+    tried, runs = [], []
+    for cand in order[:max(1, tries)]:
+        out = run(cand["plan"])
+        m = out["metrics"]
+        tried.append({"label": cand["label"], "slo_attainment": m["slo_attainment"], "cost": m["cost"],
+                      "predicted_cost": cand["cost"], "predicted_slo_attainment": cand["slo_attainment"]})
+        runs.append((cand, out))
+        if m["slo_attainment"] >= target - 1e-9:
+            return {"candidate": cand, "run": out, "tried": tried, "reached": True}
+    i = max(range(len(tried)), key=lambda i: (tried[i]["slo_attainment"], -tried[i]["cost"]))
+    return {"candidate": runs[i][0], "run": runs[i][1], "tried": tried, "reached": False}
+
+
+def attainment_verdict(technique: float, baseline: float, videos: int) -> dict:
+    """Whether a cost comparison of the technique against a baseline is at equal attainment: the cost
+    ratio may count as a win only where the technique's attainment on the evaluated videos is at least
+    the baseline's. Attainment moves in steps of 1 / videos; ``videos_short``: how many videos the
+    technique met fewer (0 when at equal attainment)."""
+    step = 1.0 / videos
+    return {"equal": technique >= baseline - 1e-9, "step": step, "technique": technique, "baseline": baseline,
+            "videos_short": max(0, math.ceil((baseline - technique) / step - 1e-9))}
+
+
+def run_variant(p: Params, name: str, plan: dict, profile: Profile, configs: dict | None = None) -> dict:
+    """One variant over the whole workload on a fresh serverless pool of real worker processes;
+    ``configs``: a static plan to run under ``name`` (the hindsight search) instead of the planned one."""
     videos = workload(p)
     jobs = jobs_of(p, videos)
-    policy = policy_of(p, name, plan["plans"], profile)
+    policy = StaticPolicy(name, configs, profile) if configs is not None else policy_of(p, name, plan["plans"], profile)
     with WorkerPool(p.keep_alive_s, p.max_instances) as pool:
         for tier in ("cpu", "gpu"):   # provisioned concurrency: the same warm start for every variant
             pool.prewarm(tier, p.prewarm, 0.0)

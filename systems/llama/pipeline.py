@@ -13,7 +13,7 @@ compute part divided by a stated speed factor) places its finish event on the cl
 adds its measured cold start. Instances therefore follow the pipeline's timeline: concurrent
 invocations need concurrent instances (up to the tier's limit), an instance idle longer than the
 keep-alive is stopped. The same executor runs with a ``PredictedRunner`` (profiled latencies,
-outputs from a trace, no processes) to choose the static baselines in hindsight.
+outputs from a trace, no processes) to choose the static plans and to predict every variant.
 """
 from __future__ import annotations
 
@@ -556,7 +556,7 @@ def linear_fit(batches, lats) -> list[float]:
     return (icept + slope * b).tolist()
 
 
-# --- the static baselines, chosen in hindsight --------------------------------------------------------
+# --- the static baselines --------------------------------------------------------
 
 LIGHT = ("decode", "sample", "motion")
 
@@ -583,8 +583,9 @@ def choose_statics(jobs: list[VideoJob], profile: Profile, trace: dict, args: di
                    max_instances: int, attainment_goal: float, prewarm: int = 0) -> tuple[dict[str, dict[str, Config]], list[dict]]:
     """all_cpu: the cheapest all-CPU plan; all_gpu: the fastest all-GPU plan; best_static: the cheapest
     static plan predicted to meet the SLO for ``attainment_goal`` of the videos (none: the one with the
-    highest predicted attainment, then cheapest). Every candidate is scored on this workload with the
-    profiled model (hindsight)."""
+    highest predicted attainment, then cheapest). Every candidate is scored on ``jobs`` with the profiled
+    model: on calibration videos this is what a user can do before deploying; on the evaluated videos it
+    is hindsight."""
     scored = []
     for plan in static_space(profile.batches):
         r = predict_run(jobs, StaticPolicy("static", plan, profile), profile, trace, args, slo_s, keep_alive_s,
