@@ -20,7 +20,7 @@ class ParityError(AssertionError):
 def dataset(p: HarnessParams) -> Dataset:
     return generate(samples=p.samples, test_samples=p.test_samples, num_tables=p.num_tables, rows_max=p.rows_max,
                     dense_features=p.dense_features, coverage=p.coverage, signal=p.signal, seed=p.seed,
-                    hot_share=p.hot_share)
+                    hot_share=p.hot_share, popularity_correlation=p.popularity_correlation)
 
 
 def hot_rows(ds: Dataset, p: HarnessParams, budget_mb: float | None = None) -> tuple[np.ndarray, int]:
@@ -50,12 +50,14 @@ def regime_config(p: HarnessParams, slow_row_us: float, device: str = "cpu"):
 
 def variant(name: str, p: HarnessParams, hot: np.ndarray | None):
     """``hybrid``, ``fae``, ``hotline``, ``slipstream`` (the hotline pipeline skipping stale inputs;
-    its parameters ``snapshot_every`` and ``max_skip`` come from Slipstream's Params), and the
+    its parameters ``snapshot_every``, ``max_skip``, ``max_loss_increase`` and ``probe_samples`` come from
+    Slipstream's Params), and the
     mechanism ablations ``cache`` (hybrid with FAE's hot set in the fast tier: FAE without its hot/cold
     input classification) and ``hotline_sync`` (Hotline with the cold rows gathered inline)."""
     from mlsys_flows.systems.recsys_embeddings.trainer import Variant
 
-    extra = {"snapshot_every": p.snapshot_every, "max_skip": p.max_skip, "stale_warmup": p.stale_warmup} \
+    extra = {"snapshot_every": p.snapshot_every, "max_skip": p.max_skip, "stale_warmup": p.stale_warmup,
+             "max_loss_increase": p.max_loss_increase, "probe_samples": p.probe_samples} \
         if name == "slipstream" else {}
     pipeline = {"slipstream": "hotline", "hotline_sync": "hotline"}.get(name, name)
     return Variant(name, pipeline, None if name == "hybrid" else hot, fae_phase_batches=p.fae_phase_batches,
@@ -85,6 +87,9 @@ def run_once(ds: Dataset, p: HarnessParams, v, cfg=None, device: str = "cpu") ->
             # share of the popular inputs (the only skippable ones) that were skipped
             "popular_skipped": c["skipped"] / max(1, c["skipped"] + c["popular_inputs"]),
             "stale_picks": c.get("stale_picks", 0), "stale_quantile_max": c.get("stale_quantile_max", 0.0),
+            "stale_quantile_min": c.get("stale_quantile_min", 0.0), "stale_rule_s": c.get("stale_rule_s", 0.0),
+            # which constraint stopped a larger threshold at each pick (counted): the loss rule or the skip cap
+            **{f"stale_bound_{b}": c.get(f"stale_bound_{b}", 0) for b in ("loss", "cap", "both", "none")},
             # share of the training time spent blocked on slow-tier gathers (the updates sent before a
             # gather are applied first, so their cost shows here too)
             "slow_tier_share": (c["blocking_gather_s"] + c["gather_wait_s"]) / r.train_time_s}

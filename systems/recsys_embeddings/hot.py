@@ -5,12 +5,14 @@
 - :func:`hot_slots` / :func:`hot_inputs`: a row's slot in the fast tier (-1: cold); an input is hot
   when every row it touches is hot.
 - :class:`StalenessRule`: Slipstream's rule: per-row drift between snapshots of the hot rows (in
-  units of the optimizer's update scale), a threshold re-picked on a sample at every snapshot so that
-  at most ``max_skip`` of the popular inputs are skipped, and the inputs that touch only stale rows.
+  units of the optimizer's update scale), a threshold re-picked at every snapshot by the loss change
+  skipping would cause on a sample of the popular inputs (capped at ``max_skip`` of them), and the
+  inputs that touch only stale rows.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -62,20 +64,41 @@ def update_scale(lr: float, dim: int, steps: int) -> float:
     return lr * np.sqrt(dim) * steps
 
 
+@dataclass(frozen=True)
+class Pick:
+    """One threshold pick: the drift quantile picked (0: none), its threshold, the sampled share of popular
+    inputs it skips, their mean loss over the sample's (nan: nothing skipped), and what stopped a larger
+    threshold: ``loss`` (its skipped inputs' loss was too high), ``cap`` (it skipped more than
+    ``max_skip``), ``both``, or ``none`` (the grid's top quantile passed)."""
+
+    quantile: float
+    threshold: float
+    skip_share: float
+    loss_ratio: float
+    bound: str
+
+
+LossProbe = Callable[[np.ndarray], np.ndarray]  # indices into the inputs -> the current model's loss per input
+
+
 @dataclass
 class StalenessRule:
     """Slipstream's staleness rule over the fast tier's hot rows.
 
-    ``observe(hot_w)`` is called every ``snapshot_every`` steps after a warm-up (the caller's): it
-    measures each hot row's drift since the previous snapshot in units of the update scale, re-picks
-    the threshold and marks the rows whose drift is below it as stale, then takes a new snapshot. The
-    threshold is picked at every observation on samples: among the ``quantiles`` of the per-input drift
-    (the largest drift of an input's rows) over ``sample`` popular inputs (inputs whose every row is hot:
-    the only ones that can be skipped), the largest whose share of skipped popular inputs on that
-    sample stays within ``max_skip``."""
+    ``observe(hot_w, inputs, rng, loss)`` is called every ``snapshot_every`` steps after a warm-up (the
+    caller's): it measures each hot row's drift since the previous snapshot in units of the update
+    scale, re-picks the threshold and marks the rows whose drift is below it as stale, then takes a new
+    snapshot. The threshold is picked at every observation by the loss change skipping would cause, on
+    ``sample`` popular inputs (inputs whose every row is hot: the only ones that can be skipped): a
+    skipped input goes untrained, which costs little only when the model has learned it already, so
+    among the ``quantiles`` of the per-input drift (the largest drift of an input's rows) the pick is the
+    largest whose skipped inputs' mean loss (``loss``: the current model's, no gradient) is at most
+    ``1 + max_loss_increase`` times the sample's mean loss, and whose skipped share of the sample stays
+    within ``max_skip`` (a safety cap)."""
 
     slots: np.ndarray                 # global row -> hot slot or -1
     max_skip: float
+    max_loss_increase: float = 0.0
     scale: float = 1.0                # update scale (see update_scale)
     sample: int = 2048
     quantiles: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -83,40 +106,58 @@ class StalenessRule:
     stale: np.ndarray | None = None   # bool [n_hot]
     snapshot: np.ndarray | None = None
     history: list = field(default_factory=list)  # (stale share of hot rows) per observation
-    picks: list = field(default_factory=list)    # (quantile picked, its sampled popular skip share) per pick
+    picks: list[Pick] = field(default_factory=list)
+    probed: int = 0                   # inputs whose loss was evaluated (Slipstream's cost, timed by the caller)
     _popular: tuple | None = field(default=None, repr=False)
 
-    def observe(self, hot_w: np.ndarray, inputs: np.ndarray, rng: np.random.Generator) -> None:
+    def observe(self, hot_w: np.ndarray, inputs: np.ndarray, rng: np.random.Generator, loss: LossProbe) -> None:
         if self.snapshot is None:
             self.snapshot = hot_w.copy()
             self.stale = np.zeros(len(hot_w), bool)
             return
         drift = row_drift(hot_w, self.snapshot, self.scale)
-        self.threshold = self.choose_threshold(drift, inputs, rng)
+        self.threshold = self.choose_threshold(drift, inputs, rng, loss)
         self.stale = drift < self.threshold
         self.snapshot = hot_w.copy()
         self.history.append(float(self.stale.mean()) if len(self.stale) else 0.0)
 
-    def choose_threshold(self, drift: np.ndarray, inputs: np.ndarray, rng: np.random.Generator) -> float:
+    def choose_threshold(self, drift: np.ndarray, inputs: np.ndarray, rng: np.random.Generator,
+                         loss: LossProbe) -> float:
         """An input is skipped when its most drifting row is below the threshold, so the candidates
         are the quantiles of that per-input drift over a sample of the popular inputs (a quantile of
-        the rows alone is dominated by the many rarely touched hot rows, which never decide a skip)."""
+        the rows alone is dominated by the many rarely touched hot rows, which never decide a skip).
+        ``loss(idx)``: the current model's loss on ``inputs[idx]``, one value per input."""
         if self._popular is None or self._popular[0] is not inputs:  # the popular inputs, found once
-            self._popular = (inputs, inputs[(self.slots[inputs] >= 0).all(axis=1)])
+            self._popular = (inputs, np.flatnonzero((self.slots[inputs] >= 0).all(axis=1)))
         popular = self._popular[1]
         if not len(popular) or not len(drift):
-            self.picks.append((0.0, 0.0))
+            self.picks.append(Pick(0.0, 0.0, 0.0, float("nan"), "none"))
             return 0.0
-        probe = popular[rng.choice(len(popular), size=min(self.sample, len(popular)), replace=False)]
-        worst = drift[self.slots[probe]].max(axis=1)
-        best, pick = 0.0, (0.0, 0.0)
+        idx = popular[rng.choice(len(popular), size=min(self.sample, len(popular)), replace=False)]
+        worst = drift[self.slots[inputs[idx]]].max(axis=1)
+        losses = np.asarray(loss(idx), np.float64)
+        if losses.shape != idx.shape:
+            raise ValueError(f"the loss probe returned {losses.shape} losses for {len(idx)} inputs")
+        self.probed += len(idx)
+        mean = float(losses.mean())
+        best = Pick(0.0, 0.0, 0.0, float("nan"), "none")
+        rejected: list[tuple[float, str]] = []  # (threshold, why) of every candidate that failed
         for q in self.quantiles:
             t = float(np.quantile(worst, q))
-            share = float(skip_mask(probe, self.slots, drift < t).mean())
-            if share <= self.max_skip and t > best:
-                best, pick = t, (q, share)
-        self.picks.append(pick)
-        return best
+            skipped = worst < t  # every row of a popular input is hot: skipped iff its worst row is stale
+            share = float(skipped.mean())
+            ratio = float(losses[skipped].mean() / mean) if skipped.any() and mean > 0 else float("nan")
+            over_cap = share > self.max_skip
+            over_loss = skipped.any() and not ratio <= 1.0 + self.max_loss_increase
+            if over_cap or over_loss:
+                rejected.append((t, "both" if over_cap and over_loss else "cap" if over_cap else "loss"))
+            elif t > best.threshold:
+                best = Pick(q, t, share, ratio, "none")
+        # what stopped a larger threshold: the first candidate above the pick that failed
+        above = [why for t, why in rejected if t > best.threshold]
+        best = Pick(best.quantile, best.threshold, best.skip_share, best.loss_ratio, above[0] if above else "none")
+        self.picks.append(best)
+        return best.threshold
 
     def skippable(self, ids: np.ndarray) -> np.ndarray:
         """bool [n]: inputs whose every row is hot and stale (none before the first drift)."""

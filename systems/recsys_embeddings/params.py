@@ -17,6 +17,12 @@ class HarnessParams(SystemParams):
                           "sizes compressed on a log scale.")
     coverage: float = Field(0.5, gt=0, le=1, description="Share of a large table's rows (over 1000 rows) that hashing can reach.")
     hot_share: float = Field(0.76, gt=0.07, lt=1, description="Skew: share of a table's accesses taken by its hottest 7% of rows (Zipf calibrated).")
+    popularity_correlation: float = Field(
+        0.6, ge=0, le=1,
+        description="Correlation of a sample's popularity across its tables (Gaussian copula of the id draws; each "
+                    "table keeps its calibrated Zipf marginal): a sample popular in one table tends to be popular in "
+                    "the others, as users and items are in click logs. 0: tables drawn independently, where almost no "
+                    "input touches only hot rows; only such inputs can train entirely in the fast tier.")
     signal: float = Field(1.5, gt=0, le=10, description="Standard deviation of the hidden logistic model's summed row effects (label signal).")
     dense_features: int = Field(13, ge=1, le=512, description="Dense float features (Criteo: 13).")
     embedding_dim: int = Field(32, ge=2, le=512, description="Embedding dimension (also the bottom MLP output).")

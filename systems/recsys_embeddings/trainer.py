@@ -23,7 +23,9 @@ is authoritative: in the fast tier or by a sparse update sent to the slow tier. 
   inline, before the popular micro-batch trains: the same pipeline without the overlap.
 - ``skip_stale`` (Slipstream) on top of hotline: after ``stale_warmup`` steps, every
   ``snapshot_every`` steps the hot rows' drift is measured in units of the update scale and the
-  threshold re-picked (hot.StalenessRule); popular inputs touching only stale rows are skipped.
+  threshold re-picked by the loss change skipping would cause (hot.StalenessRule: the current model's
+  loss on a sample of popular inputs, a forward pass without gradient, inside the timed loop as the
+  paper pays for it too); popular inputs touching only stale rows are skipped.
 
 Input preparation (dedup of each batch's rows, the hot/cold split, and the inputs' copy to the
 device) is data-loader work done for every variant before the clock starts; everything after it is
@@ -80,7 +82,9 @@ class Variant:
     skip_stale: bool = False               # Slipstream (on hotline)
     snapshot_every: int = 50               # steps between snapshots of the hot rows
     stale_warmup: int = 0                  # steps before the first snapshot (drift is large while rows settle)
-    max_skip: float = 0.3                  # skip share the threshold may reach on the sample
+    max_skip: float = 0.3                  # skip share the threshold may reach on the sample (a safety cap)
+    max_loss_increase: float = 0.0         # skipped inputs' mean loss may exceed the sample's by this share
+    probe_samples: int = 1024              # popular inputs sampled (drift and loss) at each threshold pick
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -91,6 +95,12 @@ class Variant:
             raise ValueError("skip_stale runs on the hotline pipeline")
         if self.fae_phase_batches < 1:
             raise ValueError("fae_phase_batches must be >= 1")
+        if not 0 <= self.max_skip < 1:
+            raise ValueError(f"max_skip must lie in [0, 1) (got {self.max_skip})")
+        if self.probe_samples < 1:
+            raise ValueError(f"probe_samples must be >= 1 (got {self.probe_samples})")
+        if not -1 < self.max_loss_increase <= 10:
+            raise ValueError(f"max_loss_increase must lie in (-1, 10] (got {self.max_loss_increase})")
 
 
 @dataclass
@@ -104,6 +114,7 @@ class RunResult:
     curve: list[tuple[float, int, float, float]]   # (train seconds, samples consumed, test logloss, auc)
     counters: dict[str, float] = field(default_factory=dict)
     device: str = "cpu"          # the device it trained on (resolved), e.g. "cpu" or "cuda:0 (NVIDIA H200)"
+    picks: list = field(default_factory=list)  # Slipstream: hot.Pick of every threshold pick, in order
 
     @property
     def samples_per_s(self) -> float:
@@ -222,9 +233,10 @@ class Trainer:
         self.hot_acc = self.place.zeros(len(variant.hot_rows)) if variant.hot_rows is not None else None
         self.fast_authoritative = variant.pipeline in ("hotline", "cache")  # fae: only during hot phases
         self.table0 = table0
+        self.rule: StalenessRule | None = None  # Slipstream's rule of the last run (its picks), else None
         self.counters: dict[str, float] = {"syncs": 0, "sync_rows": 0, "gather_s": 0.0, "gather_wait_s": 0.0,
                                            "skipped": 0, "popular_inputs": 0, "sync_gathered": 0,
-                                           "blocking_gather_s": 0.0}
+                                           "blocking_gather_s": 0.0, "stale_rule_s": 0.0}
         dense, ids, labels = ds.split("test")
         self.test = (self.place.put(torch.from_numpy(dense)), ids, labels)
         self.test_uniq, inv = np.unique(ids, return_inverse=True)
@@ -334,6 +346,24 @@ class Trainer:
             self.counters["syncs"] += 1
             self.counters["sync_rows"] += len(self.hot_ids)
 
+    # --- Slipstream's loss probe (timed: it runs inside the training loop) ---
+    def loss_probe(self, dense: np.ndarray, ids: np.ndarray, labels: np.ndarray):
+        """The current model's loss per input on ``idx`` of the given (training) inputs, no gradient;
+        they must be popular (every row hot), so their rows come from the fast tier alone."""
+        def loss(idx: np.ndarray) -> np.ndarray:
+            uniq, inv = np.unique(ids[idx], return_inverse=True)
+            s = self.slots[uniq]
+            if (s < 0).any():
+                raise ValueError("the loss probe takes popular inputs only (every row hot)")
+            with torch.no_grad():
+                emb = self.hot_w[self.place.put(torch.from_numpy(s))][self.place.put(
+                    torch.from_numpy(inv.reshape(len(idx), -1)))]
+                logits = self.model(self.place.put(torch.from_numpy(dense[idx])), [_Rows(emb, self.keys)])
+                out = nn.functional.binary_cross_entropy_with_logits(
+                    logits, self.place.put(torch.from_numpy(labels[idx])), reduction="none")
+            return self.place.to_numpy(out)
+        return loss
+
     # --- evaluation (not timed) ---
     @torch.no_grad()
     def evaluate(self, tier: SlowTier) -> tuple[float, float]:
@@ -373,8 +403,11 @@ class Trainer:
                                                prepare(dense[rb], ids[rb], labels[rb], self.slots, False, place)]))
         steps_per_epoch = len(plan) // cfg.epochs
         eval_every = max(1, steps_per_epoch // cfg.evals_per_epoch)
-        rule = StalenessRule(self.slots, v.max_skip, update_scale(cfg.emb_lr, cfg.dim, v.snapshot_every)) \
+        rule = StalenessRule(self.slots, v.max_skip, v.max_loss_increase,
+                             update_scale(cfg.emb_lr, cfg.dim, v.snapshot_every), v.probe_samples) \
             if v.skip_stale else None
+        probe = self.loss_probe(dense, ids, labels) if rule is not None else None
+        self.rule = rule
         rng = np.random.default_rng([cfg.seed, 99])
         with SlowTier(self.table0, row_cost_s=cfg.slow_row_us * 1e-6) as tier:
             if v.pipeline == "fae":
@@ -389,7 +422,9 @@ class Trainer:
                     (self.to_hot_phase if kind == "hot" else self.to_cold_phase)(tier)
                 if rule is not None:
                     if i >= v.stale_warmup and (i - v.stale_warmup) % v.snapshot_every == 0:
-                        rule.observe(place.to_host(self.hot_w), ids, rng)  # a snapshot: device-to-host
+                        t1 = time.perf_counter()
+                        rule.observe(place.to_host(self.hot_w), ids, rng, probe)  # a snapshot: device-to-host
+                        self.counters["stale_rule_s"] += time.perf_counter() - t1  # snapshot, drift, probe, pick
                     pop = micros[0]
                     skip = rule.skippable(pop.ids)
                     if skip.any():
@@ -417,12 +452,19 @@ class Trainer:
         self.counters["hot_rows"] = len(self.hot_ids) if self.hot_ids is not None else 0
         self.counters["stale_threshold"] = float(rule.threshold or 0.0) if rule is not None else 0.0
         if rule is not None:
-            self.counters["stale_picks"] = len(rule.picks)
-            self.counters["stale_quantile_max"] = max((q for q, _ in rule.picks), default=0.0)
+            picks = rule.picks
+            self.counters["stale_picks"] = len(picks)
+            self.counters["stale_quantile_max"] = max((k.quantile for k in picks), default=0.0)
+            self.counters["stale_quantile_min"] = min((k.quantile for k in picks), default=0.0)
+            for bound in ("loss", "cap", "both", "none"):  # which constraint stopped a larger threshold, per pick
+                self.counters[f"stale_bound_{bound}"] = sum(k.bound == bound for k in picks)
+            self.counters["stale_skip_share_mean"] = float(np.mean([k.skip_share for k in picks])) if picks else 0.0
+            self.counters["stale_probed"] = rule.probed
         for k, n in place.describe().items():
             if k.startswith(("h2d_", "d2h_")):
                 self.counters[k] = n  # the host<->device copies (evaluations' included)
-        return RunResult(v.name, clock, consumed, trained, final[2], final[3], curve, dict(self.counters), str(place))
+        return RunResult(v.name, clock, consumed, trained, final[2], final[3], curve, dict(self.counters), str(place),
+                         list(rule.picks) if rule is not None else [])
 
 
 def train(ds: Dataset, cfg: TrainConfig, variant: Variant) -> RunResult:

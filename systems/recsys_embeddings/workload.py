@@ -4,7 +4,12 @@
 26 Criteo Kaggle features compressed on a log scale so the largest has ``rows_max`` rows (a few large
 tables, many small ones; cycled when there are more tables), row popularity Zipf
 calibrated so the hottest ``hot_fraction`` of each table's reachable rows take ``hot_share`` of its
-accesses (systems/common/embeddings.py). Labels come from a hidden logistic model: a bias, a linear
+accesses (systems/common/embeddings.py). A sample's ids are drawn through a Gaussian copula: one
+latent normal per sample, shared by all its tables with weight sqrt(``popularity_correlation``), plus
+one independent normal per table, becomes a uniform that picks the table's row by inverting its
+popularity-ranked CDF. Each table's marginal is exactly its calibrated Zipf for any correlation; the
+correlation makes a sample that is popular in one table likely popular in the others (0: independent
+tables, where almost no input is popular in all of them). Labels come from a hidden logistic model: a bias, a linear
 term on the dense features and one hidden scalar per embedding row. One generator draws the data,
 so a seed fixes the train/test split. Every id is a global row: ``offsets[t] + row`` (all tables
 concatenated, as the slow tier stores them).
@@ -91,9 +96,27 @@ def table_rows(num_tables: int, rows_max: int) -> np.ndarray:
     return np.maximum(2, np.round(card ** a)).astype(np.int64)
 
 
+def copula_uniforms(own: np.ndarray, shared: np.ndarray, rho: float) -> np.ndarray:
+    """Uniforms in [0, 1) correlated across tables by a Gaussian copula: ``own`` [n] uniforms of one
+    table, ``shared`` [n] standard normals common to every table of a sample. Each result is uniform
+    (its normal has unit variance), so the table's marginal does not depend on ``rho``; two tables'
+    latent normals have correlation ``rho``. ``rho`` 0 returns ``own`` itself."""
+    if rho == 0.0:
+        return own
+    from scipy.special import ndtr, ndtri
+
+    # own uniforms as normals (the generator's stream stays the same for every rho)
+    z = np.sqrt(rho) * shared + np.sqrt(1.0 - rho) * ndtri(np.clip(own, 1e-16, 1 - 1e-16))
+    return np.minimum(ndtr(z), np.nextafter(1.0, 0.0))
+
+
 def generate(*, samples: int, test_samples: int, num_tables: int, rows_max: int, dense_features: int,
-             coverage: float, signal: float, seed: int, hot_share: float = 0.76) -> Dataset:
+             coverage: float, signal: float, seed: int, hot_share: float = 0.76,
+             popularity_correlation: float = 0.0) -> Dataset:
+    if not 0.0 <= popularity_correlation <= 1.0:
+        raise ValueError(f"popularity_correlation must lie in [0, 1] (got {popularity_correlation})")
     g = np.random.default_rng([seed, 14])
+    shared = np.random.default_rng([seed, 15]).standard_normal(samples + test_samples)
     rows = table_rows(num_tables, rows_max)
     offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
     n = samples + test_samples
@@ -101,8 +124,12 @@ def generate(*, samples: int, test_samples: int, num_tables: int, rows_max: int,
     probs_all = []
     for t, r in enumerate(rows):
         table = make_table(f"t{t}", int(r), 1, 1.0, coverage if r > 1000 else 1.0, g, 0.07, hot_share)
-        cdf = np.cumsum(table.probs)
-        local = np.minimum(np.searchsorted(cdf, g.random(n) * cdf[-1], side="right"), r - 1)
+        # rows ranked hottest first, so a low uniform picks a popular row in every table alike (0: the row
+        # order as it was, which draws the same marginal and keeps earlier data sets bit for bit)
+        rank = np.argsort(-table.probs, kind="stable") if popularity_correlation > 0 else np.arange(r)
+        cdf = np.cumsum(table.probs[rank])
+        u = copula_uniforms(g.random(n), shared, popularity_correlation)
+        local = rank[np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), r - 1)]
         ids[:, t] = offsets[t] + local
         probs_all.append(table.probs)
     # hidden logistic model: a per-row effect (rare rows matter as much as hot ones), dense weights

@@ -1,6 +1,7 @@
 """Slipstream (arXiv 2404.04270): after a warm-up, snapshot the hot rows every S steps, measure each
-row's drift in units of the update scale, re-pick a staleness threshold on a sample at every snapshot
-and skip the popular inputs that touch only stale rows; on Hotline's pipeline in the family's shared
+row's drift in units of the update scale, re-pick a staleness threshold at every snapshot by the loss
+change skipping would cause on a sample of popular inputs, and skip the popular inputs that touch only
+stale rows; on Hotline's pipeline in the family's shared
 two-tier trainer (systems/recsys_embeddings), against FAE, Hotline and hybrid training. Pure: no
 prefect/dask imports."""
 from __future__ import annotations
@@ -26,9 +27,18 @@ class Params(HarnessParams):
                                 "measured between consecutive snapshots and the threshold re-picked at each).")
     stale_warmup: int = Field(20, ge=0, le=10_000_000, description="Steps before the first snapshot: while the rows "
                               "settle from their init every row drifts, so no row is judged stale before.")
-    max_skip: float = Field(0.3, ge=0, lt=1, description="The threshold is the largest sampled drift quantile whose "
-                            "share of skipped popular inputs (those whose every row is hot, the only skippable ones), "
-                            "on a sample of them, stays within this.")
+    max_loss_increase: float = Field(
+        0.0, ge=-0.5, le=1.0,
+        description="The threshold is the largest sampled drift quantile whose skipped popular inputs (those whose "
+                    "every row is hot, the only skippable ones) have a mean loss, under the current model, at most "
+                    "(1 + this) times the mean loss of the whole sample: a skipped input goes untrained, which costs "
+                    "little only once the model has learned it. 0: no worse than the average input; negative: "
+                    "better learned than average.")
+    probe_samples: int = Field(1024, ge=16, le=1_000_000, description="Popular inputs sampled at each threshold pick: "
+                               "their drift gives the candidate thresholds and the current model's loss on them (one "
+                               "forward pass, no gradient, timed as Slipstream's cost) decides among the candidates.")
+    max_skip: float = Field(0.5, ge=0, lt=1, description="Safety cap: the threshold never skips more than this share of "
+                            "the sampled popular inputs, whatever their loss.")
 
 
 SPEC = SystemSpec(
