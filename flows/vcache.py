@@ -6,6 +6,7 @@ from __future__ import annotations
 from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
 from mlsys_flows.systems.common.report import Curve, RegimeSample
 from mlsys_flows.systems.vcache import CALIBRATION_OFFSET, DELTAS, REGIME_SHRINK, same_hits_static, suffix
+from mlsys_flows.systems.vcache.cache import SEPARABLE_VAR_A, SEPARABLE_VAR_B
 from mlsys_flows.tasks import vcache as t
 
 SAMPLED = ("vcache", "static_threshold", "static_oracle", "vcache_global", "static_equal_error")
@@ -16,7 +17,7 @@ def vcache(ctx: RunContext) -> SystemResult:
     p = ctx.params
     minilm = t.minilm_stream.submit(p, ctx.storage, ctx.key("minilm.npz"))
     mini = {which: t.replay.submit(p, ctx.storage, minilm, which) for which in ("vcache", "static")}
-    sweep_regime = {w: t.regime.submit(p, w) for w in p.regime_within}
+    sweep_regime = {w: t.regime.submit(p, w) for w in p.regime_near_dup}
     thresholds = t.calibrate.submit(p)
     seeds = [t.sphere_seed.submit(p, i, thresholds) for i in range(p.seeds)]
     per_seed = [f.result() for f in seeds]
@@ -79,11 +80,12 @@ def vcache(ctx: RunContext) -> SystemResult:
         f"{variants['vcache_high_minilm']['error_rate']:.4f} for delta = {p.delta_low} / {p.delta} / {p.delta_high}.",
         f"Workloads: sphere = {p.sphere_queries} queries over {p.sphere_classes} classes in {p.sphere_dim} dims "
         f"(topics of {p.classes_per_topic} classes, topic scales {p.scale_min}-{p.scale_max}, class spread "
-        f"within={p.within}, Zipf {p.zipf_s}); MiniLM = {sm['queries']:.0f} distinct paraphrases of "
+        f"within={p.within}, Zipf {p.zipf_s}; a share {p.near_dup_share:g} of the classes are near-duplicates of "
+        f"another class with a different answer, centres {p.near_dup_offset:g} x the topic scale apart); MiniLM = {sm['queries']:.0f} distinct paraphrases of "
         f"{p.minilm_classes} question classes (no exact repeats), embedded by "
         f"{(p.embed_model + ' at ' + p.embed_base_url) if p.embed_base_url else 'the real all-MiniLM-L6-v2 (packaged, offline)'}; "
         "its static baselines are chosen in hindsight on that one corpus (static_oracle*_minilm).",
-        f"Regime: class confusion within = {', '.join(f'{w:g}' for w in p.regime_within)} at delta {p.delta}, each "
+        f"Regime: class confusion near_dup_share = {', '.join(f'{w:g}' for w in p.regime_near_dup)} at delta {p.delta}, each "
         f"point a stream with 1/{REGIME_SHRINK} of the queries and classes (seed {p.seed}), its static threshold "
         "calibrated on the held-out seed at the same confusion; vCache against that threshold. Hit rate (error rate) "
         "per point, vcache / global / static: " + "; ".join(
@@ -91,10 +93,13 @@ def vcache(ctx: RunContext) -> SystemResult:
                                     for v in ("vcache", "vcache_global", "static_threshold"))
             for w, r in points.items()) + f". The ratio counts hits only: a point whose static error exceeds delta = "
         f"{p.delta} is one where the calibrated threshold broke the bound.",
-        "vCache, as in the authors' implementation, explores an entry until it holds at least "
-        f"{p.min_observations} observations with both a correct and a wrong one, and with perfectly separated "
-        "observations uses a conservative variance of the threshold; the ablation vcache_global pools every entry's "
-        "observations into one fit, so it leaves the per-entry warm-up out with the per-entry threshold.",
+        "vCache, as in the authors' implementation, starts every entry with two pseudo-observations "
+        f"({'on' if p.anchor_observations else 'off in this run'}: wrong at similarity 0, right at 1) and explores it "
+        f"until it holds {p.min_observations} observations counting them; with perfectly separated observations "
+        f"Var(t) is {p.separable_var_scale:g} x our simulated calibration {SEPARABLE_VAR_A:.4f} n^-{SEPARABLE_VAR_B:.3f}; "
+        f"tau* is the minimum over {'the authors' + chr(39) + ' 50-point' if p.reference_eps_grid else 'a dense'} eps "
+        "grid. The ablation vcache_global pools every entry's observations into one fit, so it leaves the per-entry "
+        "warm-up out with the per-entry threshold.",
     ]
     return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes, samples=samples, regime=regime,
-                        regime_headline_value=float(p.within))
+                        regime_headline_value=float(p.near_dup_share))

@@ -47,11 +47,11 @@ def sphere_seed(p: Params, i: int, thresholds: dict[str, float]) -> dict:
 
 
 @task(name="vcache-regime")
-def regime(p: Params, within: float) -> dict:
+def regime(p: Params, near_dup: float) -> dict:
     """One point of the regime sweep: vCache, its ablation and the calibrated static threshold at class
-    confusion ``within``."""
-    out = regime_point(p, within)
-    get_run_logger().info("within %.2f: %s", within, {v: round(m["hit_rate"], 4) for v, m in out.items()})
+    confusion ``near_dup`` (the share of near-duplicate classes)."""
+    out = regime_point(p, near_dup)
+    get_run_logger().info("near_dup_share %.2f: %s", near_dup, {v: round(m["hit_rate"], 4) for v, m in out.items()})
     return out
 
 

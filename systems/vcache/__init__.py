@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec, reduction
 
-from .cache import (EPS_GRID, Entry, GlobalVerifiedPolicy, LogisticFit, SemanticCache, StaticThreshold, VectorIndex, VerifiedPolicy,
+from .cache import (EPS_GRID, EPS_GRID_REFERENCE, Entry, GlobalVerifiedPolicy, LogisticFit, SemanticCache, StaticThreshold, VectorIndex, VerifiedPolicy,
                     fit_logistic, tau_star)
 from .experiment import CALIBRATION_OFFSET, calibrate, equal_error_static, run_stream
 from .evaluate import Outcome, best_static, replay, static_at_hit_rate, static_sweep
@@ -22,7 +22,7 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "vcache"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(sphere_queries=2_000, sphere_classes=200, minilm_classes=12, minilm_per_class=24,
-                      threshold_step=0.02, seeds=3, regime_within=[0.3, 0.9]),
+                      threshold_step=0.02, seeds=3, regime_near_dup=[0.0, 0.2]),
         "quick": dict(sphere_queries=20_000, sphere_classes=2_000, minilm_classes=102, minilm_per_class=120,
                       threshold_step=0.01),
         "full": dict(sphere_queries=100_000, sphere_classes=10_000, minilm_classes=102, minilm_per_class=120,
@@ -33,7 +33,9 @@ class Params(SystemParams):
     delta: float = Field(0.02, gt=0.0, lt=0.5, description="Error bound delta of the headline (variants vcache, static_threshold).")
     delta_high: float = Field(0.05, gt=0.0, lt=0.5, description="Largest error bound delta (variants *_high).")
     min_observations: int = Field(6, ge=1, le=100, description="Observations an entry needs before vCache may serve it.")
-    separable_var_scale: float = Field(0.2, gt=0.0, le=10.0, description="Var(t) = scale / n when an entry's observations are perfectly separated (the delta method is undefined there).")
+    separable_var_scale: float = Field(1.0, gt=0.0, le=10.0, description="Multiplier on Var(t) for an entry whose observations are perfectly separated (the delta method is undefined there): 1 = our simulated calibration A n^-B (docs/vcache.md).")
+    anchor_observations: bool = Field(True, description="Start every entry with the authors' two pseudo-observations (wrong at similarity 0, right at 1), counted by min_observations; off: an entry whose labels all agree explores forever.")
+    reference_eps_grid: bool = Field(False, description="Minimise tau over the authors' 50 evenly spaced eps values instead of the dense grid (which adds 400 log-spaced values below 0.5).")
     # synthetic sphere stream (scale workload)
     sphere_queries: int = Field(20_000, ge=200, le=1_000_000, description="Queries in the synthetic sphere stream.")
     sphere_classes: int = Field(2_000, ge=10, le=100_000, description="Equivalence classes in the sphere stream.")
@@ -42,6 +44,8 @@ class Params(SystemParams):
     scale_min: float = Field(0.15, gt=0.0, le=5.0, description="Smallest topic scale (distance of class centres from the topic direction).")
     scale_max: float = Field(1.0, gt=0.0, le=5.0, description="Largest topic scale (log-uniform between the two).")
     within: float = Field(0.6, gt=0.0, le=5.0, description="Spread of a class's prompts around its centre, relative to the topic scale.")
+    near_dup_share: float = Field(0.1, ge=0.0, lt=1.0, description="Class confusion: share of the sphere's classes that are near-duplicates (twins) of another class with a different answer.")
+    near_dup_offset: float = Field(0.3, gt=0.0, le=5.0, description="Distance of a twin's centre from its partner's, relative to the topic scale (below 'within': the two classes' prompts interleave).")
     zipf_s: float = Field(0.9, ge=0.0, le=3.0, description="Zipf exponent of class popularity (both workloads).")
     # MiniLM paraphrase workload (real embeddings)
     minilm_classes: int = Field(102, ge=2, le=102, description="Paraphrase classes (question family x slot value) embedded with MiniLM.")
@@ -51,19 +55,19 @@ class Params(SystemParams):
     api_key_secret: str | None = Field(None, min_length=1, max_length=200, description="Name of the Prefect Secret block holding the endpoint's API key (resolved in the task, never logged).")
     seeds: int = Field(3, ge=1, le=20, description="Evaluated sphere streams (seeds seed, seed+1, ...) of the headline "
                        "(delta mid): vCache, its ablation, the calibrated and the hindsight static thresholds on each.")
-    regime_within: list[float] = Field([0.3, 0.6, 0.9, 1.2], min_length=2, max_length=12,
-                                       description="Class-confusion levels of the regime sweep: the sphere stream's "
-                                                   "'within' (prompt spread around a class centre, relative to the "
-                                                   "distance between sibling classes); each point is a quarter-size "
-                                                   "stream (queries and classes / 4) with a calibration sweep at twice "
-                                                   "the threshold step, one seed.")
-    threshold_step: float = Field(0.01, ge=0.001, le=0.1, description="Spacing of the static-threshold sweep (0.3 to 1.0) that picks the best static threshold in hindsight.")
+    regime_near_dup: list[float] = Field([0.0, 0.05, 0.1, 0.2], min_length=2, max_length=12,
+                                         description="Class-confusion levels of the regime sweep: the sphere stream's "
+                                                     "near_dup_share (share of classes with a near-duplicate whose "
+                                                     "answer differs); each point is a quarter-size stream (queries and "
+                                                     "classes / 4) with a calibration sweep at twice the threshold "
+                                                     "step, one seed.")
+    threshold_step: float = Field(0.01, ge=0.001, le=0.1, description="Spacing of the static-threshold sweep (0.3 to 1.0, half this spacing from 0.9) that calibrates the deployable static threshold and picks the hindsight ones.")
 
-    @field_validator("regime_within")
+    @field_validator("regime_near_dup")
     @classmethod
-    def _withins(cls, v):
-        if any(not 0 < w <= 5 for w in v) or len(set(v)) != len(v):
-            raise ValueError("confusion levels must be distinct, each in (0, 5]")
+    def _confusions(cls, v):
+        if any(not 0 <= w < 1 for w in v) or len(set(v)) != len(v):
+            raise ValueError("confusion levels (near-duplicate shares) must be distinct, each in [0, 1)")
         return sorted(v)
 
     @model_validator(mode="after")
@@ -78,16 +82,25 @@ class Params(SystemParams):
         return {"low": self.delta_low, "mid": self.delta, "high": self.delta_high}
 
     def thresholds(self):
+        """The static sweep: every threshold_step from 0.3, and every half step from 0.9, where the
+        hit rate and error rate of a static cache change fastest (a careful user sweeps finer there)."""
         import numpy as np
-        return np.round(np.arange(0.3, 1.0 + 1e-9, self.threshold_step), 6)
+        coarse = np.arange(0.3, 1.0 + 1e-9, self.threshold_step)
+        fine = np.arange(0.9, 1.0 + 1e-9, self.threshold_step / 2)
+        return np.unique(np.round(np.concatenate([coarse, fine]), 6))
 
-    def sphere(self, seed: int | None = None, within: float | None = None, shrink: int = 1) -> Stream:
-        """The sphere stream at ``seed`` (default: the run's), class confusion ``within`` (default: the
-        parameter), with queries and classes divided by ``shrink``."""
+    def sphere(self, seed: int | None = None, near_dup: float | None = None, shrink: int = 1) -> Stream:
+        """The sphere stream at ``seed`` (default: the run's), class confusion ``near_dup`` (the share
+        of near-duplicate classes; default: the parameter), with queries and classes divided by ``shrink``."""
         return sphere_stream(max(200, self.sphere_queries // shrink), max(10, self.sphere_classes // shrink),
                              self.sphere_dim, self.classes_per_topic, self.scale_min, self.scale_max,
-                             self.within if within is None else within, self.zipf_s,
-                             self.seed if seed is None else seed)
+                             self.within, self.zipf_s, self.seed if seed is None else seed,
+                             self.near_dup_share if near_dup is None else near_dup, self.near_dup_offset)
+
+    def policy_options(self) -> dict:
+        """The VerifiedPolicy / GlobalVerifiedPolicy options these parameters set (besides delta)."""
+        return dict(min_obs=self.min_observations, separable_var_scale=self.separable_var_scale,
+                    anchors=self.anchor_observations, eps_grid=EPS_GRID_REFERENCE if self.reference_eps_grid else None)
 
     def calibration_seed(self) -> int:
         return self.seed + CALIBRATION_OFFSET
@@ -111,7 +124,7 @@ def evaluate_policies(stream: Stream, p: Params, which: str) -> dict[str, dict[s
                          "error_rate": [o.error_rate for _, o in sweep]}
     elif which == "vcache":
         for level, d in p.deltas().items():
-            pol = VerifiedPolicy(d, p.min_observations, p.separable_var_scale)
+            pol = VerifiedPolicy(d, **p.policy_options())
             o = replay(stream, pol, seed=p.seed)
             out["vcache" + suffix(level)] = o.metrics() | {"delta": d, "logistic_fits": float(pol.fits)}
     else:
@@ -119,10 +132,10 @@ def evaluate_policies(stream: Stream, p: Params, which: str) -> dict[str, dict[s
     return out
 
 
-def calibration(p: Params, within: float | None = None, shrink: int = 1, coarse: int = 1) -> dict[str, float]:
+def calibration(p: Params, near_dup: float | None = None, shrink: int = 1, coarse: int = 1) -> dict[str, float]:
     """The deployable static thresholds per delta level, chosen on the held-out calibration stream
     (seed + CALIBRATION_OFFSET, never evaluated) with a threshold sweep ``coarse`` times sparser."""
-    stream = p.sphere(p.calibration_seed(), within, shrink)
+    stream = p.sphere(p.calibration_seed(), near_dup, shrink)
     return calibrate(static_sweep(stream, p.thresholds()[::coarse]), p.deltas())
 
 
@@ -130,19 +143,20 @@ def evaluate_seed(p: Params, i: int, thresholds: dict[str, float]) -> dict[str, 
     """Every sphere variant on the evaluated stream of seed ``p.seed + i`` (all three deltas on the
     first, the headline's delta on the others); the stream's own sweep gives the hindsight baselines."""
     levels = DELTAS if i == 0 else ("mid",)
-    return run_stream(p.sphere(p.seed + i), thresholds, p.deltas(), levels=levels, min_obs=p.min_observations,
-                      var_scale=p.separable_var_scale, seed=p.seed + i, sweep_thresholds=p.thresholds())
+    return run_stream(p.sphere(p.seed + i), thresholds, p.deltas(), levels=levels, policy=p.policy_options(),
+                      seed=p.seed + i, sweep_thresholds=p.thresholds())
 
 
 REGIME_SHRINK = 4   # a regime point's stream has a quarter of the headline's queries and classes
 REGIME_COARSE = 2   # and its calibration sweep every second threshold
 
 
-def regime_point(p: Params, within: float) -> dict[str, dict]:
-    """vCache, its ablation and the calibrated static threshold (delta mid) at class confusion ``within``."""
-    thresholds = calibration(p, within, REGIME_SHRINK, REGIME_COARSE)
-    return run_stream(p.sphere(p.seed, within, REGIME_SHRINK), thresholds, p.deltas(), min_obs=p.min_observations,
-                      var_scale=p.separable_var_scale, seed=p.seed)
+def regime_point(p: Params, near_dup: float) -> dict[str, dict]:
+    """vCache, its ablation and the calibrated static threshold (delta mid) at class confusion
+    ``near_dup`` (the share of near-duplicate classes)."""
+    thresholds = calibration(p, near_dup, REGIME_SHRINK, REGIME_COARSE)
+    return run_stream(p.sphere(p.seed, near_dup, REGIME_SHRINK), thresholds, p.deltas(), policy=p.policy_options(),
+                      seed=p.seed)
 
 
 def same_hits_static(sweep: dict, hit_rate: float) -> dict[str, float]:
@@ -180,14 +194,15 @@ SPEC = SystemSpec(
         "eps grid, exploration probability tau*) but pools every entry's observations into one fit: one learned "
         "global threshold instead of one per cached embedding."),
     regime=Regime(
-        "within", "x sibling-class distance", None, "",
-        "Class confusion: how far a class's prompts spread around its centre relative to the distance between "
-        "sibling classes of a topic. Low: near-duplicates with different answers rarely overlap, so one threshold "
-        "serves every topic; high: they overlap, and thresholds must differ per region of the embedding space. "
-        "The paper's benchmarks are not parameterized this way (no paper value)."))
+        "near_dup_share", "share of classes", None, "",
+        "Class confusion: the share of classes that have a near-duplicate (a class whose prompts interleave with "
+        "theirs) with a different answer, the confusion the paper's benchmarks have. At 0 every topic's classes are "
+        "separable by one threshold and a calibrated static threshold is hard to beat; as the share grows, one "
+        "global threshold must be strict enough for the twins everywhere, while per-entry thresholds can be strict "
+        "at the twins and lax elsewhere. The paper's benchmarks are not parameterized this way (no paper value)."))
 
 __all__ = ["Params", "SPEC", "SemanticCache", "VectorIndex", "Entry", "StaticThreshold", "VerifiedPolicy", "LogisticFit",
-           "fit_logistic", "tau_star", "GlobalVerifiedPolicy", "calibrate", "calibration", "evaluate_seed",
+           "fit_logistic", "tau_star", "GlobalVerifiedPolicy", "EPS_GRID_REFERENCE", "REGIME_SHRINK", "calibrate", "calibration", "evaluate_seed",
            "regime_point", "run_stream", "equal_error_static", "CALIBRATION_OFFSET", "EPS_GRID", "Outcome", "replay", "static_sweep", "best_static",
            "static_at_hit_rate", "Stream", "sphere_stream", "paraphrase_corpus", "corpus_stream",
            "max_paraphrase_classes", "evaluate_policies", "same_hits_static", "suffix", "DELTAS"]

@@ -33,26 +33,28 @@ def equal_error_static(sweep: list[tuple[float, Outcome]], error_rate: float) ->
 
 
 def run_stream(stream: Stream, thresholds: dict[str, float], deltas: dict[str, float], *, levels=("mid",),
-               min_obs: int = 6, var_scale: float = 0.2, seed: int = 0, sweep_thresholds=None,
+               policy: dict | None = None, seed: int = 0, sweep_thresholds=None,
                ablation: bool = True) -> dict[str, dict[str, float]]:
-    """Every variant on one evaluated stream. ``thresholds``: the calibrated static threshold per level.
+    """Every variant on one evaluated stream. ``thresholds``: the calibrated static threshold per level;
+    ``policy``: keyword options of VerifiedPolicy besides delta (Params.policy_options()).
     Variants: vcache[_level], static_threshold[_level] (deployable), vcache_global (ablation, mid) and,
     with ``sweep_thresholds``, static_oracle[_level] and static_equal_error (mid) from the stream's own
     sweep (hindsight). Metric ``delta_met`` is 1 when the realized error rate meets delta."""
     sfx = {"low": "_low", "mid": "", "high": "_high"}
     out: dict[str, dict[str, float]] = {}
+    opts = policy or {}
 
     def put(name: str, o: Outcome, d: float, **extra) -> None:
         out[name] = o.metrics() | {"delta": d, "delta_met": float(o.error_rate <= d)} | extra
 
     for level in levels:
         d = deltas[level]
-        pol = VerifiedPolicy(d, min_obs, var_scale)
+        pol = VerifiedPolicy(d, **opts)
         put("vcache" + sfx[level], replay(stream, pol, seed=seed), d, logistic_fits=float(pol.fits))
         t = thresholds[level]
         put("static_threshold" + sfx[level], replay(stream, StaticThreshold(t)), d, threshold=t)
     if ablation:
-        pol = GlobalVerifiedPolicy(deltas["mid"], min_obs, var_scale)
+        pol = GlobalVerifiedPolicy(deltas["mid"], **opts)
         put("vcache_global", replay(stream, pol, seed=seed), deltas["mid"], logistic_fits=float(pol.fits))
     if sweep_thresholds is not None:
         sweep = static_sweep(stream, sweep_thresholds)

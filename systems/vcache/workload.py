@@ -35,13 +35,23 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 def sphere_stream(n_queries: int, n_classes: int, dim: int, classes_per_topic: int, scale_min: float,
-                  scale_max: float, within: float, zipf_s: float, seed: int) -> Stream:
+                  scale_max: float, within: float, zipf_s: float, seed: int, near_dup_share: float = 0.0,
+                  near_dup_offset: float = 0.3) -> Stream:
     """``n_queries`` unit vectors. Topics are random directions; each topic has its own scale r
     (log-uniform in [scale_min, scale_max]): its classes' centres lie at distance about r from the
     topic direction and a class's prompts at distance about ``within`` x r from their centre. So in
     every topic the classes are separable by a similarity threshold, but the threshold differs from
     topic to topic (tight topics need a strict one, loose topics a lax one). Class popularity is
-    Zipf(``zipf_s``) in a seeded order."""
+    Zipf(``zipf_s``) in a seeded order.
+
+    Near-duplicates whose answers differ: a share ``near_dup_share`` of the classes are twins, each
+    placed ``near_dup_offset`` x r from a partner class (a class that is not a twin, same scale r),
+    with its own answer and popularity. With the offset below the spread ``within``, the two classes'
+    prompts interleave, so one global threshold strict enough for the twins is far too strict for the
+    rest, while a per-entry threshold can be strict at twins and lax elsewhere. The twins use their
+    own random stream: with share 0 the stream is exactly the one without twins."""
+    if not 0 <= near_dup_share < 1:
+        raise ValueError(f"near_dup_share must lie in [0, 1) (got {near_dup_share})")
     rng = np.random.default_rng(seed)
     n_topics = max(1, -(-n_classes // classes_per_topic))
     topics = _unit(rng.standard_normal((n_topics, dim)))
@@ -49,6 +59,16 @@ def sphere_stream(n_queries: int, n_classes: int, dim: int, classes_per_topic: i
     topic_of = np.arange(n_classes) // classes_per_topic
     r = scale[topic_of]
     centres = topics[topic_of] + r[:, None] * rng.standard_normal((n_classes, dim)) / np.sqrt(dim)
+    n_twins = min(int(round(near_dup_share * n_classes)), n_classes - 1)
+    if n_twins:
+        trng = np.random.default_rng([seed, 1])
+        order = trng.permutation(n_classes)
+        twins, others = order[:n_twins], order[n_twins:]
+        partner = others[trng.integers(0, len(others), n_twins)]
+        r = r.copy()
+        r[twins] = r[partner]
+        centres[twins] = centres[partner] + (near_dup_offset * r[twins])[:, None] * \
+            trng.standard_normal((n_twins, dim)) / np.sqrt(dim)
     popularity = zipf_weights(n_classes, zipf_s)[rng.permutation(n_classes)]
     labels = rng.choice(n_classes, size=n_queries, p=popularity)
     noise = rng.standard_normal((n_queries, dim)) / np.sqrt(dim)

@@ -33,8 +33,8 @@ def test_vcache_flow_smoke(prefect_api):
     # contract v3: the mechanism ablation ran, and the regime's two smoke points
     assert h["mechanism"]["baseline"] == "vcache_global"
     g = report["regime"]
-    assert g["parameter"] == "within" and [p["value"] for p in g["points"]] == [0.3, 0.9]
+    assert g["parameter"] == "near_dup_share" and [p["value"] for p in g["points"]] == [0.0, 0.2]
     assert all(p["baseline"] == "static_threshold" and p["kind"] == "counted" for p in g["points"])
-    assert g["headline_value"] == 0.6
+    assert g["headline_value"] == 0.1
     assert v["vcache_minilm"]["queries"] > 12  # real paraphrases were embedded
     assert any(k.endswith("minilm.npz") for k in storage.list("runs/vcache/"))

@@ -14,6 +14,7 @@ from mlsys_flows.systems.vcache import (Params, SemanticCache, StaticThreshold, 
                                         fit_logistic, paraphrase_corpus, replay, same_hits_static, sphere_stream,
                                         static_sweep, tau_star)
 from mlsys_flows.systems.vcache.cache import LogisticFit
+from scipy.stats import norm
 
 
 def test_logistic_fit_recovers_threshold_and_delta_method_variance():
@@ -28,11 +29,40 @@ def test_logistic_fit_recovers_threshold_and_delta_method_variance():
     assert 4 < small.var_t / fit.var_t < 20
 
 
-def test_fit_needs_both_labels_and_separable_data_gets_the_fallback_variance():
+def test_fit_needs_both_labels_and_separable_data_gets_the_calibrated_variance():
+    from mlsys_flows.systems.vcache.cache import separable_variance
     assert fit_logistic(np.array([0.9, 0.8, 0.95]), np.array([1, 1, 1])) is None
-    fit = fit_logistic(np.array([0.5, 0.6, 0.85, 0.9, 0.95, 0.97]), np.array([0, 0, 1, 1, 1, 1]), separable_var_scale=0.2)
-    assert fit.separable and fit.var_t == pytest.approx(0.2 / 6)
+    fit = fit_logistic(np.array([0.5, 0.6, 0.85, 0.9, 0.95, 0.97]), np.array([0, 0, 1, 1, 1, 1]), separable_var_scale=2.0)
+    assert fit.separable and fit.var_t == pytest.approx(2.0 * separable_variance(6))
     assert 0.6 < fit.t < 0.85
+
+
+def test_anchors_let_an_entry_whose_labels_all_agree_be_served():
+    """The authors' two pseudo-observations (wrong at 0, right at 1): an entry explored four times,
+    always right at similarity ~0.9, is fitted as a separated sample and served well above its
+    threshold; without anchors it could never be fitted and would explore forever."""
+    from mlsys_flows.systems.vcache.cache import Entry
+    e = Entry(response=0, obs_s=[0.9, 0.91, 0.92, 0.93], obs_y=[1, 1, 1, 1])
+    rng = np.random.default_rng(0)
+    with_anchors = VerifiedPolicy(0.05)
+    assert with_anchors.n_obs(e) == 6 and with_anchors.current_fit(e).separable
+    assert sum(with_anchors.decide(0.95, e, rng) for _ in range(200)) > 150
+    without = VerifiedPolicy(0.05, anchors=False)
+    e.obs_s += [0.9, 0.9]
+    e.obs_y += [1, 1]
+    e.fit = None
+    assert not any(without.decide(0.99, e, rng) for _ in range(50))
+
+
+def test_dense_eps_grid_removes_the_reference_grid_cap():
+    """With the authors' 50 even eps points, delta = 1% and a moderately confident fit, tau* cannot
+    fall below 1 - delta / 0.0204 (about 0.5); the dense grid reaches the minimum the formula allows."""
+    from mlsys_flows.systems.vcache.cache import EPS_GRID_REFERENCE
+    fit = LogisticFit(t=0.8, gamma=2000.0, var_t=0.02 ** 2, separable=True)  # steep: alpha ~ (1 - eps) above t'
+    s = 0.8 + 3.0 * 0.02  # 3 sd above the threshold: beyond z(1 - delta) = 2.33, short of z(1 - 1e-6)
+    coarse = tau_star(s, fit, 0.01, EPS_GRID_REFERENCE, norm.ppf(1 - EPS_GRID_REFERENCE))
+    assert coarse >= 1 - 0.01 / EPS_GRID_REFERENCE[1] - 1e-9
+    assert tau_star(s, fit, 0.01) < 0.05 < coarse
 
 
 def test_tau_follows_the_formula():

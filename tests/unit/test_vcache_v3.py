@@ -17,7 +17,7 @@ def _cache(policy):
 
 
 def test_global_policy_pools_observations_across_entries():
-    pol = GlobalVerifiedPolicy(0.05, min_obs=2)
+    pol = GlobalVerifiedPolicy(0.05, min_obs=10)  # stays in warm-up: every lookup explores
     c = _cache(pol)
     a, b = np.array([1.0, 0.0], np.float32), np.array([0.0, 1.0], np.float32)
     c.lookup(("x", 0), a)
@@ -28,7 +28,7 @@ def test_global_policy_pools_observations_across_entries():
     # three explorations of two entries: the pool holds all three, the entries none
     assert pol.pool.obs_y == [0, 1, 1] and all(not e.obs_s for e in c.entries)
     # the per-entry policy keeps them apart
-    per = VerifiedPolicy(0.05, min_obs=2)
+    per = VerifiedPolicy(0.05, min_obs=10)
     c2 = _cache(per)
     c2.lookup(("x", 0), a)
     c2.resolve(("x2", 0), a, 0, 0.95)
@@ -66,7 +66,8 @@ def test_run_stream_uses_the_given_threshold_not_the_streams_own():
     assert p.calibration_seed() == p.seed + CALIBRATION_OFFSET
 
 
-@pytest.mark.parametrize("bad", [dict(regime_within=[0.5]), dict(regime_within=[0.5, 0.5]), dict(regime_within=[0, 1])])
+@pytest.mark.parametrize("bad", [dict(regime_near_dup=[0.5]), dict(regime_near_dup=[0.5, 0.5]),
+                                 dict(regime_near_dup=[0, 1]), dict(near_dup_share=1.0), dict(near_dup_offset=0.0)])
 def test_bad_regime_levels_are_rejected(bad):
     with pytest.raises(ParamsError):
         Params.for_scale("smoke", **bad)
