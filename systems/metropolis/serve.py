@@ -66,6 +66,7 @@ class ModelServer:
         # counters: decode steps, prefills, tokens generated, slot-seconds busy (active x step time)
         self.steps = self.prefills = self.tokens = 0
         self.busy_slot_s = 0.0
+        self.step_log: list[tuple[int, float]] = []   # (requests in the batch, seconds) per decode step
         self._thread = threading.Thread(target=self._serve, name="llm-server", daemon=True)
         self._thread.start()
 
@@ -110,7 +111,9 @@ class ModelServer:
                     self._prefill(req)
                 active = self._retire(active)
                 if active:
+                    t1 = time.perf_counter()
                     self._decode(active)
+                    self.step_log.append((len(active), time.perf_counter() - t1))
                     self.busy_slot_s += len(active) * (time.perf_counter() - t0)
                     active = self._retire(active)
         except BaseException as exc:  # wake every caller: none may wait forever on a dead server
@@ -138,6 +141,16 @@ class ModelServer:
             r.out.append(tok)
         self.steps += 1
         self.tokens += len(active)
+
+    def step_cost(self) -> tuple[float, float]:
+        """(a, b): the least-squares fit of a decode step's seconds as a + b x requests in the batch.
+        b near a: the step's cost grows in proportion to the batch (compute-bound, as on this CPU),
+        so a fuller batch saves nothing; b near 0: a flat step (a GPU engine below saturation)."""
+        if len({n for n, _ in self.step_log}) < 2:
+            return (float(np.mean([t for _, t in self.step_log])) if self.step_log else 0.0, 0.0)
+        n, t = np.array(self.step_log, dtype=float).T
+        b, a = np.polyfit(n, t, 1)
+        return float(a), float(b)
 
     def _retire(self, active: list[_Request]) -> list[_Request]:
         still = []
