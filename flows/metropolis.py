@@ -134,13 +134,17 @@ def metropolis(ctx: RunContext) -> SystemResult:
     if p.llm == "minilm":
         a = statistics.median(x["served_step_fixed_s"] for name in POLICIES for x in runs[name])
         b = statistics.median(x["served_step_per_request_s"] for name in POLICIES for x in runs[name])
+        busy = {name: (statistics.median(x["served_prefill_s"] for x in runs[name]),
+                       statistics.median(x["served_decode_s"] for x in runs[name]),
+                       statistics.median(x["makespan_s"] for x in runs[name])) for name in POLICIES}
         notes.append(
-            f"Why the measured ratio is what it is: a decode step of the model server cost {a * 1e3:.2f} ms + "
-            f"{b * 1e3:.2f} ms per request in the batch (least-squares fit over every step of every run, median over "
-            "runs; measured). On this CPU the step's cost grows with the batch, so a schedule that keeps more "
-            "requests in flight (larger batches, see the median requests per step above) finishes the same tokens in "
-            "about the same compute; the gain a fuller batch brings needs a step whose cost stays flat in the batch, "
-            "as on a GPU serving engine below saturation (the projection).")
+            "Where the time went (medians over repeats, measured): the model server's thread spent "
+            + "; ".join(f"{n} {pf:.1f} s prefilling + {dc:.1f} s decoding of a {mk:.1f} s makespan"
+                        for n, (pf, dc, mk) in busy.items())
+            + f". A decode step cost {a * 1e3:.2f} ms + {b * 1e3:.2f} ms per request in the batch (least-squares "
+            "fit over every step of every run, median over runs). The measured ratio is what fuller batches save "
+            "on this server after the prefills (one request at a time) and the time the server waits for the "
+            "schedule; the projection is the same schedules on an engine whose step stays flat in the batch up to K.")
         step = a + b   # one request's step: on a flat engine, every step of a batch up to K costs this
         scale = step * p.tokens_median / p.latency_median_s
         projection = Projection(

@@ -371,7 +371,8 @@ def execute_model(policy: str, cfg: Config, llm_slots: int, serve_cfg, truth: di
     out.busy_call_s = srv.busy_slot_s
     a, b = srv.step_cost()
     return out, {"decode_steps": srv.steps, "prefills": srv.prefills, "tokens": srv.tokens,
-                 "mean_batch": (srv.tokens - srv.prefills) / max(1, srv.steps), "step_fixed_s": a, "step_per_request_s": b}
+                 "mean_batch": (srv.tokens - srv.prefills) / max(1, srv.steps), "step_fixed_s": a, "step_per_request_s": b,
+                 "prefill_s": srv.prefill_s, "decode_s": srv.decode_s}
 
 
 def utilization(busy_call_s: float, llm_slots: int, makespan_s: float) -> float:

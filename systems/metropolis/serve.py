@@ -66,6 +66,7 @@ class ModelServer:
         # counters: decode steps, prefills, tokens generated, slot-seconds busy (active x step time)
         self.steps = self.prefills = self.tokens = 0
         self.busy_slot_s = 0.0
+        self.prefill_s = self.decode_s = 0.0           # the server thread's compute, by kind
         self.step_log: list[tuple[int, float]] = []   # (requests in the batch, seconds) per decode step
         self._thread = threading.Thread(target=self._serve, name="llm-server", daemon=True)
         self._thread.start()
@@ -109,11 +110,13 @@ class ModelServer:
                 active += admitted   # before the prefills: a failure must wake these callers too
                 for req in admitted:
                     self._prefill(req)
+                self.prefill_s += time.perf_counter() - t0
                 active = self._retire(active)
                 if active:
                     t1 = time.perf_counter()
                     self._decode(active)
                     self.step_log.append((len(active), time.perf_counter() - t1))
+                    self.decode_s += self.step_log[-1][1]
                     self.busy_slot_s += len(active) * (time.perf_counter() - t0)
                     active = self._retire(active)
         except BaseException as exc:  # wake every caller: none may wait forever on a dead server
