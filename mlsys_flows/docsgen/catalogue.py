@@ -57,8 +57,15 @@ def is_run_report(obj: Any) -> bool:
 
 
 # ----- sources ------------------------------------------------------------------------------------
+def _canonical(obj: dict, path: str) -> bool:
+    """A system's committed run at a scale is ``<system>-<scale>.json``; a report saved under another
+    name (a run with other parameters, e.g. bagel-minilm.json, quoted by its page) is not its row."""
+    return Path(path).name == f"{obj.get('system')}-{obj.get('scale')}.json"
+
+
 def committed(results: Path | None = None) -> list[Found]:
-    """The RunReports in the results folder (other JSON there, e.g. overhead.json, is skipped)."""
+    """The RunReports in the results folder (other JSON there, e.g. overhead.json, and reports saved
+    under another name than ``<system>-<scale>.json`` are skipped)."""
     results = Path(results or RESULTS)
     found = []
     for path in sorted(results.glob("*.json")):
@@ -66,7 +73,7 @@ def committed(results: Path | None = None) -> list[Found]:
             obj = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if is_run_report(obj):
+        if is_run_report(obj) and _canonical(obj, path.name):
             found.append(Found(obj, f"benchmarks/results/{path.name}"))
     return found
 
@@ -106,8 +113,8 @@ def git_history(results: Path | None = None) -> list[Found]:
             obj = json.loads(body)
         except ValueError:
             continue
-        if is_run_report(obj):
-            sha, path = spec.split(":", 1)
+        sha, path = spec.split(":", 1)
+        if is_run_report(obj) and _canonical(obj, path):
             found.append(Found(obj, f"git {sha[:8]}:{path}"))
     return found
 
