@@ -38,19 +38,25 @@ def wait_for(flag: str) -> None:
 def submit_one(fn, *args) -> tuple:
     """(the task's final state, how many times it ran, as the Prefect API recorded it)"""
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
 
     with tasks_on(CLUSTER, task_timeout_s=60):
         future = fn.submit(*args)
         future.wait()
-    # the API records a task's states from events it processes after the task ends: wait until it
-    # has the final state before reading how many times the task ran
+    # the API records a task run and its states from events it processes after the task ends: wait
+    # until the run exists with its final state before reading how many times the task ran
+    recorded = None
     with get_client(sync_client=True) as client:
-        for _ in range(600):
-            recorded = client.read_task_run(future.task_run_id)
-            if recorded.state is not None and recorded.state.is_final():
+        for _ in range(1200):
+            try:
+                recorded = client.read_task_run(future.task_run_id)
+            except ObjectNotFound:
+                recorded = None
+            if recorded is not None and recorded.state is not None and recorded.state.is_final():
                 break
             time.sleep(0.05)
-        return future.state, recorded.run_count
+    assert recorded is not None, "the API never recorded the task run"
+    return future.state, recorded.run_count
 
 
 def test_a_task_whose_first_write_fails_is_retried(local_storage, monkeypatch):
