@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from mlsys_flows.systems.llm_serving.causal_minilm import FIRST_WORD_ID, KVPool, pretrained
 
@@ -64,9 +63,6 @@ class ModelServer:
         self._cond = threading.Condition()
         self._closed = False
         self._error: BaseException | None = None
-        self._batch: tuple[int, ...] = ()   # the decode batch's requests (by seq), its slot rows and K/V
-        self._rows: torch.Tensor | None = None
-        self._batch_kv = None
         # counters: decode steps, prefills, tokens generated, slot-seconds busy (active x step time)
         self.steps = self.prefills = self.tokens = 0
         self.busy_slot_s = 0.0
@@ -139,13 +135,11 @@ class ModelServer:
         self.tokens += 1
 
     def _decode(self, active: list[_Request]) -> None:
-        batch = tuple(r.seq for r in active)
-        if batch != self._batch:  # the batch changed: gather its K/V once; decode updates them in place
-            self._rows = pad_sequence([torch.tensor(r.slots) for r in active], batch_first=True)
-            self._batch_kv = self.model.gather_batch(self.pool, self._rows)
-            self._batch = batch
         positions = [len(r.prompt) + len(r.out) - 1 for r in active]
-        logits = self.model.decode(self.pool, [r.out[-1] for r in active], positions, self._rows, self._batch_kv)
+        rows = torch.zeros(len(active), max(positions) + 1, dtype=torch.long)
+        for b, r in enumerate(active):
+            rows[b, :positions[b] + 1] = torch.tensor(r.slots[:positions[b] + 1])
+        logits = self.model.decode(self.pool, [r.out[-1] for r in active], positions, rows)
         for r, tok in zip(active, logits.argmax(dim=-1).tolist()):
             r.out.append(tok)
         self.steps += 1
