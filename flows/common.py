@@ -113,7 +113,8 @@ class RunContext:
         try:
             launch = run_ranks(runner.client, fn, world_size, *args, timeout_s=timeout_s, **kwargs)
         except RanksFailed as exc:  # recorded too: a launch that lost a rank on purpose is part of the run
-            self.launches.append({"world_size": world_size, "workers": exc.workers, "launch_id": exc.launch_id,
+            self.launches.append({"world_size": world_size, "backend": exc.backend, "workers": exc.workers,
+                                  "launch_id": exc.launch_id,
                                   "lost_ranks": sorted(exc.lost), "failed_ranks": sorted(exc.failed)})
             raise
         self.launches.append(launch.describe())
@@ -169,14 +170,18 @@ def resolve_storage(storage: str | ObjectStorage | None) -> ObjectStorage:
     return ObjectStorage.load(storage) if storage else ObjectStorage()
 
 
-def resolve_cluster(cluster: str | DaskCluster | None) -> DaskCluster:
+def resolve_cluster(cluster: str | DaskCluster | None, shared: bool = True) -> DaskCluster:
+    """The cluster named, else the warm one of the `mlsys-flows server` this run reports to (``shared``:
+    the run may use a cluster other runs use too), else an embedded one."""
     if isinstance(cluster, DaskCluster):
         return cluster
     if cluster:
         return DaskCluster.load(cluster)
-    # no cluster named: the warm one of the `mlsys-flows server` this run reports to, else an embedded one
     address = warm_cluster_address(PREFECT_API_URL.value())
-    return DaskCluster(address=address) if address else DaskCluster()
+    if address and not shared:
+        _log.info("this run kills workers of its cluster on purpose: it starts one of its own instead of the "
+                  "server's warm cluster at %s", address)
+    return DaskCluster(address=address) if address and shared else DaskCluster()
 
 
 def resolve_devices(devices: str | ResourcePool | None) -> ResourcePool | None:
@@ -287,7 +292,7 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                 raise ParamsError(name, "run_key", f"must be 1-128 letters, digits, '.', '_' or '-' (got {run_key!r})")
             logger.info("resolved parameters: %s", params.model_dump(mode="json"))
             store = resolve_storage(storage).check()
-            dask_cluster = resolve_cluster(cluster)
+            dask_cluster = resolve_cluster(cluster, shared=not params.kills_workers())
             try:  # remote workers that cannot report to the API would fail only mid-run
                 dask_cluster.check_api_reachable(PREFECT_API_URL.value())
             except ValueError as exc:

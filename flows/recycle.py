@@ -211,12 +211,13 @@ def _report_failover(r: dict, p, variants: dict, samples: dict, kinds: dict, ass
               "failover_restart": ("restart_steps_s", "restart")}
     for name, (steps, plan) in phases.items():
         samples[name] = {"real_samples_s": [per_step / s for s in r[steps]]}
-        variants[name] = {"real_predicted_samples_s": per_step / r["predicted_step_s"][plan]}
+        variants[name] = {"real_predicted_samples_s": per_step / r["predicted_step_s"][plan],
+                          "real_step_prediction_error": r["prediction_error"][plan]}
     samples["failover_recycle"]["real_recover_s"] = [r["recycle_recover_s"]]
     samples["failover_restart"]["real_recover_s"] = [r["restart_recover_s"]]
     samples["failover_before"]["real_detection_s"] = [r["detection_s"]]
     kinds |= {"real_samples_s": "measured", "real_recover_s": "measured", "real_detection_s": "measured",
-              "real_predicted_samples_s": "simulated"}
+              "real_predicted_samples_s": "simulated", "real_step_prediction_error": "measured"}
     source = ("measured in the failover run before the failure, while all 4 ranks ran: {}; the plans were then "
               "simulated one step from a standing start (the run separates steps by a membership barrier)")
     assumptions["real_predicted_samples_s"] = {
@@ -238,6 +239,7 @@ def _report_failover(r: dict, p, variants: dict, samples: dict, kinds: dict, ass
         f"{r['restart_choice']}, stages restored from the checkpoint in {r['restart_restore_s'] * 1e3:.0f} ms, "
         f"relaunch {r['restart_relaunch_s'] * 1e3:.0f} ms) ran {r['restart_samples_s']:.1f} samples/s, back to work "
         f"{r['restart_recover_s']:.2f} s after the kill. The checkpoint was the step before the failure, so the "
-        f"restart redid no work (its best case). Simulator error (measured / predicted - 1): fault-free "
+        f"restart redid no work (its best case). Simulator error on the step time (real_step_prediction_error, "
+        f"measured step / predicted step - 1; positive: slower than predicted): fault-free "
         f"{err['healthy']:+.0%}, rerouted {err['rerouted']:+.0%}, restarted {err['restart']:+.0%}; the simulator "
         f"gives every worker a core of its own, here {PIPELINES * STAGES} ranks share the machine's cores.")

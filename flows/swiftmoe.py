@@ -52,7 +52,8 @@ def swiftmoe(ctx: RunContext) -> SystemResult:
     calib = None
     if gloo_available():
         prepared = t.calibration_job.submit(p, ctx.repeats).result()
-        launch = ctx.ranks(replay_rank, WORLD, prepared["job"])
+        # the replay computes on CPU tensors, as the profile it checks was measured: gloo on any cluster
+        launch = ctx.ranks(replay_rank, WORLD, prepared["job"], backend="gloo")
         calib = summarize_calibration(prepared, launch.results[0], launch.seconds)
         get_run_logger().info("swiftmoe calibration (%d %s ranks on %s): measured %s ms/iter vs simulated %.2f ms "
                               "(link %.2f Gbit/s)", launch.world_size, launch.backend, ", ".join(launch.workers),

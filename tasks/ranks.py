@@ -32,12 +32,13 @@ _RANK_SLOT = threading.Lock()
 class RanksFailed(RuntimeError):
     """Ranks of a launch failed: ``lost`` {rank: worker} whose worker left the cluster, ``failed``
     {rank: the exception it raised}; ``results`` {rank: result} of the ranks that finished anyway
-    (survivors that carried on, as ReCycle's do) and ``workers`` the launch's workers in rank order."""
+    (survivors that carried on, as ReCycle's do), ``workers`` the launch's workers in rank order and
+    ``backend`` its process groups' backend."""
 
     def __init__(self, launch_id: str, lost: dict[int, str], failed: dict[int, BaseException],
-                 results: dict[int, Any] | None = None, workers: list[str] | None = None):
+                 results: dict[int, Any] | None = None, workers: list[str] | None = None, backend: str = ""):
         self.launch_id, self.lost, self.failed = launch_id, lost, failed
-        self.results, self.workers = results or {}, workers or []
+        self.results, self.workers, self.backend = results or {}, workers or [], backend
         parts = [f"rank {r} lost (its worker {w} left the cluster)" for r, w in sorted(lost.items())]
         parts += [f"rank {r} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                   for r, e in sorted(failed.items())]
@@ -184,7 +185,7 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
                 settled = all(f.status != "pending" or r in lost for r, f in enumerate(futures))
                 if settled or time.monotonic() - failing_since > timeout_s + poll_s:
                     done = {r: f.result() for r, f in enumerate(futures) if f.status == "finished"}
-                    raise RanksFailed(launch_id, lost, failed, done, chosen)
+                    raise RanksFailed(launch_id, lost, failed, done, chosen, backend)
     finally:
         for f in futures:
             if f.status == "pending":

@@ -59,6 +59,11 @@ class SystemParams(BaseModel):
     flow_timeout_s: float = Field(7200, gt=0, le=30 * 86400, description="Longest the run's work (its tasks, from the "
                                   "cluster's start to the last result) may take before it fails as timed out (1800 s at smoke, 7200 at quick, 3 days at full).")
 
+    def kills_workers(self) -> bool:
+        """Whether the run SIGKILLs workers of its cluster on purpose (a failure it measures). Such a run
+        takes a cluster of its own when none is named, never the server's warm one that other runs share."""
+        return False
+
     @classmethod
     def preset(cls, scale: str) -> dict[str, Any]:
         """The values ``scale`` sets: every system's (``_SCALE_DEFAULTS``), then this system's ``PRESETS``."""

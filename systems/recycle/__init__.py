@@ -60,6 +60,9 @@ class Params(SystemParams):
                                "baseline resumes them from the checkpoint. Measured throughputs and times to recover, "
                                "the simulator's predictions beside them.")
     failover_microbatches: int = Field(8, ge=2, le=64, description="Micro-batches per pipeline per step of the failover run.")
+
+    def kills_workers(self) -> bool:
+        return self.failover_run  # the failover run SIGKILLs one of its 4 workers
     failover_steps: int = Field(5, ge=1, le=50, description="Timed steps of each failover phase (before the failure, "
                                                              "rerouted, restarted), each after one untimed step.")
     regime_failures: list[int] = Field([0, 1, 2, 4, 8], min_length=2, max_length=12,

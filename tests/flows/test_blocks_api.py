@@ -111,3 +111,21 @@ def test_cluster_secrets_are_saved_encrypted_and_loaded():
     loaded = DaskCluster.load("t-dask-secret")
     assert loaded.cluster_secrets["token"].get_secret_value() == "cloud-token-123"
     assert "cloud-token-123" not in repr(loaded)
+
+
+def test_a_claim_occupies_as_many_slots_as_its_pool_gives_a_task():
+    """per_task=2 on a 2-device pool: while one claim holds, the Prefect limit has both slots taken
+    (a second claim could not start), and both are free again after it."""
+    from prefect.client.orchestration import get_client
+
+    pool = ResourcePool(kind="gpu", devices=["cuda:0", "cuda:1"], per_task=2, name=f"t-{uuid.uuid4().hex[:8]}")
+    pool.ensure_concurrency_limit()
+
+    def active() -> int:
+        with get_client(sync_client=True) as client:
+            return client.read_global_concurrency_limit_by_name(pool.concurrency_limit_name).active_slots
+
+    assert pool.slots == 2 and pool.slots_per_claim == 2 and active() == 0
+    with pool.claim(timeout_s=30):
+        assert active() == 2
+    assert active() == 0

@@ -2,6 +2,7 @@
 0, 1, 2 and 4 failures with their calibrated assumptions, measured calibration times, the schedule panels
 and the Gantt chart on storage."""
 import math
+import statistics
 
 import pytest
 
@@ -77,6 +78,11 @@ def test_recycle_failover_run_is_measured_beside_its_prediction():
     for name in ("failover_before", "failover_recycle", "failover_restart"):
         assert len(samples[name]["real_samples_s"]) == steps and all(x > 0 for x in samples[name]["real_samples_s"])
         assert v[name]["real_predicted_samples_s"] > 0
+        # the simulator's error is a number of the report: measured step over predicted step, minus 1 (the
+        # median of the steps, not of the throughputs: the two differ a little for an even number of steps)
+        assert v[name]["real_step_prediction_error"] == pytest.approx(
+            v[name]["real_predicted_samples_s"] / statistics.median(samples[name]["real_samples_s"]) - 1, abs=0.05)
+    assert kinds["real_step_prediction_error"] == "measured"
     # each recovery starts at the kill and includes the shared detection
     detection = samples["failover_before"]["real_detection_s"][0]
     assert 0 < detection < samples["failover_recycle"]["real_recover_s"][0]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
+from mlsys_flows import registry
 from mlsys_flows.platform.server import WARM_WORKERS, LocalPlatform
 from mlsys_flows.settings import warm_cluster_address
 from mlsys_flows.systems.common.net import free_port
@@ -41,6 +42,32 @@ def test_server_records_its_warm_cluster(platform, monkeypatch):
     assert warm_cluster_address("http://127.0.0.1:1/api") is None  # another API: a run there starts its own
     workers, _ = _scheduler_state(platform.dask_address)
     assert len(workers) == WARM_WORKERS
+    with Client(platform.dask_address, timeout=60) as client:  # the preload imported every flow on each worker
+        imported = client.run(_flows_imported)
+    flows = {f"mlsys_flows.flows.{spec.name}" for spec in registry.implemented()}
+    assert all(flows <= got for got in imported.values()), {w: flows - got for w, got in imported.items()}
+
+
+def _flows_imported() -> set[str]:
+    return {name for name in sys.modules if name.startswith("mlsys_flows.flows.")}
+
+
+def test_a_run_that_kills_workers_takes_a_cluster_of_its_own(platform, monkeypatch):
+    """The warm cluster is shared by every run: one that SIGKILLs workers on purpose (recycle's failover
+    run) starts its own, while the same system without that run attaches to the warm one."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from mlsys_flows.flows.common import resolve_cluster
+    from mlsys_flows.systems.recycle import Params as RecycleParams
+
+    monkeypatch.setenv("MLSYS_FLOWS_HOME", str(platform.root))
+    with temporary_settings({PREFECT_API_URL: platform.api_url}):
+        for failover, mode in ((True, "local"), (False, "address")):
+            params = RecycleParams.for_scale("smoke", failover_run=failover)
+            assert params.kills_workers() is failover
+            cluster = resolve_cluster(None, shared=not params.kills_workers())
+            assert cluster.mode == mode, (failover, cluster)
+        assert resolve_cluster(None).address == platform.dask_address
 
 
 def test_smoke_run_attaches_to_the_warm_cluster_which_survives_it(platform, tmp_path):

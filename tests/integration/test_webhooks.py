@@ -67,6 +67,9 @@ def _rejections(env, hook):
             SIGNATURE_HEADER: signed_headers(secret, b"{}", "x")[SIGNATURE_HEADER]})),
         "signature of another delivery id": (401, lambda: post(env, hook, good, headers={
             DELIVERY_HEADER: "not-the-signed-one"})),
+        # an old signature kept, its timestamp moved to now (both inside the window): the signature covers it
+        "signature of another timestamp": (401, lambda: post(env, hook, good, ts=int(time.time()) - 10, headers={
+            TIMESTAMP_HEADER: str(int(time.time()))})),
         "missing signature": (401, lambda: httpx.post(f"{env.url}/hooks/{hook}", json=good)),
         "stale timestamp": (401, lambda: post(env, hook, good, ts=int(time.time()) - 360)),
         "future timestamp": (401, lambda: post(env, hook, good, ts=int(time.time()) + 360)),
@@ -87,7 +90,8 @@ def _rejections(env, hook):
     }
 
 
-CASES = ["bad signature", "signature of another body", "signature of another delivery id", "missing signature",
+CASES = ["bad signature", "signature of another body", "signature of another delivery id",
+         "signature of another timestamp", "missing signature",
          "stale timestamp", "future timestamp",
          "timestamp not a number", "unknown hook", "body too big", "body too big, chunked", "missing delivery id",
          "bad delivery id", "not JSON", "not an object", "unknown body field", "bad scale", "overrides not an object"]

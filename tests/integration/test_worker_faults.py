@@ -56,6 +56,21 @@ def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
     diff = leaf_diff(deterministic_view(faulted), deterministic_view(reference))
     assert not diff, f"the fault {kill.record} changed deterministic fields (faulted != reference): {diff}"
     dask_procs.wait_for_workers(2)  # the replacement joined: later tests get a full cluster
+    if name == "swiftmoe":  # its ranks ran on this cluster's workers
+        assert faulted["environment"]["distributed"], "swiftmoe launched no ranks"
+    no_rank_outlives_the_flow(dask_procs.address)
+
+
+def no_rank_outlives_the_flow(address: str) -> None:
+    """Issue 32: after a flow (swiftmoe's launches 2 torch.distributed ranks on these workers), no
+    worker still runs a rank or belongs to a process group."""
+    from distributed import Client
+
+    from mlsys_flows.tasks.ranks import rank_state
+
+    with Client(address, timeout=30) as client:
+        states = client.run(rank_state)
+    assert states and all(s == {"rank_running": False, "process_group": False} for s in states.values()), states
 
 
 def test_recycle_failover_on_a_cluster_too_small_fails_first_naming_the_parameter(dask_procs, tmp_path):
