@@ -10,12 +10,20 @@ rank, world size, backend, device and launch), which is destroyed when ``fn`` re
 A lost worker is a failed rank: its peers' next collective fails (their sockets to it close) or
 times out after ``timeout_s``; the caller learns which ranks were lost (their worker left the
 cluster) and which failed, and decides what happens next (reroute, relaunch from a checkpoint).
+
+A launch whose caller is gone (its flow cancelled or its process killed: the scheduler then releases
+the ranks' tasks) or that cancels its ranks is torn down too: Dask cannot stop a running task, so each
+rank watches its own task and, once the scheduler has released it, raises ``RankCancelled`` in the
+rank's thread (at its next Python instruction; a collective in progress ends first, within
+``timeout_s``), which leaves the process group and frees the worker for the next launch.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlparse
@@ -23,10 +31,15 @@ from urllib.parse import urlparse
 from mlsys_flows.systems.common.distributed import (RankInfo, choose_backend, local_devices, master_store,
                                                     peer_store, process_group)
 
-__all__ = ["RankInfo", "RanksFailed", "RanksRun", "rank_state", "rank_alive", "run_ranks"]
+__all__ = ["RankCancelled", "RankInfo", "RanksFailed", "RanksRun", "rank_state", "rank_alive", "run_ranks"]
 
 # one rank per worker process: torch.distributed's default group is process-wide
 _RANK_SLOT = threading.Lock()
+
+
+class RankCancelled(RuntimeError):
+    """Raised inside a rank whose Dask task the scheduler released (its launch was cancelled or its
+    caller is gone): the rank stops and leaves its process group."""
 
 
 class RanksFailed(RuntimeError):
@@ -117,10 +130,37 @@ def _rank_main(launch_id: str, rank: int, world_size: int, backend: str, device:
         info = RankInfo(rank=rank, world_size=world_size, backend=backend, device=device, launch_id=launch_id,
                         host=host, workers=workers, store=store)
         fn, args, kwargs = cloudpickle.loads(payload)
-        with process_group(store, info, timeout_s):
+        with process_group(store, info, timeout_s), _cancelled_when_released(get_worker()):
             return fn(info, *args, **kwargs)
     finally:
         _RANK_SLOT.release()
+
+
+@contextmanager
+def _cancelled_when_released(worker, poll_s: float = 0.5):
+    """While the block runs, a watcher raises ``RankCancelled`` in this thread once the scheduler has
+    released this task (the worker's record of it is cancelled or gone)."""
+    key, thread = worker.get_current_task(), threading.get_ident()
+    done, guard = threading.Event(), threading.Lock()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            ts = worker.state.tasks.get(key)
+            if ts is None or ts.state in ("cancelled", "released", "forgotten"):
+                with guard:  # never once the block has ended: the exception would hit its cleanup
+                    if not done.is_set():
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
+                                                                   ctypes.py_object(RankCancelled))
+                return
+
+    watcher = threading.Thread(target=watch, name=f"rank-watch-{key}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with guard:
+            done.set()
+        watcher.join()
 
 
 def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "auto",

@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from faultkit import DaskProcesses
+from faultkit import DaskProcesses, wait_until
 
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage
 from mlsys_flows.systems.swiftmoe import Params as SwiftMoEParams
@@ -166,3 +169,49 @@ def test_survivors_of_a_lost_rank_carry_on_and_their_results_come_back(dask, cli
     assert err.value.results == {0: {"live": [0, 1], "sum": 3.0}, 1: {"live": [0, 1], "sum": 3.0}}
     assert len(set(err.value.workers)) == 3 and err.value.lost[2] == err.value.workers[2]
     no_rank_left(client)  # the survivors' groups, the new one too, are torn down
+
+
+def spin(info, flags: str) -> None:
+    """Reduce forever (each collective bounded by the launch's timeout): only a cancel ends it."""
+    import torch
+    import torch.distributed as dist
+
+    Path(flags, f"rank-{info.rank}").touch()
+    while True:
+        dist.all_reduce(torch.ones(1))
+        time.sleep(0.01)
+
+
+DRIVER = """
+import sys
+from distributed import Client
+from mlsys_flows.tasks.ranks import run_ranks
+from test_ranks import spin
+with Client(sys.argv[1], timeout=60) as client:
+    run_ranks(client, spin, 2, sys.argv[2], timeout_s=30)
+"""
+
+
+def test_ranks_whose_caller_is_killed_are_torn_down(dask, client, tmp_path):
+    """The process that launched the ranks (a flow's) is SIGKILLed while they run: the scheduler
+    releases their tasks, each rank raises RankCancelled at its next instruction and leaves its
+    process group, and the workers take the next launch. The moment is an event: both ranks started."""
+    dask.wait_for_workers(2)  # the cluster may have lost a worker to an earlier test: 2 ranks need 2
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, dask.address, str(flags)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_until(lambda: len(list(flags.iterdir())) == 2 or driver.poll() is not None, timeout=180,
+                   what="both ranks to start")
+        assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+        assert any(s["rank_running"] for s in client.run(rank_state).values())
+    finally:
+        driver.kill()
+        driver.wait()
+    idle = {"rank_running": False, "process_group": False}
+    wait_until(lambda: all(s == idle for s in client.run(rank_state).values()), timeout=120,
+               what="the cancelled ranks to leave their process groups")
+    again = run_ranks(client, reduce_ranks, 2, 1.0, timeout_s=TIMEOUT_S)
+    assert [r["sum"] for r in again.results] == [3.0, 3.0]
