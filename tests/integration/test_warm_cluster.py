@@ -43,13 +43,10 @@ def test_server_records_its_warm_cluster(platform, monkeypatch):
     workers, _ = _scheduler_state(platform.dask_address)
     assert len(workers) == WARM_WORKERS
     with Client(platform.dask_address, timeout=60) as client:  # the preload imported every flow on each worker
-        imported = client.run(_flows_imported)
+        # a lambda travels by value: the workers cannot import this test module
+        imported = client.run(lambda: {n for n in sys.modules if n.startswith("mlsys_flows.flows.")})
     flows = {f"mlsys_flows.flows.{spec.name}" for spec in registry.implemented()}
     assert all(flows <= got for got in imported.values()), {w: flows - got for w, got in imported.items()}
-
-
-def _flows_imported() -> set[str]:
-    return {name for name in sys.modules if name.startswith("mlsys_flows.flows.")}
 
 
 def test_a_run_that_kills_workers_takes_a_cluster_of_its_own(platform, monkeypatch):
