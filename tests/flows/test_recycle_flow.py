@@ -78,10 +78,11 @@ def test_recycle_failover_run_is_measured_beside_its_prediction():
     for name in ("failover_before", "failover_recycle", "failover_restart"):
         assert len(samples[name]["real_samples_s"]) == steps and all(x > 0 for x in samples[name]["real_samples_s"])
         assert v[name]["real_predicted_samples_s"] > 0
-        # the simulator's error is a number of the report: measured step over predicted step, minus 1 (the
-        # median of the steps, not of the throughputs: the two differ a little for an even number of steps)
+        # the simulator's error is a number of the report: the median measured step over the predicted
+        # step, minus 1 (a step's time is the samples per step over its samples/s)
+        steps_per_sample = statistics.median(1 / x for x in samples[name]["real_samples_s"])
         assert v[name]["real_step_prediction_error"] == pytest.approx(
-            v[name]["real_predicted_samples_s"] / statistics.median(samples[name]["real_samples_s"]) - 1, abs=0.05)
+            steps_per_sample * v[name]["real_predicted_samples_s"] - 1, rel=1e-6, abs=1e-9)
     assert kinds["real_step_prediction_error"] == "measured"
     # each recovery starts at the kill and includes the shared detection
     detection = samples["failover_before"]["real_detection_s"][0]
