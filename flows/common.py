@@ -178,10 +178,12 @@ def resolve_cluster(cluster: str | DaskCluster | None, shared: bool = True) -> D
     if cluster:
         return DaskCluster.load(cluster)
     address = warm_cluster_address(PREFECT_API_URL.value())
-    if address and not shared:
+    if address and shared:
+        return DaskCluster(address=address)
+    if address:
         _log.info("this run kills workers of its cluster on purpose: it starts one of its own instead of the "
                   "server's warm cluster at %s", address)
-    return DaskCluster(address=address) if address and shared else DaskCluster()
+    return DaskCluster()
 
 
 def resolve_devices(devices: str | ResourcePool | None) -> ResourcePool | None:

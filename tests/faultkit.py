@@ -91,6 +91,24 @@ def task_runs_of(flow_run_id) -> list:
         return client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
 
 
+def rank_states(client) -> dict:
+    """Each worker's ``rank_state()``: whether it still runs a torch.distributed rank or belongs to a
+    process group."""
+    from mlsys_flows.tasks.ranks import rank_state
+
+    return client.run(rank_state)
+
+
+def ranks_idle(states: dict) -> bool:
+    return bool(states) and all(s == {"rank_running": False, "process_group": False} for s in states.values())
+
+
+def no_rank_left(client) -> None:
+    """No worker of ``client``'s cluster runs a rank or belongs to a process group (issue 32)."""
+    states = rank_states(client)
+    assert ranks_idle(states), states
+
+
 def child_flow_runs(flow_run_id) -> list:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import DaskProcesses, wait_until
+from faultkit import DaskProcesses, no_rank_left, rank_states, ranks_idle, wait_until
 
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage
 from mlsys_flows.systems.swiftmoe import Params as SwiftMoEParams
 from mlsys_flows.systems.swiftmoe.calibrate import calibration_job, replay_rank, summarize
 from mlsys_flows.tasks.checkpoint import train_sharded_rank
-from mlsys_flows.tasks.ranks import RanksFailed, rank_state, run_ranks
+from mlsys_flows.tasks.ranks import RanksFailed, run_ranks
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -60,11 +60,6 @@ def rank_one_raises(info) -> None:
     if info.rank == 1:
         raise ValueError("rank 1 gives up before the collective")
     dist.all_reduce(torch.ones(1))  # rank 0 waits here for a peer that is gone
-
-
-def no_rank_left(client) -> None:
-    states = client.run(rank_state)
-    assert all(s == {"rank_running": False, "process_group": False} for s in states.values()), states
 
 
 def test_ranks_rendezvous_and_reduce_one_per_worker_process(client):
@@ -206,12 +201,11 @@ def test_ranks_whose_caller_is_killed_are_torn_down(dask, client, tmp_path):
         wait_until(lambda: len(list(flags.iterdir())) == 2 or driver.poll() is not None, timeout=180,
                    what="both ranks to start")
         assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
-        assert any(s["rank_running"] for s in client.run(rank_state).values())
+        assert any(s["rank_running"] for s in rank_states(client).values())
     finally:
         driver.kill()
         driver.wait()
-    idle = {"rank_running": False, "process_group": False}
-    wait_until(lambda: all(s == idle for s in client.run(rank_state).values()), timeout=120,
+    wait_until(lambda: ranks_idle(rank_states(client)), timeout=120,
                what="the cancelled ranks to leave their process groups")
     again = run_ranks(client, reduce_ranks, 2, 1.0, timeout_s=TIMEOUT_S)
     assert [r["sum"] for r in again.results] == [3.0, 3.0]

@@ -13,8 +13,9 @@ Every implemented system (MLSYS_FAULTS=name,... narrows it).
 from __future__ import annotations
 
 import pytest
+from distributed import Client
 from faultkit import (DaskProcesses, WorkerKillOnTask, body_task_durations, deterministic_view, fault_systems,
-                      leaf_diff, reference_run, wait_until)
+                      leaf_diff, no_rank_left, reference_run, wait_until)
 
 from mlsys_flows import registry
 from mlsys_flows.blocks import DaskCluster, ObjectStorage
@@ -58,19 +59,8 @@ def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
     dask_procs.wait_for_workers(2)  # the replacement joined: later tests get a full cluster
     if name == "swiftmoe":  # its ranks ran on this cluster's workers
         assert faulted["environment"]["distributed"], "swiftmoe launched no ranks"
-    no_rank_outlives_the_flow(dask_procs.address)
-
-
-def no_rank_outlives_the_flow(address: str) -> None:
-    """Issue 32: after a flow (swiftmoe's launches 2 torch.distributed ranks on these workers), no
-    worker still runs a rank or belongs to a process group."""
-    from distributed import Client
-
-    from mlsys_flows.tasks.ranks import rank_state
-
-    with Client(address, timeout=30) as client:
-        states = client.run(rank_state)
-    assert states and all(s == {"rank_running": False, "process_group": False} for s in states.values()), states
+    with Client(dask_procs.address, timeout=30) as client:  # issue 32: no rank outlives its flow
+        no_rank_left(client)
 
 
 def test_recycle_failover_on_a_cluster_too_small_fails_first_naming_the_parameter(dask_procs, tmp_path):
