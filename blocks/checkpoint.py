@@ -61,7 +61,7 @@ class CheckpointStore(Block):
                 opt.step()
                 saver.save(step, {"model": model.state_dict(), "opt": opt.state_dict()})
 
-        # one shard per rank (e.g. of ranks started by tasks.ranks.run_ranks)
+        # one shard per rank (e.g. of ranks started by platform.ranks.run_ranks)
         step, shard = store.resume_shard("run-42", rank, world_size, default=my_shard)
         with store.saver("run-42", asynchronous=True, rank=rank, world_size=world_size) as saver:
             saver.save(step, my_shard)  # commits globally once every rank's shard is durable

@@ -34,10 +34,11 @@ from mlsys_flows.runtime import shared_api, warm_workers
 from mlsys_flows.settings import warm_cluster_address
 from mlsys_flows.systems.common.environment import capture, load_average
 from mlsys_flows.systems.common.params import ParamsError, SystemParams
+from mlsys_flows.rendering import ratio_label
 from mlsys_flows.systems.common.report import SystemResult, build_report
 from mlsys_flows.systems.common.spec import SystemSpec
 from mlsys_flows.tasks.common import publish_report, report_artifacts, with_policy
-from mlsys_flows.tasks.ranks import RanksFailed, RanksRun, run_ranks
+from mlsys_flows.platform.ranks import RanksFailed, RanksRun, run_ranks
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
 
@@ -105,7 +106,7 @@ class RunContext:
     def ranks(self, fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0,
               **kwargs: Any) -> RanksRun:
         """``fn(info, *args, **kwargs)`` as ``world_size`` torch.distributed ranks, one per worker of the
-        run's cluster (``tasks.ranks.run_ranks``: gloo, or nccl when every worker has a GPU); their
+        run's cluster (``platform.ranks.run_ranks``: gloo, or nccl when every worker has a GPU); their
         results in rank order. Call it while no other task of the run occupies those workers (a rank
         queued behind one waits, and its peers time out after ``timeout_s``). The launch's world size,
         backend and workers go into the report's ``environment.distributed``."""
@@ -327,8 +328,8 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             report_artifacts(report, png, store)  # artifacts of the flow run itself
             h = report.headline
             logger.info("%s headline %s: %s vs %s = %s (paper %s); vs strongest (%s): %s", name, h.metric,
-                        h.technique, h.baseline, h.label(), f"{h.paper:.2f}x" if h.paper else "n/a",
-                        h.vs_strongest.baseline, h.vs_strongest.label())
+                        h.technique, h.baseline, ratio_label(h), f"{h.paper:.2f}x" if h.paper else "n/a",
+                        h.vs_strongest.baseline, ratio_label(h.vs_strongest))
             return report.model_dump(mode="json")
 
         run.__name__ = name

@@ -15,7 +15,7 @@ from mlsys_flows.systems.recycle.experiment import regime_samples
 from mlsys_flows.systems.recycle.failover import PIPELINES, STAGES, VICTIM, FailoverConfig, summarize
 from mlsys_flows.systems.recycle.gantt import focus_rows, square_waves, window_of
 from mlsys_flows.tasks import recycle as t
-from mlsys_flows.tasks.ranks import RanksFailed
+from mlsys_flows.platform.ranks import RanksFailed
 
 SIMULATED = ("throughput", "steady_throughput", "iteration_ms", "compute_utilization", "stall_ms")
 # ReCycle's ranks compute on the CPU (one core per stage worker, as calibrated): gloo even where workers have GPUs

@@ -12,7 +12,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from mlsys_flows.blocks import ObjectStorage, StorageError
 from mlsys_flows.blocks.resources import ClaimTimeout
 from mlsys_flows.systems.common.plotting import render_png
-from mlsys_flows.systems.common.report import RunReport
+from mlsys_flows import rendering
+from mlsys_flows.systems.common.runreport import RunReport
 
 
 # Every task's retry policy, set by the harness on each submission (``with_policy``), not per task:
@@ -85,15 +86,15 @@ def report_artifacts(report: RunReport, png: bytes, storage: ObjectStorage) -> N
     the flow itself, not inside a task: an artifact belongs to the task run it was created in, and the
     run's Artifacts tab would list it under ``publish-report`` instead of under the flow run."""
     base = report_key(report)
-    create_table_artifact(key=f"{report.system}-report", table=report.table_rows(),
-                          description=report.table_description())
+    create_table_artifact(key=f"{report.system}-report", table=rendering.table_rows(report),
+                          description=rendering.table_description(report))
     # the plot travels inside the artifact (a data URI): the browser shows it whatever the storage
     # is (a local folder or a private bucket the browser cannot reach)
     plot = f"![{report.system} plot](data:image/png;base64,{base64.b64encode(png).decode()})"
     create_markdown_artifact(
         key=f"{report.system}-summary",
-        markdown="\n\n".join([report.summary_markdown(), plot, "## Parameters (resolved)",
-                                report.parameters_markdown(),
+        markdown="\n\n".join([rendering.summary_markdown(report), plot, "## Parameters (resolved)",
+                                rendering.parameters_markdown(report),
                                 f"Report JSON and plot on storage: `{storage.root_url}/{base}.json` and `{base}.png`"]),
         description=f"{report.system} RunReport")
 

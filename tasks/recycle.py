@@ -14,7 +14,7 @@ from mlsys_flows.systems.recycle.experiment import compare, layer_costs
 from mlsys_flows.systems.recycle.restart import build as build_stage
 from mlsys_flows.systems.recycle.restart import restart as restart_stage
 from mlsys_flows.systems.recycle.gantt import render_gantt, window_of
-from mlsys_flows.tasks.ranks import rank_alive
+from mlsys_flows.platform.ranks import rank_alive
 
 
 @task(name="recycle-calibrate")

@@ -94,7 +94,7 @@ def task_runs_of(flow_run_id) -> list:
 def rank_states(client) -> dict:
     """Each worker's ``rank_state()``: whether it still runs a torch.distributed rank or belongs to a
     process group."""
-    from mlsys_flows.tasks.ranks import rank_state
+    from mlsys_flows.platform.ranks import rank_state
 
     return client.run(rank_state)
 

@@ -16,7 +16,7 @@ from mlsys_flows.cli.platform import PipeConsole
 from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.params import SCALES, ParamsError
-from mlsys_flows.systems.common.report import SMOKE_NOTE, claim_rows, v3_cells
+from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, regime_sentence, v3_cells
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Published ML-systems techniques as Prefect flows: run, benchmark and deploy them.")
@@ -124,7 +124,7 @@ def _print_report(report) -> None:
     if report.scale == "smoke":
         console.print(SMOKE_NOTE, highlight=False)
     if report.regime is not None:
-        console.print(report.regime_sentence().replace("**", ""), highlight=False)
+        console.print(regime_sentence(report).replace("**", ""), highlight=False)
     for note in report.notes:
         console.print(f"- {note}", highlight=False)
 

@@ -30,7 +30,7 @@ from markupsafe import Markup, escape
 from mlsys_flows import registry
 from mlsys_flows.settings import project_root
 from mlsys_flows.systems.common import formatting as fmt
-from mlsys_flows.systems.common.report import SMOKE_NOTE, claim_rows, v3_cells, variant_tables
+from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, v3_cells, variant_tables
 
 REPO = project_root()  # the checkout, or the wheel's copy of benchmarks/results (settings.py)
 RESULTS = REPO / "benchmarks" / "results"
@@ -419,7 +419,7 @@ def plot_png(r: dict) -> bytes:
     """The run's full plot: the harness's own rendering (headline bars and every curve)."""
     try:
         from mlsys_flows.systems.common.plotting import render_png
-        from mlsys_flows.systems.common.report import RunReport
+        from mlsys_flows.systems.common.runreport import RunReport
 
         return render_png(RunReport.model_validate(r))
     except ValueError:  # a report of an older schema: its headline bars alone

@@ -12,7 +12,7 @@ from pathlib import Path
 from mlsys_flows import registry
 from mlsys_flows.docsgen import docnumbers
 from mlsys_flows.settings import project_root
-from mlsys_flows.systems.common.report import v3_cells
+from mlsys_flows.rendering import v3_cells
 
 SECTIONS = {"systems": registry.markdown_table}
 RESULTS = Path("benchmarks/results")  # shown relative; read under the repository (REPO / an absolute path = it)

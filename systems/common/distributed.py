@@ -1,4 +1,4 @@
-"""torch.distributed process groups for ranks started elsewhere (``tasks/ranks.py`` starts them as
+"""torch.distributed process groups for ranks started elsewhere (``mlsys_flows/platform/ranks.py`` starts them as
 Dask tasks, one per worker process): what a rank knows of itself, the rendezvous store, and the
 group's life. Pure torch: no Dask, no Prefect."""
 from __future__ import annotations

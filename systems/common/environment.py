@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from .report import Environment
+from .runreport import Environment
 
 _PACKAGES = ("mlsys-flows", "prefect", "dask", "distributed", "torch", "numpy", "pyarrow", "highspy")
 
@@ -97,7 +97,6 @@ def harness_files() -> list[tuple[str, Path]]:
     files += [(f"mlsys_flows/{p.relative_to(root)}", p) for p in sorted(root.rglob("*.py"))
               if "__pycache__" not in p.parts and p.relative_to(root).parts[0] not in _LAYERS]
     files += [(f"{layer}/common.py", _layer_dir(layer) / "common.py") for layer in ("tasks", "flows")]
-    files += [("tasks/ranks.py", _layer_dir("tasks") / "ranks.py")]  # ranks as Dask tasks, for every flow
     return [(label, p) for label, p in files if p.exists()]
 
 

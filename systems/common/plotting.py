@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 
-from .report import RunReport
+from .runreport import RunReport
 
 
 def render_png(report: RunReport) -> bytes:

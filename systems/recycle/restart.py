@@ -3,7 +3,7 @@
 When a worker fails, Oobleck re-instantiates its pipelines: new communication groups, each stage's
 state (weights and optimizer) restored from the last checkpoint, the layers a reshaped pipeline
 lacks copied from a surviving replica, and the first micro-batch's forward and backward. The flow
-times that on the cluster: ranks (one per stage worker, ``tasks.ranks``) start fresh process
+times that on the cluster: ranks (one per stage worker, ``platform.ranks``) start fresh process
 groups, restore their stage from a sharded checkpoint, receive rank 0's stage weights (the layer
 copy), run one forward and backward, and meet at a barrier. The launch's wall time (scheduling,
 rendezvous, group init, restore, copy, first step) is the restart; the simulator charges it to

@@ -8,7 +8,7 @@ from faultkit import reference_run
 
 from mlsys_flows import registry
 from mlsys_flows.platform.runner import run_system
-from mlsys_flows.systems.common.report import RunReport, oriented_ratio
+from mlsys_flows.systems.common.runreport import RunReport, oriented_ratio
 
 IMPLEMENTED = [s.name for s in registry.implemented()]
 

@@ -21,7 +21,7 @@ from mlsys_flows.blocks import CheckpointStore, ObjectStorage
 from mlsys_flows.systems.swiftmoe import Params as SwiftMoEParams
 from mlsys_flows.systems.swiftmoe.calibrate import calibration_job, replay_rank, summarize
 from mlsys_flows.tasks.checkpoint import train_sharded_rank
-from mlsys_flows.tasks.ranks import RanksFailed, run_ranks
+from mlsys_flows.platform.ranks import RanksFailed, run_ranks
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -144,7 +144,7 @@ def survivors_carry_on(info) -> dict:
     import torch.distributed as dist
 
     from mlsys_flows.systems.recycle.failover import Membership
-    from mlsys_flows.tasks.ranks import rank_alive
+    from mlsys_flows.platform.ranks import rank_alive
 
     membership = Membership(info.store, info.rank, list(range(info.world_size)), rank_alive(info), prefix="carry")
     membership.round(0)
@@ -180,7 +180,7 @@ def spin(info, flags: str) -> None:
 DRIVER = """
 import sys
 from distributed import Client
-from mlsys_flows.tasks.ranks import run_ranks
+from mlsys_flows.platform.ranks import run_ranks
 from test_ranks import spin
 with Client(sys.argv[1], timeout=60) as client:
     run_ranks(client, spin, 2, sys.argv[2], timeout_s=30)

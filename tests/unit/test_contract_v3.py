@@ -8,8 +8,10 @@ import json
 import pytest
 
 from mlsys_flows import registry
-from mlsys_flows.systems.common.report import (Assumption, ContractError, Environment, Projection, RegimeSample,
-                                               RunReport, SystemResult, build_report, crossover)
+from mlsys_flows.rendering import summary_markdown
+from mlsys_flows.systems.common.report import (Assumption, ContractError, Projection, RegimeSample, SystemResult,
+                                               build_report, crossover)
+from mlsys_flows.systems.common.runreport import Environment, RunReport
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 CLAIM = Claim("t", "paper_base", "tech", "lower", 2.0, "2x faster", headline=True)
@@ -86,7 +88,7 @@ def test_regime_points_take_the_strongest_deployable_baseline_at_each_value():
     curve = next(c for c in r.curves if c.title.startswith("regime"))
     assert set(curve.series) == {"tech vs strongest deployable", "parity (1.0)", "crossover",
                                  "paper's claim at its setting"}
-    assert "wins above skew = 0.75" in r.summary_markdown()
+    assert "wins above skew = 0.75" in summary_markdown(r)
     assert RunReport.model_validate(json.loads(json.dumps(r.model_dump(mode="json")))) == r
 
 

@@ -22,7 +22,8 @@ from mlsys_flows import registry
 from mlsys_flows.docsgen import catalogue
 from mlsys_flows.cli import platform as platform_cli
 from mlsys_flows.systems.common import formatting as fmt
-from mlsys_flows.systems.common.report import SMOKE_NOTE, RunReport, claim_rows
+from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, summary_markdown, table_description, table_rows
+from mlsys_flows.systems.common.runreport import RunReport
 
 SCIENTIFIC = re.compile(r"\d(\.\d+)?e[+-]?\d", re.I)
 HOTLINE = catalogue.RESULTS / "hotline-quick.json"
@@ -63,8 +64,8 @@ def test_no_cell_of_any_committed_report_is_in_scientific_notation():
         pytest.skip("no committed RunReport")
     for r in reports:
         report = RunReport.model_validate(r)
-        cells = [v for row in report.table_rows() for v in row.values()]
-        md = report.summary_markdown()
+        cells = [v for row in table_rows(report) for v in row.values()]
+        md = summary_markdown(report)
         table_lines = [ln for ln in md.splitlines() if ln.startswith("|")]
         assert not [c for c in cells if SCIENTIFIC.search(c)], r["system"]
         assert not [ln for ln in table_lines if SCIENTIFIC.search(ln.replace(r["run_id"], ""))], r["system"]
@@ -93,10 +94,10 @@ def test_a_smoke_report_says_its_ratios_are_not_measurements_and_why_its_range_i
     for ratio in (r["headline"], r["headline"]["vs_strongest"]):
         ratio.update(range=None, repeats=1)
     report = RunReport.model_validate(r)
-    assert SMOKE_NOTE in report.summary_markdown() and report.table_description().startswith(SMOKE_NOTE)
-    assert report.table_rows()[0]["range"] == fmt.ONE_SAMPLE
+    assert SMOKE_NOTE in summary_markdown(report) and table_description(report).startswith(SMOKE_NOTE)
+    assert table_rows(report)[0]["range"] == fmt.ONE_SAMPLE
     quick = RunReport.model_validate(json.loads(HOTLINE.read_text()))
-    assert SMOKE_NOTE not in quick.summary_markdown() + quick.table_description()
+    assert SMOKE_NOTE not in summary_markdown(quick) + table_description(quick)
     (tmp_path / "hotline-smoke.json").write_text(json.dumps(r))  # the catalogue says so too
     pages = catalogue.render_pages(catalogue.collect(tmp_path, history=False), ["test"])
     assert SMOKE_NOTE in pages["systems/hotline.html"] and "not a measurement" in pages["index.html"]
@@ -107,7 +108,7 @@ def test_wide_variant_tables_are_split_to_fit_a_panel():
     reports = {r["system"]: r for r in _committed()}
     if "placement" not in reports:
         pytest.skip("no committed placement report")
-    md = RunReport.model_validate(reports["placement"]).summary_markdown()  # 63 variants, 5 metrics
+    md = summary_markdown(RunReport.model_validate(reports["placement"]))  # 63 variants, 5 metrics
     header = [ln for ln in md.splitlines() if ln.startswith("| variant |")]
     assert header and all(ln.count("|") <= 8 for ln in header)
 

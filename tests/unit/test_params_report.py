@@ -9,8 +9,9 @@ from pydantic import model_validator
 from mlsys_flows.systems.common.llm_params import LLMEndpointParams
 from mlsys_flows.systems.common.params import FieldValueError, ParamsError, SystemParams
 from mlsys_flows.systems.common.plotting import render_png
-from mlsys_flows.systems.common.report import (Assumption, ContractError, Curve, Environment, RunReport, SystemResult,
-                                               build_report, oriented_ratio)
+from mlsys_flows.rendering import summary_markdown, table_rows
+from mlsys_flows.systems.common.report import Assumption, ContractError, Curve, SystemResult, build_report, oriented_ratio
+from mlsys_flows.systems.common.runreport import Environment, RunReport
 from mlsys_flows.systems.common.spec import Claim, SystemSpec
 
 
@@ -112,7 +113,7 @@ def test_report_roundtrip_and_summary():
     r = _report(notes=["small scale"])
     again = RunReport.model_validate(json.loads(json.dumps(r.model_dump(mode="json"))))
     assert again == r
-    md = r.summary_markdown()
+    md = summary_markdown(r)
     assert "small scale" in md and "| tech |" in md
     assert "**2.00x measured, 2.00-3.00 over 3**" in md and "strongest deployable baseline of this run, **tuned**" in md
     assert "| model_s: tech vs base | modelled |" in md and "link_gb_s = 25 GB/s (datasheet)" in md
@@ -143,7 +144,7 @@ def test_smoke_takes_one_repeat_and_other_scales_three():
 
 
 def test_table_artifact_leads_with_claim_paper_and_this_run_formatted():
-    rows = _report().table_rows()
+    rows = table_rows(_report())
     assert list(rows[0])[:4] == ["claim", "paper", "this run", "kind"]
     assert rows[0]["claim"] == "t: tech vs base (headline)" and rows[0]["paper"] == "1.50x"
     assert rows[0]["this run"] == "2.00x" and rows[0]["range"] == "2.00-3.00x"

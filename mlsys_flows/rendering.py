@@ -1,0 +1,184 @@
+"""A RunReport (or its JSON) as people read it: markdown for the Prefect artifacts, the rows of the
+table artifact, the CLI's lines and the catalogue's cells. Pure: the schema is
+``systems/common/runreport.py``; nothing here computes a number."""
+from __future__ import annotations
+
+from mlsys_flows.systems.common import formatting as fmt
+from mlsys_flows.systems.common.runreport import Ratio, RunReport
+
+SMOKE_NOTE = ("Smoke run: a pipeline check on a tiny workload. Its ratios are not "
+              "measurements of the technique; run at scale quick or full for those.")
+
+
+def ratio_label(r: Ratio) -> str:
+    """A ratio in words: value, kind and its spread over the repeats."""
+    spread = f", {r.range[0]:.2f}-{r.range[1]:.2f} over {r.repeats}" if r.range else ""
+    return f"{fmt.ratio(r.ratio)} {r.kind}{spread}"
+
+
+def regime_phrase(regime: dict | None) -> str:
+    """A regime (a report's ``regime``, as JSON) in a few words: where the technique wins."""
+    if not regime:
+        return ""
+    unit = f" {regime['unit']}" if regime.get("unit") else ""
+    if regime["wins"] in ("everywhere", "nowhere"):
+        lo, hi = regime["points"][0]["value"], regime["points"][-1]["value"]
+        return f"wins {regime['wins']} over {regime['parameter']} {fmt.number(lo)}-{fmt.number(hi)}{unit}"
+    if regime["wins"] in ("between", "outside", "mixed"):
+        lo, hi = fmt.number(regime["crossover"], 3), fmt.number(regime["crossover_end"], 3)
+        where = "wins between" if regime["wins"] == "between" else \
+            "wins outside" if regime["wins"] == "outside" else "crosses 1 several times between"
+        return f"{where} {regime['parameter']} = {lo} and {hi}{unit}"
+    return f"wins {regime['wins']} {regime['parameter']} = {fmt.number(regime['crossover'], 3)}{unit}"
+
+
+def v3_cells(report: dict) -> dict[str, str]:
+    """Contract v3 of a report (as JSON), formatted for tables: the mechanism's ablation, the oracle,
+    the regime and the projection ('' where the report has none)."""
+    h = report["headline"]
+
+    def vs(r):
+        return f"{fmt.ratio(r['ratio'])} vs {r['baseline']}" if r else ""
+    p = report.get("projection")
+    return {"mechanism": vs(h.get("mechanism")), "oracle": vs(h.get("vs_oracle")),
+            "regime": regime_phrase(report.get("regime")),
+            "projection": f"{fmt.ratio(p['ratio'])} modelled" if p else ""}
+
+
+
+# How each comparison of a report (as JSON) is named: (where it is, words after the baseline, words in brackets)
+_ROLES = ((lambda r: r["headline"], "", "headline"),
+          (lambda r: r["headline"].get("vs_strongest"), ", the strongest deployable baseline", ""),
+          (lambda r: r["headline"].get("mechanism"), ", its ablation", "the mechanism alone"),
+          (lambda r: r["headline"].get("vs_oracle"), ", the hindsight oracle", "an upper bound"),
+          (lambda r: r.get("projection"), "", "projected at the paper's hardware"))
+
+
+def claim_rows(report: dict) -> list[tuple[str, dict]]:
+    """Every comparison of a report (as JSON) once, headline first, each with its name: the headline,
+    the strongest deployable baseline, the mechanism's ablation, the oracle, the projection and the
+    spec's other claims. A comparison reached twice (the strongest baseline is also a claim, or the
+    headline's own baseline) is one row whose name says both."""
+    candidates = [(where(report), after, label) for where, after, label in _ROLES]
+    candidates += [(r, "", "") for r in report.get("ratios") or []]
+    found: dict[tuple, tuple[dict, list[str], list[str]]] = {}
+    for r, after, label in candidates:
+        if not r:
+            continue
+        key = (r["metric"], r["baseline"], r["technique"], r["baseline_value"], r["technique_value"])
+        _, afters, labels = found.setdefault(key, (r, [], []))
+        afters += [after] if after and after not in afters else []
+        labels += [label] if label and label not in labels else []
+    return [(f"{r['metric']}: {r['technique']} vs {r['baseline']}" + "".join(afters)
+             + (f" ({'; '.join(labels)})" if labels else ""), r) for r, afters, labels in found.values()]
+
+
+def variant_tables(report: dict, width: int = 6) -> list[tuple[list[str], list[list[str]]]]:
+    """A report's (as JSON) variants and metrics as (columns, rows) tables of at most ``width`` value
+    columns: a row per metric and a column per variant, or a row per variant when there are more
+    variants than metrics. Every value with its unit, at its metric's noise floor over all variants."""
+    variants, kinds = report["variants"], report.get("metric_kinds", {})
+    names = list(variants)
+    metrics = list(dict.fromkeys(m for ms in variants.values() for m in ms))
+    cells = {m: dict(zip(names, fmt.column(m, [variants[v].get(m) for v in names]))) for m in metrics}
+    labels = {m: f"{m} ({kinds.get(m, '?')})" for m in metrics} | {v: v for v in names}
+    by_metric = len(names) <= len(metrics)
+    corner, row_keys, col_keys = ("metric (kind)", metrics, names) if by_metric else ("variant", names, metrics)
+    tables = []
+    for start in range(0, len(col_keys), width):
+        cols = col_keys[start:start + width]
+        rows = [[labels[r], *(cells[r][c] if by_metric else cells[c][r] for c in cols)] for r in row_keys]
+        tables.append(([corner, *(labels[c] for c in cols)], rows))
+    return tables
+
+
+def summary_markdown(report: RunReport) -> str:
+    """The run as markdown: the headline and its comparisons, the variants, assumptions, notes."""
+    h, s = report.headline, report.headline.vs_strongest
+    lines = [f"# {report.title} ({report.system}, scale `{report.scale}`)", ""]
+    if report.scale == "smoke":
+        lines += [f"> **{SMOKE_NOTE}**", ""]
+    lines.append(f"**Headline** {h.metric}: {h.technique} vs {h.baseline} = **{ratio_label(h)}** (paper: "
+                 f"{fmt.ratio(h.paper)}; >1 means the technique wins).")
+    if s is not None:
+        lines.append(f"Against the strongest deployable baseline of this run, **{s.baseline}**: {ratio_label(s)}.")
+    if h.mechanism is not None:
+        lines.append(f"The paper's mechanism alone (technique vs **{h.mechanism.baseline}**, the ablation): "
+                     f"{ratio_label(h.mechanism)}.")
+    if h.vs_oracle is not None:
+        lines.append(f"Against the hindsight oracle **{h.vs_oracle.baseline}** (an upper bound): {ratio_label(h.vs_oracle)}.")
+    if report.regime is not None:
+        lines.append(regime_sentence(report))
+    if report.projection is not None:
+        p = report.projection
+        lines.append(f"Projection at the paper's hardware ({p.metric}, {p.technique} vs {p.baseline}): "
+                     f"{ratio_label(p)}; constants under Assumptions.")
+    lines += ["", "| comparison | kind | baseline | technique | ratio | range | paper |",
+              "|---|---|---|---|---|---|---|"]
+    for name, r in claim_rows(report.model_dump(mode="json")):
+        base, tech = fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]])
+        lines.append(f"| {name} | {r['kind']} | {base} | {tech} | {fmt.ratio(r['ratio'])} | "
+                     f"{fmt.ratio_range(r.get('range'), r['kind'])} | {fmt.ratio(r.get('paper'))} |")
+    lines += ["", *variants_markdown(report)]
+    if report.assumptions:
+        lines += ["", "**Assumptions** (modelled and simulated metrics)"]
+        for metric, consts in report.assumptions.items():
+            lines.append(f"- {metric}: " + "; ".join(f"{k} = {fmt.exact(a.value)}{(' ' + a.unit) if a.unit else ''} "
+                                                     f"({a.source})" for k, a in consts.items()))
+    if report.notes:
+        lines += ["", "**Notes**", *[f"- {n}" for n in report.notes]]
+    env = report.environment
+    load = f", load {env.load_before[0]:.2f} -> {env.load_after[0]:.2f}" if env.load_before and env.load_after else ""
+    lines += ["", f"Run `{report.run_id}` on {env.device}, {env.usable_cores or env.cores} usable cores{load}, "
+                  f"git `{env.git_sha[:10]}`{' (dirty)' if env.git_dirty else ''}, code `{env.code_hash[:10]}`, "
+                  f"wall time {report.wall_time_s:.1f} s."]
+    return "\n".join(lines)
+
+
+def variants_markdown(report: RunReport) -> list[str]:
+    """Every variant's metrics as markdown tables narrow enough for a panel (``variant_tables``)."""
+    lines: list[str] = []
+    for columns, rows in variant_tables(report.model_dump(mode="json")):
+        lines += [""] if lines else []
+        lines += ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|",
+                  *("| " + " | ".join(row) + " |" for row in rows)]
+    return lines
+
+
+def regime_sentence(report: RunReport) -> str:
+    g = report.regime
+    pts = ", ".join(f"{fmt.number(p.value)}: {fmt.ratio(p.ratio)}" for p in g.points)
+    unit = f" {g.unit}" if g.unit else ""
+    paper = f"; the paper's setting: {fmt.number(g.paper_value)}{unit}" if g.paper_value is not None else ""
+    return (f"Regime over **{g.parameter}** (ratio against the strongest deployable baseline at each value: "
+            f"{pts}): the technique {regime_phrase(g.model_dump())}{paper}.")
+
+
+def table_rows(report: RunReport) -> list[dict[str, str]]:
+    """One row per comparison, headline first, each once (``claim_rows``), every number with its
+    unit: what the paper claims beside what this run measured, narrow enough to read without
+    scrolling."""
+    rows = []
+    for name, r in claim_rows(report.model_dump(mode="json")):
+        base, tech = fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]])
+        rows.append({"claim": name, "paper": fmt.ratio(r.get("paper")), "this run": fmt.ratio(r["ratio"]),
+                     "kind": r["kind"], "range": fmt.ratio_range(r.get("range"), r["kind"]),
+                     "baseline value": base, "technique value": tech})
+    return rows
+
+
+def table_description(report: RunReport) -> str:
+    """The table artifact's description: the headline in words; a smoke run says its ratios are
+    not measurements."""
+    h = report.headline
+    text = f"{report.title}: {h.metric} {h.technique} vs {h.baseline} = {ratio_label(h)} (paper {fmt.ratio(h.paper)})"
+    return f"{SMOKE_NOTE} {text}" if report.scale == "smoke" else text
+
+
+def parameters_markdown(report: RunReport) -> str:
+    """The run's resolved parameters (preset of its scale plus overrides), as a markdown table."""
+    lines = ["| parameter | value |", "|---|---|"]
+    lines += [f"| {k} | `{fmt.exact(v)}` |" for k, v in report.parameters.items()]
+    return "\n".join(lines)
+
+

@@ -1,0 +1,195 @@
+"""The one RunReport schema every flow produces, and its parts (``report.py`` builds it from a
+system's result; ``mlsys_flows.rendering`` turns it into markdown and tables).
+
+Every ratio, the paper's value beside it, is oriented so that a value above 1 means the technique
+beats the baseline (baseline time / technique time, technique throughput / baseline throughput).
+"""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .spec import Better, Claim, Kind
+
+
+def oriented_ratio(baseline: float, technique: float, better: Better) -> float:
+    """technique/baseline when higher is better, baseline/technique when lower is better."""
+    num, den = (technique, baseline) if better == "higher" else (baseline, technique)
+    if den == 0:
+        return math.inf if num > 0 else float("nan")
+    return num / den
+
+
+class Assumption(BaseModel):
+    """A constant that shapes a modelled or simulated number: its value and where it comes from."""
+
+    value: float | str
+    unit: str = ""
+    source: str = Field(description="Where the value comes from: 'measured in this run', a datasheet, the paper.")
+
+
+
+class Ratio(BaseModel):
+    """One comparison of the technique against one baseline on one metric, from this run."""
+
+    metric: str = Field(description="Metric compared, a key of each variant's metrics.")
+    baseline: str = Field(description="Variant name of the baseline.")
+    technique: str = Field(description="Variant name of the technique.")
+    better: Better = Field(description="Which direction of the raw metric is better.")
+    kind: Kind = Field(description="measured (wall clock), counted (exact), modelled (from constants) or "
+                                   "simulated (a simulator's clock).")
+    baseline_value: float
+    technique_value: float
+    ratio: float = Field(description="Oriented ratio from this run (>1: technique wins); of medians when repeated.")
+    range: tuple[float, float] | None = Field(None, description="Min and max of the ratio over the repeats.")
+    repeats: int = Field(1, description="Samples behind each side's value.")
+    paper: float | None = Field(None, description="The paper's claim, oriented the same way.")
+    statement: str = ""
+    assumptions: dict[str, Assumption] = Field(default_factory=dict, description="Constants behind a modelled or "
+                                               "simulated ratio.")
+    vs_strongest: "Ratio | None" = Field(None, description="Headline only: the technique against the best "
+                                         "deployable baseline variant of this run on the same metric (every "
+                                         "baseline but oracles where the spec declares no roles).")
+    vs_oracle: "Ratio | None" = Field(None, description="Headline only: the technique against the best baseline "
+                                      "chosen in hindsight (role oracle): an upper bound, never the headline.")
+    mechanism: "Ratio | None" = Field(None, description="Headline only: the technique against its ablation (only "
+                                      "the paper's key mechanism removed) on the same metric.")
+
+    @classmethod
+    def of(cls, variants: dict[str, dict[str, float]], claim: Claim, kinds: dict[str, str],
+           samples: dict[str, dict[str, list[float]]] | None = None,
+           assumptions: dict[str, dict[str, Assumption]] | None = None) -> "Ratio":
+        metric, base, tech = claim.metric, claim.baseline, claim.technique
+        try:
+            b, t = float(variants[base][metric]), float(variants[tech][metric])
+        except KeyError as exc:
+            raise ContractError(f"ratio {metric!r} needs variants {base!r} and {tech!r} with that metric; "
+                                f"missing {exc}") from None
+        kind = kinds.get(metric)
+        if kind is None:
+            raise ContractError(f"metric {metric!r} has no kind (measured, counted, modelled or simulated)")
+        used = dict((assumptions or {}).get(metric, {}))
+        if kind in ("modelled", "simulated") and not used:
+            raise ContractError(f"{kind} metric {metric!r} lists no assumptions")
+        bs = (samples or {}).get(base, {}).get(metric) or [b]
+        ts = (samples or {}).get(tech, {}).get(metric) or [t]
+        return cls(metric=metric, baseline=base, technique=tech, better=claim.better, kind=kind,
+                   baseline_value=b, technique_value=t, ratio=oriented_ratio(b, t, claim.better),
+                   range=_ratio_range(bs, ts, claim.better), repeats=min(len(bs), len(ts)),
+                   paper=claim.paper, statement=claim.statement, assumptions=used)
+
+
+class ContractError(ValueError):
+    """A system's result breaks the measurement contract (a missing kind, variant or assumption)."""
+
+
+def _ratio_range(bs: list[float], ts: list[float], better: Better) -> tuple[float, float] | None:
+    """Min-max of the ratio over repeats: pairwise when both sides were sampled together
+    (interleaved), else over every pairing; None for a single sample."""
+    if len(bs) < 2 and len(ts) < 2:
+        return None
+    pairs = zip(bs, ts) if len(bs) == len(ts) else ((b, t) for b in bs for t in ts)
+    rs = [oriented_ratio(b, t, better) for b, t in pairs]
+    return (min(rs), max(rs))
+
+
+class Curve(BaseModel):
+    """A series per variant, drawn as one panel of the report's plot."""
+
+    title: str
+    x_label: str
+    y_label: str
+    series: dict[str, tuple[list[float], list[float]]] = Field(description="variant -> (xs, ys)")
+    log_y: bool = False
+
+
+class RegimePoint(BaseModel):
+    """The headline ratio at one value of the regime parameter, against the strongest deployable
+    baseline at that value."""
+
+    value: float
+    ratio: float
+    range: tuple[float, float] | None = None
+    kind: Kind
+    baseline: str = Field(description="The strongest deployable baseline at this value (the denominator).")
+    repeats: int = 1
+
+
+class RegimeReport(BaseModel):
+    parameter: str
+    unit: str = ""
+    points: list[RegimePoint]
+    crossover: float | None = Field(description="Where the ratio crosses 1 (linear between the two points "
+                                                "around it): the technique stops (or starts) beating the "
+                                                "strongest deployable baseline; None when it never crosses.")
+    wins: str = Field(description="'above' or 'below' the crossover; 'between' or 'outside' the crossover and "
+                                  "crossover_end; 'everywhere' or 'nowhere' in the range; 'mixed' (more crossings).")
+    crossover_end: float | None = Field(None, description="Where the ratio crosses 1 again (wins 'between', "
+                                                          "'outside' or 'mixed'); None with one crossing or none.")
+    headline_value: float | None = Field(None, description="The parameter's value in the headline's workload.")
+    paper_value: float | None = None
+    paper_source: str = ""
+    statement: str = ""
+
+
+class Environment(BaseModel):
+    device: str
+    cores: int = Field(description="CPUs of the machine.")
+    usable_cores: int = Field(0, description="CPUs this process may run on (its affinity mask).")
+    platform: str
+    versions: dict[str, str]
+    git_sha: str
+    git_dirty: bool | None = Field(None, description="Tracked code differed from the commit: files other than "
+                                   "results, docs and generated outputs (None: no git).")
+    dirty_files: list[str] = Field(default_factory=list, description="Those files: the code that ran is the "
+                                   "commit's exactly when this is empty.")
+    code_hash: str = Field("", description="sha256 of the system's own code: systems/<name>/ (and any family "
+                                           "package it uses), tasks/<name>.py, flows/<name>.py.")
+    harness_hash: str = Field("", description="sha256 of the shared harness (systems/common, flows/tasks common, "
+                                              "blocks, platform modules).")
+    load_before: tuple[float, float, float] | None = Field(None, description="1/5/15-min load average at the start.")
+    load_after: tuple[float, float, float] | None = Field(None, description="1/5/15-min load average at the end.")
+    distributed: list[dict[str, Any]] = Field(default_factory=list, description="Each launch of torch.distributed "
+                                              "ranks in the run (ctx.ranks): world_size, backend, workers, devices, "
+                                              "seconds.")
+
+
+class RunReport(BaseModel):
+    system: str
+    title: str
+    paper: str
+    scale: str
+    run_id: str
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    parameters: dict[str, Any]
+    variants: dict[str, dict[str, float]] = Field(description="variant -> metric -> value (median of the samples "
+                                                  "where the metric was repeated)")
+    metric_kinds: dict[str, Kind] = Field(description="metric -> measured | counted | modelled | simulated")
+    samples: dict[str, dict[str, list[float]]] = Field(default_factory=dict, description="variant -> metric -> "
+                                                       "every repeat's value, for repeated (timed) metrics")
+    assumptions: dict[str, dict[str, Assumption]] = Field(default_factory=dict, description="modelled or simulated "
+                                                          "metric -> the constants behind it")
+    headline: Ratio
+    ratios: list[Ratio] = Field(default_factory=list, description="The system's other claims, computed in this run.")
+    curves: list[Curve] = Field(default_factory=list)
+    roles: dict[str, list[str]] = Field(default_factory=dict, description="Baseline variant -> its roles: "
+                                        "deployable, paper, oracle (contract v3).")
+    regime: RegimeReport | None = Field(None, description="The headline ratio swept over the parameter that "
+                                        "governs the effect, with its crossover (contract v3).")
+    projection: Ratio | None = Field(None, description="The headline metric at the paper's hardware constants, "
+                                     "modelled from this run's measured and counted quantities; never the headline.")
+    notes: list[str] = Field(default_factory=list, description="Why numbers differ from the paper, etc.")
+    deterministic_metrics: list[str] = Field(default_factory=list, description="Metrics that depend only on the "
+                                             "parameters and seed, equal in every run with the same parameters.")
+    environment: Environment
+    wall_time_s: float
+
+    def metric_names(self) -> list[str]:
+        names: list[str] = []
+        for metrics in self.variants.values():
+            names += [m for m in metrics if m not in names]
+        return names
+
