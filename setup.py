@@ -1,7 +1,7 @@
 """Maps the top-level layer folders into one import namespace, ``mlsys_flows.*``.
 
 ``systems/``, ``tasks/``, ``flows/`` and ``blocks/`` stay at the top of the repository (see
-DESIGN.md) but install as ``mlsys_flows.systems`` etc., so nothing generic like ``tasks`` lands
+README.md, Layout) but install as ``mlsys_flows.systems`` etc., so nothing generic like ``tasks`` lands
 in site-packages. The wheel also carries the checkout's files that deployments and reports read
 (``PROJECT_FILES``) in ``mlsys_flows/_project/``; ``mlsys_flows.settings.project_root`` finds them.
 """

@@ -1,8 +1,8 @@
-"""The catalogue of systems, in one declarative list (Metaflow-style: lazily imported).
+"""The catalogue of systems: one declarative list of names (Metaflow-style: lazily imported).
 
-An implemented system publishes its spec as ``SPEC`` in ``systems/<name>/__init__.py`` and is
-named here by its name; a planned system keeps its spec here, claims included, until it is built.
-Listing the catalogue imports the implemented system packages (pure: no prefect, dask or torch).
+Each system publishes its spec as ``SPEC`` in ``systems/<name>/__init__.py`` and is named here by
+its name, in the order of the README's system table. Listing the catalogue imports every system
+package (pure: no prefect, dask or torch).
 """
 from __future__ import annotations
 
@@ -10,16 +10,10 @@ import importlib
 from functools import cache
 from typing import Any
 
-from mlsys_flows.systems.common.spec import Claim, SystemSpec, reduction
+from mlsys_flows.systems.common.spec import SystemSpec
 
-
-def _planned(name, title, paper, family, metric, baseline, technique, better, value, statement) -> SystemSpec:
-    return SystemSpec(name, title, paper, family,
-                      (Claim(metric, baseline, technique, better, value, statement, headline=True),))
-
-
-# The catalogue, in the order of SYSTEMS.md. A string names an implemented system's package.
-CATALOGUE: tuple[str | SystemSpec, ...] = (
+# The catalogue, in the order of the README's system table: each entry names a system's package.
+CATALOGUE: tuple[str, ...] = (
     # Input data pipelines
     "cedar", "recd", "dsi",
     # Recommendation embeddings
@@ -49,17 +43,15 @@ CATALOGUE: tuple[str | SystemSpec, ...] = (
     "embodiedbench",
     "era",
     "atlas",
-
 )
 
 
 @cache
 def _specs() -> dict[str, SystemSpec]:
-    specs = [e if isinstance(e, SystemSpec) else _implemented(e) for e in CATALOGUE]
-    return {s.name: s for s in specs}
+    return {name: _load(name) for name in CATALOGUE}
 
 
-def _implemented(name: str) -> SystemSpec:
+def _load(name: str) -> SystemSpec:
     spec = importlib.import_module(f"mlsys_flows.systems.{name}").SPEC
     if spec.name != name:
         raise ValueError(f"systems/{name}/ publishes the spec of {spec.name!r}")
@@ -73,7 +65,7 @@ class UnknownSystem(KeyError):
 
 def names() -> list[str]:
     """Every system's name, without importing any system package."""
-    return [e if isinstance(e, str) else e.name for e in CATALOGUE]
+    return list(CATALOGUE)
 
 
 def get(name: str) -> SystemSpec:
@@ -87,15 +79,15 @@ def all_specs() -> list[SystemSpec]:
 
 
 def implemented() -> list[SystemSpec]:
-    return [s for s in all_specs() if s.status == "implemented"]
+    """An alias of :func:`all_specs` (every system is implemented), kept until its last callers use that."""
+    return all_specs()
 
 
 def markdown_table() -> str:
     """The system table of the README (kept in sync by a test)."""
-    lines = ["| system | family | status | paper | headline claim (paper) |", "|---|---|---|---|---|"]
+    lines = ["| system | family | paper | headline claim (paper) |", "|---|---|---|---|"]
     for s in all_specs():
-        doc = f"[{s.name}](docs/{s.name}.md)" if s.status == "implemented" else s.name
-        lines.append(f"| {doc} | {s.family} | {s.status} | {s.paper} | {s.headline.statement} |")
+        lines.append(f"| [{s.name}](docs/{s.name}.md) | {s.family} | {s.paper} | {s.headline.statement} |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """Dask runtime glue: the embedded Prefect API reachable from Dask worker processes; workers warmed.
 
 Without ``PREFECT_API_URL`` each Dask worker process would start its own temporary API and
-time out (DESIGN.md, Known pitfalls). Inside a flow run the ephemeral server already runs in
+time out. Inside a flow run the ephemeral server already runs in
 a subprocess; its URL is exported so that workers spawned afterwards report to the same API.
 """
 from __future__ import annotations

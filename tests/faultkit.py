@@ -24,7 +24,7 @@ BIN = Path(sys.executable).parent
 
 
 def implemented() -> list[str]:
-    return [s.name for s in registry.implemented()]
+    return registry.names()
 
 
 def fault_systems(names: list[str] | None = None) -> list[str]:

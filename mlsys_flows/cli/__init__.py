@@ -42,7 +42,7 @@ def _check_scale(scale: str) -> str:
 @app.command("list")
 def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
                  markdown: bool = typer.Option(False, "--markdown", help="Print a markdown table (README).")) -> None:
-    """List every system: family, paper, status and the paper's headline claim."""
+    """List every system: family, paper and the paper's headline claim."""
     rows = [s.as_dict() for s in registry.SYSTEMS]
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -54,16 +54,16 @@ def list_systems(as_json: bool = typer.Option(False, "--json", help="Print a JSO
         for r in rows:
             c = next(c for c in r["claims"] if c["headline"])
             paper = f"paper {c['paper']}x" if c["paper"] else "no paper number"
-            print(f"{r['name']}\t{r['status']}\t{r['family']}\t{c['metric']}: {c['technique']} vs {c['baseline']} "
+            print(f"{r['name']}\t{r['family']}\t{c['metric']}: {c['technique']} vs {c['baseline']} "
                   f"({c['better']} is better; {paper})")
         return
-    table = Table(title=f"mlsys-flows systems ({sum(r['status'] == 'implemented' for r in rows)}/{len(rows)} implemented)")
-    for col in ("name", "family", "status", "paper", "headline claim"):
+    table = Table(title=f"mlsys-flows systems ({len(rows)})")
+    for col in ("name", "family", "paper", "headline claim"):
         table.add_column(col, overflow="fold")
     for r in rows:
         c = next(c for c in r["claims"] if c["headline"])
         paper = f"{c['paper']}x" if c["paper"] else "-"
-        table.add_row(r["name"], r["family"], r["status"], r["paper"],
+        table.add_row(r["name"], r["family"], r["paper"],
                       f"{c['metric']} {c['technique']} vs {c['baseline']} ({c['better']} is better): paper {paper}")
     console.print(table)
 
@@ -162,7 +162,7 @@ def _write_json(path: Path, payload) -> None:
 
 
 @app.command()
-def bench(name: str = typer.Argument(..., help="System name, or 'all' for every implemented system."),
+def bench(name: str = typer.Argument(..., help="System name, or 'all' for every system."),
           scale: str = SCALE_OPT, param: List[str] = PARAM_OPT,
           json_path: Optional[Path] = typer.Option(None, "--json", help="Write the RunReport JSON here "
                                                    "(for 'all': a JSON list of reports)."),
@@ -174,9 +174,7 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
           devices: Optional[str] = DEVICES_OPT) -> None:
     """Run systems and compare each headline ratio (with its kind) with the paper's claim."""
     _check_scale(scale)
-    names = [s.name for s in registry.implemented()] if name == "all" else [name]
-    if not names:
-        _fail("no system is implemented yet")
+    names = registry.names() if name == "all" else [name]
     save = save or record
     if save and param:
         _fail("--save/--record write the committed results, which are the scale's preset: drop the -p overrides "

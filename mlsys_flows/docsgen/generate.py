@@ -41,7 +41,7 @@ def files() -> dict[str, Callable[[], str]]:
         "docs/results.md": lambda: catalogue.results_markdown(),
         "prefect.yaml": deploy.render,
     }
-    for spec in registry.implemented():
+    for spec in registry.all_specs():
         if (REPO / "docs" / f"{spec.name}.md").exists():
             out[f"docs/{spec.name}.md"] = _system_page(spec.name)
     for pool_type in infra.POOL_TYPES:

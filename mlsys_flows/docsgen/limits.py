@@ -1,7 +1,7 @@
 """Each system's documented parameter limits, read from its ``Params`` model (pure: no prefect).
 
 The pydantic field constraints (``ge``/``gt``/``le``/``lt``, ``Literal`` choices) ARE the documented
-limits: ``mlsys-flows generate`` renders them for every implemented
+limits: ``mlsys-flows generate`` renders them for every
 system, a test checks that the page matches the models, and the reliability tests derive invalid
 values from the same limits (``bad_override``).
 """
@@ -94,7 +94,7 @@ def field_limits(model: type[SystemParams]) -> list[FieldLimit]:
 
 
 def render_markdown(specs: list | None = None) -> str:
-    specs = registry.implemented() if specs is None else specs
+    specs = registry.all_specs() if specs is None else specs
     lines = ["# Parameter limits", "",
              "Generated from each system's `Params` model by `mlsys-flows generate`",
              "(`tests/unit/test_bad_inputs.py::test_limits_doc_matches_models` fails when this page drifts).",

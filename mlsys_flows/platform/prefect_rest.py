@@ -1,7 +1,7 @@
 """A small client for the Prefect REST API that needs only httpx (no prefect import).
 
 The webhook receiver and the Airflow operator use it: Airflow cannot share a virtualenv with
-Prefect (DESIGN.md), and the webhook needs the raw status code of ``create_flow_run`` (201 = a
+Prefect (docs/platform.md, section 4: their fastapi pins conflict), and the webhook needs the raw status code of ``create_flow_run`` (201 = a
 new run, 200 = an existing run returned for the same idempotency key). The CLI's health probes use
 it too: ``server.discover_api_url`` runs before prefect is imported (prefect reads its settings once,
 at import), and ``EmbeddedAPI.ready`` polls every 0.1 s on the start-up path. Other code that runs

@@ -1,8 +1,8 @@
 """Child processes that stop cleanly: each in its own process group, stopped TERM -> INT -> KILL.
 
 `prefect server start`, `prefect worker start` and `dask worker` spawn children of their own
-(uvicorn, flow-run processes, nannies); some ignore the first signal (DESIGN.md: the worker
-may need TERM then INT). Signalling the whole group, then sweeping every descendant recorded
+(uvicorn, flow-run processes, nannies); some ignore the first signal (docs/platform.md, section 1:
+the worker may need TERM then INT). Signalling the whole group, then sweeping every descendant recorded
 before the first signal, leaves no strays even when a child started a session of its own.
 """
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """The declarative spec of a system: what it is and what its paper claims (pure).
 
-Each implemented system publishes ``SPEC`` in ``systems/<name>/__init__.py``; planned systems keep
-theirs in the registry until they are built. The flow harness computes every claim's ratio from
-the variants a run measured, so a paper's number is written once, here, and never in a flow.
+Each system publishes ``SPEC`` in ``systems/<name>/__init__.py`` (the registry names it). The flow
+harness computes every claim's ratio from the variants a run measured, so a paper's number is
+written once, in the spec, and never in a flow.
 """
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -74,7 +73,7 @@ class SystemSpec:
     paper: str                   # citation: arXiv id or venue
     family: str
     claims: tuple[Claim, ...]
-    params: Any = None           # the system's SystemParams subclass; None while planned
+    params: Any = None           # the system's SystemParams subclass
     # Every variant a careful user could run instead of the technique on the headline metric (the
     # headline's baseline included); the report names the strongest of them (`vs_strongest`).
     baselines: tuple[str, ...] = field(default=())
@@ -126,16 +125,6 @@ class SystemSpec:
         """Prefect entrypoint, relative to the repository root."""
         return f"flows/{self.name}.py:{self.name}"
 
-    @property
-    def status(self) -> str:
-        if self.params is None:
-            return "planned"
-        try:
-            found = importlib.util.find_spec(f"mlsys_flows.flows.{self.name}") is not None
-        except ModuleNotFoundError:
-            found = False
-        return "implemented" if found else "planned"
-
     def load_flow(self):
         """The Prefect flow object (imports prefect)."""
         return getattr(importlib.import_module(f"mlsys_flows.flows.{self.name}"), self.name)
@@ -143,12 +132,12 @@ class SystemSpec:
     def params_model(self):
         """The system's pydantic parameter model."""
         if self.params is None:
-            raise ImportError(f"{self.name} is planned: it has no parameters yet")
+            raise TypeError(f"{self.name}: the spec declares no parameter model")
         return self.params
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "paper": self.paper, "family": self.family,
-                "status": self.status, "entrypoint": self.entrypoint, "baselines": list(self.baselines),
+                "entrypoint": self.entrypoint, "baselines": list(self.baselines),
                 "roles": {b: list(r) for b, r in self.roles.items()},
                 "mechanism": asdict(self.mechanism) if self.mechanism else None,
                 "regime": asdict(self.regime) if self.regime else None, "hardware": list(self.hardware),

@@ -10,7 +10,7 @@ from mlsys_flows import registry
 from mlsys_flows.platform.runner import run_system
 from mlsys_flows.systems.common.runreport import RunReport, oriented_ratio
 
-IMPLEMENTED = [s.name for s in registry.implemented()]
+IMPLEMENTED = registry.names()
 
 
 @pytest.mark.parametrize("name", IMPLEMENTED)

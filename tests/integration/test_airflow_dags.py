@@ -4,7 +4,7 @@ Prefect server, process work pool, worker): Airflow finds the provider through i
 waits on the run with its async client, and the task ends with the run's final state; killing the
 task (SIGTERM to `airflow dags test`, sent once the Prefect run is RUNNING) cancels the run.
 
-Airflow cannot share the project's venv (DESIGN.md, Known pitfalls: Airflow), so the tests use
+Airflow cannot share the project's venv (docs/platform.md, section 4: Airflow), so the tests use
 `.venv-airflow` (Airflow 3.3.2 alone from PyPI, plus this project with --no-deps), built on first
 use and reused while its stamps match: the Airflow requirements and Python for the venv, the
 packaging files for the project's install. The tests skip only when Airflow cannot be installed.

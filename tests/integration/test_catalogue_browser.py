@@ -80,7 +80,7 @@ def test_catalogue_opens_from_a_file_with_every_image_and_link(tmp_path):
         finally:
             browser.close()
     assert rows >= len(registry.names())
-    assert thumbs == sum(1 for s in registry.implemented() if catalogue.collect(history=False).get(s.name))
+    assert thumbs == sum(1 for s in registry.all_specs() if catalogue.collect(history=False).get(s.name))
     assert broken == [] and outside == []
     assert {name: px for name, px in overflow.items() if px > 0} == {}
     assert scientific == [] and duplicated == []

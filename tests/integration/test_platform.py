@@ -40,9 +40,7 @@ DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
 
 def system() -> str:
-    names = [s.name for s in registry.implemented()]
-    if not names:
-        pytest.skip("no system is implemented yet")
+    names = registry.names()
     return "recd" if "recd" in names else names[0]
 
 

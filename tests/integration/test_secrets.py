@@ -80,7 +80,7 @@ def info_logging(prefect_api):
     every flow and task log line reaches the API."""
     from prefect.settings import PREFECT_API_URL
 
-    for spec in registry.implemented():
+    for spec in registry.all_specs():
         spec.load_flow()  # importing prefect's flow machinery re-applies its logging config: do it first
     prefect_logger = logging.getLogger("prefect")
     level = prefect_logger.level

@@ -50,7 +50,7 @@ for mod in (mlsys_flows, mlsys_flows.systems):
 from mlsys_flows import registry
 from mlsys_flows.systems.common.params import SCALES
 checked, errors = [], []
-for spec in registry.implemented():
+for spec in registry.all_specs():
     model = spec.params_model()
     for scale in (None, *SCALES):
         try:

@@ -53,7 +53,7 @@ class HookEnv:
 
 
 def systems() -> list[str]:
-    return [s.name for s in registry.implemented()]
+    return registry.names()
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,6 @@ def hook_env(prefect_api, tmp_path_factory):
     from mlsys_flows.integrations.webhooks import WebhookConfig, create_app
 
     names = systems()
-    if not names:
-        pytest.skip("no system is implemented yet")
     api_url = PREFECT_API_URL.value()
     api = PrefectREST(api_url)
     tag = uuid.uuid4().hex[:8]

@@ -1,7 +1,6 @@
-"""Bad inputs for every implemented system, through the parameter model and the CLI.
+"""Bad inputs for every system, through the parameter model and the CLI.
 
-Parametrized over ``registry.implemented()``: a system is covered as soon as its flow module
-exists. Invalid values come from each model's own limits (``mlsys_flows.docsgen.limits``): wrong types,
+Parametrized over ``registry.names()``: a system is covered as soon as the registry names it. Invalid values come from each model's own limits (``mlsys_flows.docsgen.limits``): wrong types,
 zero/negative sizes, values past ``le``/``lt``, unknown keys. The flow path (no task runs,
 nothing written) is in tests/flows/test_bad_inputs_flow.py.
 """
@@ -24,7 +23,7 @@ from mlsys_flows.docsgen.limits import bad_override, field_limits, render_markdo
 from mlsys_flows.systems.common.params import ParamsError
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = [s.name for s in registry.implemented()]
+SYSTEMS = registry.names()
 FAST = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 
 

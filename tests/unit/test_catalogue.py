@@ -1,4 +1,4 @@
-"""The results catalogue: a row per registry system, planned rows say so, docs/results.md goes stale
+"""The results catalogue: a row per registry system, docs/results.md goes stale
 when a committed RunReport changes, and the HTML links only to files it writes."""
 from __future__ import annotations
 
@@ -24,29 +24,25 @@ def _report(name: str = None) -> dict:
     return json.loads((catalogue.RESULTS / f"{name}-quick.json").read_text())
 
 
-def test_a_row_per_registry_system_and_planned_rows_say_so():
+def test_a_row_per_registry_system():
     rows = catalogue.rows(catalogue.collect(history=False))
     assert [r["system"] for r in rows] == registry.names()
     for spec, row in zip(registry.all_specs(), rows):
         assert row["claim"] == spec.headline.statement
-        if spec.status != "implemented":
-            assert row["ratio"] == "planned" and row["run_id"] == ""
-        elif (catalogue.RESULTS / f"{spec.name}-quick.json").exists():
+        if (catalogue.RESULTS / f"{spec.name}-quick.json").exists():
             report = json.loads((catalogue.RESULTS / f"{spec.name}-quick.json").read_text())
             assert row["ratio"] == fmt.ratio(report["headline"]["ratio"]) and row["kind"] == report["headline"]["kind"]
             assert row["commit"].startswith(report["environment"]["git_sha"][:8])
     text = catalogue.results_markdown()
-    for spec in registry.all_specs():  # docs/results.md: one line per system, planned ones marked
+    for spec in registry.all_specs():  # docs/results.md: one line per system, linked to its page
         (line,) = [ln for ln in text.splitlines() if ln.startswith(f"| {spec.name} |") or
                    ln.startswith(f"| [{spec.name}](")]
-        assert ("| planned |" in line) == (spec.status != "implemented"), line
+        assert line.startswith(f"| [{spec.name}]({spec.name}.md) |"), line
 
 
-def test_an_implemented_system_without_a_report_is_not_run_yet(tmp_path):
+def test_a_system_without_a_report_is_not_run_yet(tmp_path):
     rows = catalogue.rows(catalogue.collect(tmp_path, history=False))  # an empty results folder
-    implemented = {s.name for s in registry.implemented()}
-    assert {r["ratio"] for r in rows if r["system"] in implemented} == {"not run yet"}
-    assert {r["ratio"] for r in rows if r["system"] not in implemented} <= {"planned"}
+    assert len(rows) == len(registry.names()) and {r["ratio"] for r in rows} == {"not run yet"}
 
 
 def test_reports_on_a_storage_block_join_the_history_and_the_newest_is_shown(tmp_path):
@@ -142,7 +138,7 @@ def test_bench_all_goes_on_past_a_failing_system_and_names_it(monkeypatch):
 
     monkeypatch.setattr(cli, "_run_one", fail)
     result = CliRunner().invoke(app, ["bench", "all", "--scale", "smoke"])
-    names = [s.name for s in registry.implemented()]
+    names = registry.names()
     assert tried == names
     assert result.exit_code == 1
     assert f"{len(names)} of {len(names)} systems failed" in result.output and f"{names[-1]} broke" in result.output

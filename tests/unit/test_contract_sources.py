@@ -13,7 +13,7 @@ from mlsys_flows.systems.common.environment import code_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-IMPLEMENTED = [s.name for s in registry.implemented()]
+IMPLEMENTED = registry.names()
 
 
 def _paper_values() -> set[float]:

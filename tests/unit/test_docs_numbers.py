@@ -66,7 +66,7 @@ def test_the_checker_finds_run_numbers_and_leaves_the_papers_and_generated_ones(
                      "| now | `abcdef01` | 1.13x |"]  # the history row of an older run is a record of that run
 
 
-@pytest.mark.parametrize("name", [s.name for s in registry.implemented()])
+@pytest.mark.parametrize("name", registry.names())
 def test_prose_numbers_are_generated_or_the_papers(name):
     """Quote a committed run's number through a span (`<!-- run:PATH FORMAT -->...<!-- /run -->`, filled
     by `mlsys-flows generate`), cite the paper, or say it without the number."""
@@ -75,7 +75,7 @@ def test_prose_numbers_are_generated_or_the_papers(name):
     assert not found, f"docs/{name}.md quotes numbers no report backs:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("name", [s.name for s in registry.implemented()])
+@pytest.mark.parametrize("name", registry.names())
 def test_the_results_header_counts_the_headlines_own_samples(name):
     """Not the `repeats` parameter: a counted headline from one seed says so (issue 29 item 5)."""
     from mlsys_flows.docsgen import readme

@@ -18,7 +18,7 @@ from mlsys_flows.flow_params import NAMES, PARAMETERS
 from mlsys_flows.systems.common.params import SCALES, ParamsError
 from mlsys_flows.integrations.webhooks import DEFAULT_TEMPLATE, FLOW_PARAMETERS, HookConfig, Rejected, build_parameters
 
-SYSTEMS = [s.name for s in registry.implemented()]
+SYSTEMS = registry.names()
 GOOD = {"scale": "smoke", "overrides": {"seed": 1}, "storage": "lab-s3", "cluster": "lab", "devices": "gpu-pool",
         "run_key": "nightly-1.a_b"}
 BAD = {"scale": "huge", "overrides": ["seed"], "storage": 3, "cluster": " ", "devices": 7, "run_key": "../escape"}

@@ -164,7 +164,7 @@ def test_piped_deploy_suggestion_is_one_pasteable_command(capsys, monkeypatch):
 
 def test_piped_webhooks_serve_lines_keep_every_hook_name_whole(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "40")
-    hooks = [s.name for s in registry.implemented()]
+    hooks = registry.names()
     platform_cli.print_serving(hooks, "127.0.0.1", 8765, "http://127.0.0.1:4200/api")
     out = _lines(capsys)
     assert [ln.split("/hooks/")[1] for ln in out[1:]] == hooks and len(out) == 1 + len(hooks)

@@ -9,7 +9,7 @@
 
 Airflow finds the provider through the ``apache_airflow_provider`` entry point (pyproject.toml),
 which calls :func:`get_provider_info`. Nothing here imports prefect: Airflow and Prefect cannot
-share one environment (DESIGN.md, Known pitfalls: Airflow); the modules talk to Prefect over REST.
+share one environment (docs/platform.md, section 4: Airflow); the modules talk to Prefect over REST.
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ the worker instead (an Airflow without a triggerer), with the same trigger's loo
 task cancels the run: ``on_kill`` while the task runs in a worker, the trigger's ``on_kill``
 while it is deferred (Airflow >= 3.3). ``PrefectRunLink`` links the task to the run's UI page.
 
-Imports only ``airflow.sdk``/``airflow.triggers`` and httpx, no prefect (DESIGN.md, Known
-pitfalls: Airflow). ``mode="in_process"`` runs the flow inside the task instead (needs prefect
+Imports only ``airflow.sdk``/``airflow.triggers`` and httpx, no prefect (docs/platform.md,
+section 4: Airflow). ``mode="in_process"`` runs the flow inside the task instead (needs prefect
 in the Airflow environment; imported only then).
 """
 from __future__ import annotations
