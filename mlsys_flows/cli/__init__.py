@@ -11,8 +11,10 @@ import typer
 from rich.table import Table
 
 from mlsys_flows import registry
-from mlsys_flows.cli import platform as platform_cli
-from mlsys_flows.cli.platform import PipeConsole
+from mlsys_flows.cli.console import console, err, fail
+from mlsys_flows.cli.deploy import deploy
+from mlsys_flows.cli.server import server
+from mlsys_flows.cli.webhooks import webhooks_app
 from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.params import SCALES, ParamsError
@@ -22,20 +24,13 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Published ML-systems techniques as Prefect flows: run, benchmark and deploy them.")
 blocks_app = typer.Typer(no_args_is_help=True, help="Prefect blocks of mlsys-flows.")
 app.add_typer(blocks_app, name="blocks")
-console = PipeConsole()  # piped: no wrapping at 80 columns (tables at their natural width)
-err = PipeConsole(stderr=True)
 
 RESULTS = Path("benchmarks/results")
 
 
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
 def _check_scale(scale: str) -> str:
     if scale not in SCALES:
-        _fail(f"--scale must be one of {', '.join(SCALES)} (got {scale!r})")
+        fail(f"--scale must be one of {', '.join(SCALES)} (got {scale!r})")
     return scale
 
 
@@ -134,9 +129,9 @@ def _guard(fn):
     try:
         return fn()
     except (registry.UnknownSystem, ParamsError, RunError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except ValueError as exc:  # e.g. a block's own validation
-        _fail(str(exc).splitlines()[0])
+        fail(str(exc).splitlines()[0])
 
 
 @app.command()
@@ -177,7 +172,7 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     names = registry.names() if name == "all" else [name]
     save = save or record
     if save and param:
-        _fail("--save/--record write the committed results, which are the scale's preset: drop the -p overrides "
+        fail("--save/--record write the committed results, which are the scale's preset: drop the -p overrides "
               "or use --json")
     sweep_started = time.perf_counter()
     reports, failed = [], {}
@@ -220,7 +215,7 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
             console.print(f"wrote {path}")
         console.print(f"catalogue: {catalogue.build(catalogue.OUT, results=RESULTS)}", highlight=False)
     if failed:
-        _fail(f"{len(failed)} of {len(names)} systems failed: " + "; ".join(f"{n} ({why})" for n, why in failed.items()),
+        fail(f"{len(failed)} of {len(names)} systems failed: " + "; ".join(f"{n} ({why})" for n, why in failed.items()),
               code=1)
 
 
@@ -245,9 +240,9 @@ def report(storage: Optional[str] = typer.Option(None, help="Also read the RunRe
         try:
             store = ObjectStorage(url=storage) if "://" in storage else _load_block(ObjectStorage, storage, "--storage")
         except RunError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         except ValueError as exc:  # the block's own validation (pydantic): its first message
-            _fail(f"--storage {storage!r}: " + (exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)))
+            fail(f"--storage {storage!r}: " + (exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)))
     with console.status("[bold]building the catalogue[/bold] (plots with matplotlib)...", spinner="dots"):
         index = catalogue.build(out, storage=store)
     console.print(f"wrote {index} (open file://{index.resolve()})", highlight=False, soft_wrap=True)
@@ -262,7 +257,7 @@ def generate(check: bool = typer.Option(False, "--check", help="Write nothing; f
     if check:
         stale = gen.stale()
         if stale:
-            _fail("stale generated files (run `mlsys-flows generate`): " + ", ".join(stale))
+            fail("stale generated files (run `mlsys-flows generate`): " + ", ".join(stale))
         console.print(f"{len(gen.files())} generated files are current")
         return
     written = gen.write()
@@ -282,7 +277,9 @@ def blocks_register() -> None:
         console.print(f"registered {block.get_block_type_slug()}")
 
 
-platform_cli.register(app)  # server, deploy, webhooks (mlsys_flows/cli/platform.py)
+app.command()(server)  # mlsys_flows/cli/server.py
+app.command()(deploy)  # mlsys_flows/cli/deploy.py
+app.add_typer(webhooks_app, name="webhooks")  # mlsys_flows/cli/webhooks.py
 
 
 def main() -> None:

@@ -20,7 +20,8 @@ from rich.console import Console
 
 from mlsys_flows import registry
 from mlsys_flows.docsgen import catalogue
-from mlsys_flows.cli import platform as platform_cli
+from mlsys_flows.cli.deploy import print_deployed
+from mlsys_flows.cli.webhooks import print_serving
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, summary_markdown, table_description, table_rows
 from mlsys_flows.systems.common.runreport import RunReport
@@ -150,7 +151,7 @@ def test_piped_report_table_keeps_every_comparison_whole(capsys, monkeypatch):
 def test_piped_deploy_suggestion_is_one_pasteable_command(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "40")
     url, names = "http://127.0.0.1:4200/api", ["hotline/hotline", "slipstream/slipstream"]
-    platform_cli.print_deployed(names, url)
+    print_deployed(names, url)
     out = _lines(capsys)
     assert len(out) == len(names)
     for name, line in zip(names, out):
@@ -165,7 +166,7 @@ def test_piped_deploy_suggestion_is_one_pasteable_command(capsys, monkeypatch):
 def test_piped_webhooks_serve_lines_keep_every_hook_name_whole(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "40")
     hooks = registry.names()
-    platform_cli.print_serving(hooks, "127.0.0.1", 8765, "http://127.0.0.1:4200/api")
+    print_serving(hooks, "127.0.0.1", 8765, "http://127.0.0.1:4200/api")
     out = _lines(capsys)
     assert [ln.split("/hooks/")[1] for ln in out[1:]] == hooks and len(out) == 1 + len(hooks)
 
