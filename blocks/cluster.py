@@ -127,11 +127,13 @@ class DaskCluster(Block):
                 raise ValueError(f"cluster_class {self.cluster_class!r} cannot be imported; install its package "
                                  f"(dask-kubernetes, dask-cloudprovider, coiled)") from None
             return self.cluster_class, {**self.cluster_kwargs, **self._secret_kwargs()}
-        # no dashboard; the scheduler's HTTP routes (health, metrics) on a free loopback port, not on
-        # 8787, which a second run or a user's own cluster holds ("Port 8787 is already in use")
+        # the scheduler's HTTP routes (health, metrics, /status) on a free loopback port, not on 8787,
+        # which a second run or a user's own cluster holds ("Port 8787 is already in use"); /status is
+        # the dashboard with bokeh installed, else distributed's page saying to install it: the link
+        # DaskTaskRunner logs answers either way (without the dashboard it was a 404, issue 52)
         kwargs = {"n_workers": self.n_workers, "threads_per_worker": self.threads_per_worker,
                   "processes": self.processes, "dashboard_address": None,
-                  "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0"}}
+                  "scheduler_kwargs": {"dashboard_address": "127.0.0.1:0", "dashboard": True}}
         if self.worker_resources:
             kwargs["resources"] = dict(self.worker_resources)
         return "distributed.LocalCluster", {**kwargs, **self.cluster_kwargs, **self._secret_kwargs()}

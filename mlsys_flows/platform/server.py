@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 WORK_POOL = "mlsys-process"
 STOP_GRACE_S = 3.0  # per signal and process: the whole platform stops within 10 s of Ctrl-C
 WARM_WORKERS = 2  # as DaskCluster()'s embedded LocalCluster: 2 processes, 1 thread each
+LOOPBACK = "127.0.0.1"  # every port of the warm cluster (issue 52)
 
 
 class PlatformError(RuntimeError):
@@ -202,19 +203,27 @@ class LocalPlatform:
 
     def start_warm_cluster(self, timeout_s: float = 240.0) -> str:
         """`dask scheduler` and `dask worker` (its nannies restart a lost worker, preloaded again) on
-        127.0.0.1; returns the scheduler's address once every worker has imported the flows."""
+        127.0.0.1; returns the scheduler's address once every worker has imported the flows.
+
+        Every port on 127.0.0.1 (issue 52): Dask's HTTP servers bind all interfaces unless told, even
+        with --no-dashboard (the scheduler's on 8787), and a worker's comm port runs pickled tasks
+        unauthenticated. The scheduler's HTTP server (its /status dashboard with bokeh installed, a page
+        saying to install it without) takes a free loopback port, so the link a run prints answers."""
         scheduler_file = self.dir / "dask-scheduler.json"
         scheduler_file.unlink(missing_ok=True)
         cwd = self.root.parent if self.root.parent.exists() else None
         dask = [sys.executable, "-m", "dask"]  # no console script needed (an installed wheel borrowing a venv's)
-        scheduler = Proc("dask-scheduler", [*dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                            "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+        scheduler = Proc("dask-scheduler", [*dask, "scheduler", "--host", LOOPBACK, "--port", "0",
+                                            "--dashboard-address", f"{LOOPBACK}:0",
+                                            "--scheduler-file", str(scheduler_file)],
                          env=self.env(), cwd=cwd, log=self.dir / "dask-scheduler.log")
         self.procs.append(scheduler)
         _wait_ready(scheduler, lambda: _scheduler_address(scheduler_file) is not None, "up", timeout_s)
         address = _scheduler_address(scheduler_file)
         workers = Proc("dask-workers", [*dask, "worker", address, "--nworkers", str(WARM_WORKERS),
-                                        "--nthreads", "1", "--no-dashboard", "--preload", __name__,
+                                        "--host", LOOPBACK,  # the nannies' and workers' comm ports
+                                        "--no-dashboard", "--dashboard-address", f"{LOOPBACK}:0",  # HTTP
+                                        "--nthreads", "1", "--preload", __name__,
                                         "--local-directory", str(self.dir / "dask-workers")],
                        env=self.env(), cwd=cwd, log=self.dir / "dask-workers.log")
         self.procs.append(workers)
