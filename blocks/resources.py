@@ -35,7 +35,7 @@ class ResourcePool(Block):
     ``CUDA_VISIBLE_DEVICES``) each worker sees its GPU as ``cuda:0``. A GPU pool on a worker without
     CUDA falls back to the CPU with a logged warning (no device to assign). An FPGA pool yields the
     board name: ``fpga:N`` entries are the software device backend's ``fpga-sw:N``
-    (``systems/common/fpga.py``, ``open_board(device)``); other names (``f1:0``) go to a registered
+    (``mlsys_flows/devices/fpga/``, ``open_board(device)``); other names (``f1:0``) go to a registered
     board driver as they are. The board itself also bounds its concurrent jobs when it is opened.
     A claim waits at most ``claim_timeout_s`` in all (for a slot, then for devices) and then fails
     with :class:`ClaimTimeout`, naming the pool, what it waited for and how long.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage, ResourcePool
-from mlsys_flows.systems.common.fpga import open_board
+from mlsys_flows.devices.fpga import open_board
 from mlsys_flows.systems.shef import Params
 
 

@@ -8,7 +8,7 @@ import time
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage, ResourcePool
-from mlsys_flows.systems.common.fpga import open_board
+from mlsys_flows.devices.fpga import open_board
 from mlsys_flows.systems.sia import Params
 from mlsys_flows.systems.sia.bench import measure_workload
 from mlsys_flows.systems.sia.index import image

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from mlsys_flows.systems.common.fpga import (FpgaError, board_measurement, board_memory, board_session_key,
-                                             device_kernel, read_image)
+from mlsys_flows.devices.fpga import (FpgaError, board_measurement, board_memory, board_session_key, device_kernel,
+                                      read_image)
 
 from .attest import unwrap_data_key
 from .shield import EngineConfig, Shield, ShieldError, Traffic, region_keys

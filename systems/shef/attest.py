@@ -1,6 +1,6 @@
 """Remote attestation, the remote user's side (pure).
 
-Secure boot on the board (``systems/common/fpga.py``): a manufacturer root key certifies the
+Secure boot on the board (``mlsys_flows/devices/fpga/``): a manufacturer root key certifies the
 device key; the security kernel measures (sha256) the loaded accelerator image and signs
 {device, measurement, nonce, the user's ephemeral X25519 key, its own ephemeral X25519 key}.
 
@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from mlsys_flows.systems.common.fpga import AttestationReport, certificate_payload, session_key_from
+from mlsys_flows.devices.fpga import AttestationReport, certificate_payload, session_key_from
 
 
 class AttestationError(RuntimeError):

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Callable
 
-from mlsys_flows.systems.common.fpga import FpgaBoard, manufacturer_root_public_key
+from mlsys_flows.devices.fpga import FpgaBoard, manufacturer_root_public_key
 
 from .accel import verify_versions
 from .attest import RemoteUser
@@ -113,7 +113,7 @@ def run(board: FpgaBoard, p, repeats: int, log: Callable[[str], None] = lambda _
 def attacks(board: FpgaBoard, p, data_key: bytes) -> dict[str, dict[str, bool]]:
     """After the benchmark: per variant, does the Shield reject a tampered stream chunk, an old
     scratch chunk replayed after a device write, and an out-of-bounds read? (True: rejected.)"""
-    from mlsys_flows.systems.common.fpga import FpgaError
+    from mlsys_flows.devices.fpga import FpgaError
 
     from .shield import IntegrityError
 
@@ -124,7 +124,7 @@ def attacks(board: FpgaBoard, p, data_key: bytes) -> dict[str, dict[str, bool]]:
             return isinstance(e, error) or isinstance(getattr(e, "cause", None), error)
         return False
 
-    from mlsys_flows.systems.common.fpga import BoundsError
+    from mlsys_flows.devices.fpga import BoundsError
 
     out = {}
     sizes = {r: s.size for r, s in regions(p).items()}

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from mlsys_flows.systems.common.fpga import BoundsError
+from mlsys_flows.devices.fpga import BoundsError
 
 Engine = Literal["aes-gcm", "aes-ctr-hmac", "none"]
 ENGINES: tuple[str, ...] = ("aes-gcm", "aes-ctr-hmac", "none")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlsys_flows.systems.common.fpga import build_image
+from mlsys_flows.devices.fpga import build_image
 
 from .shield import EngineConfig
 

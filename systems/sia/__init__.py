@@ -1,6 +1,6 @@
 """SIA (VLDB 2024): memoised incremental QR training of a string-key learned index, offloaded to an FPGA.
 
-Pure: numpy/scipy only; the FPGA board is reached through ``systems/common/fpga.py`` by the task.
+Pure: numpy/scipy only; the FPGA board is reached through ``mlsys_flows/devices/fpga/`` by the task.
 """
 from __future__ import annotations
 

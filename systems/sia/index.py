@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mlsys_flows.systems.common.fpga import build_image
+from mlsys_flows.devices.fpga import build_image
 
 from . import train
 

@@ -28,7 +28,7 @@ import time
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from mlsys_flows.systems.common.fpga import device_kernel
+from mlsys_flows.devices.fpga import device_kernel
 
 EPS = float(np.finfo(np.float64).eps)
 _BLAS_LIMIT: list = []

@@ -1,4 +1,4 @@
-"""The FPGA device interface and the software board (systems/common/fpga.py) behind the FPGA pool."""
+"""The FPGA device interface and the software board (mlsys_flows/devices/fpga/) behind the FPGA pool."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from mlsys_flows.blocks import ResourcePool
-from mlsys_flows.systems.common import fpga
+from mlsys_flows.devices import fpga
 
-K = "mlsys_flows.systems.common.fpga:"
+K = "mlsys_flows.devices.fpga.kernels:"  # the diagnostic kernels
 
 
 @pytest.fixture

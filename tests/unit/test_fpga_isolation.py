@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
-from mlsys_flows.systems.common import fpga
+from mlsys_flows.devices import fpga
 from mlsys_flows.systems.shef import Params
 from mlsys_flows.systems.shef import session as sess
 from mlsys_flows.systems.shef.attest import WrongMeasurement
 from mlsys_flows.systems.shef.workload import KERNELS, image, plaintexts
 
-F = "mlsys_flows.systems.common.fpga:"
+F = "mlsys_flows.devices.fpga.software:"  # the device side: its state, key accessors and internals
+DIAG = "mlsys_flows.devices.fpga.kernels:"  # the diagnostic kernels
 ACCEL = "mlsys_flows.systems.shef.accel:"
 SMALL = dict(stream_kb=64, stream_burst=4096, table_kb=16, lookups=200, scratch_kb=16, scratch_block=1024,
              scratch_passes=1, repeats=1)
@@ -39,7 +40,7 @@ class Steal:
     """A pickle that, if the device loaded it with plain pickle, would evaluate to the device key."""
 
     def __reduce__(self):
-        return eval, ("__import__('mlsys_flows.systems.common.fpga', fromlist=['_DEVICE'])"
+        return eval, ("__import__('mlsys_flows.devices.fpga.software', fromlist=['_DEVICE'])"
                       "._DEVICE.key.private_bytes_raw()",)
 
 
@@ -51,7 +52,7 @@ def _raw(board: fpga.SoftwareBoard, op: str, *args):
 def _manifest_image(names: list[str]) -> bytes:
     """A host-built image whose manifest says anything (build_image would refuse most of these)."""
     manifest = json.dumps({"kernels": names}).encode()
-    return fpga._IMAGE_MAGIC + len(manifest).to_bytes(4, "big") + manifest + b"host's accelerator"
+    return fpga.board._IMAGE_MAGIC + len(manifest).to_bytes(4, "big") + manifest + b"host's accelerator"
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +156,7 @@ def test_another_image_cannot_use_the_provisioned_data_key(board, provisioned, p
     declares the same kernels (another measurement) finds the accelerator unconfigured."""
     sess.upload(board, p, provisioned, plaintexts(p))  # sealed regions, Shields attached
     assert board.run(ACCEL + "shield_read", "custom_shield", "table", 0, 16) == plaintexts(p)["table"][:16]
-    board.load_image(fpga.build_image([*KERNELS, F + "echo"], b"host's own payload"))
+    board.load_image(fpga.build_image([*KERNELS, DIAG + "echo"], b"host's own payload"))
     for kernel, args in [("shield_read", ("custom_shield", "table", 0, 16)), ("attach", ("custom_shield",)),
                          ("export_versions", ("custom_shield", "scratch"))]:
         with pytest.raises(fpga.FpgaError, match="not configured for the loaded image"):
@@ -165,7 +166,7 @@ def test_another_image_cannot_use_the_provisioned_data_key(board, provisioned, p
 @pytest.mark.parametrize("tamper", ["extra kernel", "weaker shield", "payload bit"])
 def test_a_tampered_host_image_fails_attestation_against_the_users_build(board, p, tamper):
     trusted = image(p)
-    tampered = {"extra kernel": fpga.build_image([*KERNELS, F + "echo"], fpga.read_image(trusted).payload),
+    tampered = {"extra kernel": fpga.build_image([*KERNELS, DIAG + "echo"], fpga.read_image(trusted).payload),
                 "weaker shield": image(p.model_copy(update={"uniform_chunk": 128})),
                 "payload bit": trusted[:-1] + bytes([trusted[-1] ^ 1])}[tamper]
     roots = [fpga.manufacturer_root_public_key(board.state)]

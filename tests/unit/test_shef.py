@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from mlsys_flows.systems.common import fpga
+from mlsys_flows.devices import fpga
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.shef import Params
 from mlsys_flows.systems.shef import session as sess

@@ -288,7 +288,7 @@ def test_params_validation_names_the_field():
 def test_kernels_run_on_the_software_board():
     import os
 
-    from mlsys_flows.systems.common.fpga import open_board
+    from mlsys_flows.devices.fpga import open_board
 
     merged, old, new, offset = realistic(1500, 100, 1)
     lam = 1e-8 * len(old)

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from mlsys_flows.systems.common.fpga import KernelError, open_board
+from mlsys_flows.devices.fpga import KernelError, open_board
 from mlsys_flows.systems.sia import train
 from mlsys_flows.systems.sia.index import LearnedIndex, Server, image
 from mlsys_flows.systems.sia.shared import PREFIX, SharedSubmit, attach, leftover_segments
