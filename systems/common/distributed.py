@@ -45,11 +45,26 @@ def local_devices(hosts: list[str], backend: str) -> list[str]:
 
 def master_store(host: str, world_size: int, timeout_s: float):
     """Rank 0's rendezvous store on ``host``, on a port the OS picks (``.port`` says which): no race
-    for a port between choosing it and binding it."""
+    for a port between choosing it and binding it. The listening socket is bound here and handed to
+    the store: given a host, TCPStore itself still listens on every interface ([::]), and its port
+    accepts any client."""
+    import socket
+
     import torch.distributed as dist
 
-    return dist.TCPStore(host, 0, world_size=world_size, is_master=True, timeout=timedelta(seconds=timeout_s),
-                         wait_for_workers=False)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.bind((host, 0))
+        listener.listen(max(world_size, 128))
+        store = dist.TCPStore(host, listener.getsockname()[1], world_size=world_size, is_master=True,
+                              timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
+                              master_listen_fd=listener.fileno())
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store owns the descriptor now and closes it with itself
+    return store
 
 
 def peer_store(host: str, port: int, world_size: int, timeout_s: float):

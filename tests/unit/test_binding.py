@@ -99,3 +99,22 @@ def test_webhooks_serve_refuses_a_public_interface_with_a_weak_secret(isolated_h
     for passed in (insecure, strong):  # past the check: uvicorn cannot bind the busy port
         assert passed.exit_code != 0 and "already in use" in passed.output, passed.output
     assert "insecure binding" in insecure.output and "insecure" not in strong.output
+
+
+def test_the_rank_rendezvous_store_listens_on_its_host_only():
+    """torch's TCPStore, given a host, still listens on every interface ([::]); master_store binds the
+    socket itself and hands it over, so the store that runs the ranks' rendezvous is on loopback."""
+    import os
+
+    import psutil
+
+    from mlsys_flows.systems.common.distributed import master_store, peer_store
+
+    store = master_store("127.0.0.1", 2, timeout_s=10)
+    peer = peer_store("127.0.0.1", store.port, 2, timeout_s=10)
+    peer.set("key", "value")
+    assert store.get("key") == b"value"
+    listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(os.getpid()).net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == store.port}
+    assert listening == {("127.0.0.1", store.port)}
+    del peer, store
