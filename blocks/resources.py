@@ -13,6 +13,8 @@ from typing import Iterator, Literal
 from prefect.blocks.core import Block
 from pydantic import Field, model_validator
 
+from mlsys_flows.errors import MlsysError
+
 from ._docs import DOCS_URL
 
 log = logging.getLogger("mlsys_flows.resources")
@@ -229,7 +231,7 @@ def _board_name(device: str) -> str:
     return "fpga-sw:" + device.split(":", 1)[1] if re.fullmatch(r"fpga:\d+", device) else device
 
 
-class ClaimTimeout(TimeoutError):
+class ClaimTimeout(MlsysError, TimeoutError):
     """A claim waited ``claim_timeout_s`` for a slot or for free devices; the message names the pool."""
 
 

@@ -11,12 +11,13 @@ from urllib.parse import urlparse
 from prefect.filesystems import WritableFileSystem
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.settings import default_storage_url
 
 from ._docs import DOCS_URL
 
 
-class StorageError(RuntimeError):
+class StorageError(MlsysError, RuntimeError):
     """A storage operation failed; the message names the URL and the cause, never a secret."""
 
 

@@ -28,6 +28,7 @@ from prefect.settings import PREFECT_API_URL
 from prefect.utilities.callables import parameter_schema
 
 from mlsys_flows import registry
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.flow_params import PARAMETERS, RUN_KEY, schema_signature
 from mlsys_flows.blocks import CheckpointStore, DaskCluster, ObjectStorage, ResourcePool
 from mlsys_flows.runtime import shared_api, warm_workers
@@ -255,7 +256,7 @@ def check_workers_have(runner, pool: ResourcePool, cluster: DaskCluster | None =
         time.sleep(0.2)  # the scheduler has no join event a client can wait on; a cheap poll
 
 
-class _Deadline(TimeoutError):
+class _Deadline(MlsysError, TimeoutError):
     pass
 
 

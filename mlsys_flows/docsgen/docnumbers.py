@@ -26,6 +26,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from mlsys_flows.errors import MlsysError
+
 SPAN = re.compile(r"<!-- run:(?P<path>\S+)(?: (?P<fmt>(?:(?!-->).)*?))? -->(?P<value>(?:(?!<!--).)*?)<!-- /run -->", re.S)
 _STEP = re.compile(r"\.?([A-Za-z_][\w@-]*)|\[([^\]]*)\]")
 # a run's number: a decimal ratio or percentage; or any number in a sentence that says it is a run's
@@ -38,7 +40,7 @@ _CODE = re.compile(r"`[^`\n]*`")
 _RUN_ID = re.compile(r"`([0-9a-f]{8})`")
 
 
-class SpanError(ValueError):
+class SpanError(MlsysError, ValueError):
     """A span's path does not resolve in the committed report."""
 
 

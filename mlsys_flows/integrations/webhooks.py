@@ -47,6 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mlsys_flows import flow_params, registry
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.prefect_rest import PrefectAPIError, PrefectREST
 from mlsys_flows.settings import home
 from mlsys_flows.systems.common.params import ParamsError
@@ -175,7 +176,7 @@ class WebhookConfig(BaseModel):
 _ABSENT = object()
 
 
-class Rejected(Exception):
+class Rejected(MlsysError):
     """A request refused with an HTTP status; ``field`` names the offending parameter."""
 
     def __init__(self, status: int, detail: str, field: str | None = None, **extra: Any):

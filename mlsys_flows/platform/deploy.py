@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from mlsys_flows import flow_params, registry
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.infra import POOL_TYPES, REPO, job_template
 from mlsys_flows.platform.server import WORK_POOL, ensure_work_pool
 from mlsys_flows.settings import home, is_checkout
@@ -35,7 +36,7 @@ HEADER = ("# Generated from mlsys_flows/registry.py by `mlsys-flows deploy --wri
           "# or `prefect deploy --all` from this folder with PREFECT_API_URL set.\n")
 
 
-class DeployError(RuntimeError):
+class DeployError(MlsysError, RuntimeError):
     """Deployment could not be done; the message is meant for a user."""
 
 

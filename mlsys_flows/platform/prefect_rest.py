@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from mlsys_flows.errors import MlsysError
+
 FINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 RETRY_STATUS = {429, 502, 503, 504}  # a busy server (SQLite locked -> 503): retry like Prefect's client
 
@@ -28,7 +30,7 @@ def cancelling(message: str) -> dict[str, Any]:
     return {"state": {"type": "CANCELLING", "name": "Cancelling", "message": message}}
 
 
-class PrefectAPIError(RuntimeError):
+class PrefectAPIError(MlsysError, RuntimeError):
     """The Prefect API refused a request or could not be reached."""
 
 

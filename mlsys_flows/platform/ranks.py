@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.distributed import (RankInfo, choose_backend, local_devices, master_store,
                                                     peer_store, process_group)
 
@@ -37,12 +38,12 @@ __all__ = ["RankCancelled", "RankInfo", "RanksFailed", "RanksRun", "rank_state",
 _RANK_SLOT = threading.Lock()
 
 
-class RankCancelled(RuntimeError):
+class RankCancelled(MlsysError, RuntimeError):
     """Raised inside a rank whose Dask task the scheduler released (its launch was cancelled or its
     caller is gone): the rank stops and leaves its process group."""
 
 
-class RanksFailed(RuntimeError):
+class RanksFailed(MlsysError, RuntimeError):
     """Ranks of a launch failed: ``lost`` {rank: worker} whose worker left the cluster, ``failed``
     {rank: the exception it raised}; ``results`` {rank: result} of the ranks that finished anyway
     (survivors that carried on, as ReCycle's do), ``workers`` the launch's workers in rank order and

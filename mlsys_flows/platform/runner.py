@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from mlsys_flows import registry
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.server import api_ready, discover_api_url, embedded_api, start_embedded_api
 from mlsys_flows.settings import configure_prefect_home
 
 
-class RunError(RuntimeError):
+class RunError(MlsysError, RuntimeError):
     """A run could not start or did not finish; the message is meant for a user."""
 
 

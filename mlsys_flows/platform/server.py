@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.prefect_rest import PrefectREST
 from mlsys_flows.platform.procs import Proc, stop_all, stop_on_signals
 from mlsys_flows.settings import configure_prefect_home, home, server_state_file
@@ -42,7 +43,7 @@ WARM_WORKERS = 2  # as DaskCluster()'s embedded LocalCluster: 2 processes, 1 thr
 LOOPBACK = "127.0.0.1"  # every port of the warm cluster (issue 52)
 
 
-class PlatformError(RuntimeError):
+class PlatformError(MlsysError, RuntimeError):
     """The platform could not start; the message says why (with the log tail)."""
 
 

@@ -13,6 +13,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from mlsys_flows.errors import MlsysError
+
 PROMPT = (
     "You are building the causal graph of a microservice deployment for root-cause analysis. Each "
     "component exports the metrics <name>.cpu, <name>.queue, <name>.latency and <name>.errors.\n\n"
@@ -25,7 +27,7 @@ PROMPT = (
 SYSTEM = "You are a site reliability engineer. You answer with JSON only."
 
 
-class ReplyError(ValueError):
+class ReplyError(MlsysError, ValueError):
     """A synthesizer reply that cannot be read as a dependency list."""
 
 

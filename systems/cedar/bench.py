@@ -16,13 +16,14 @@ import uuid
 from dataclasses import replace
 from typing import Any, Callable
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.cedar.api import Pipeline
 from mlsys_flows.systems.cedar.pipeline import Cache, DirStore, Plan, Stage, store_label
 from mlsys_flows.systems.cedar.workloads import TorchLoader, count, multiset
 from mlsys_flows.systems.common.timing import interleaved, median
 
 
-class OutputsDiffer(RuntimeError):
+class OutputsDiffer(MlsysError, RuntimeError):
     """A variant's outputs are not the same multiset of samples as cedar as written."""
 
 

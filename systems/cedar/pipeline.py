@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.cedar.transfer import SharedMemoryChannel
 
 Key = tuple[int, ...]
@@ -33,7 +34,7 @@ def fmt_key(key: Key) -> str:
     return "/".join(str(k) for k in key)
 
 
-class OperatorError(RuntimeError):
+class OperatorError(MlsysError, RuntimeError):
     """A user's operator raised; names the operator and the sample (its key)."""
 
     def __init__(self, op: str, key: Key, cause: str):
@@ -44,7 +45,7 @@ class OperatorError(RuntimeError):
         return (OperatorError, (self.op, self.key, self.cause))
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(MlsysError, RuntimeError):
     """A worker process running part of the pipeline died (killed, out of memory, crashed)."""
 
 

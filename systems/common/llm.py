@@ -16,8 +16,10 @@ from typing import Any, Sequence
 import httpx
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
 
-class LLMError(RuntimeError):
+
+class LLMError(MlsysError, RuntimeError):
     """The endpoint failed or answered something that is not an OpenAI-style reply."""
 
 

@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
+from mlsys_flows.errors import MlsysError
+
 Scale = Literal["smoke", "quick", "full"]
 SCALES: tuple[str, ...] = get_args(Scale)
 # Every system's values at a scale, under its own PRESETS: smoke runs are for tests, one sample. The
@@ -24,7 +26,7 @@ _SCALE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class ParamsError(ValueError):
+class ParamsError(MlsysError, ValueError):
     """A parameter set was rejected; ``field`` names the offending parameter."""
 
     def __init__(self, system: str, field: str, problem: str):
@@ -32,7 +34,7 @@ class ParamsError(ValueError):
         super().__init__(f"{system}: parameter '{field}': {problem}")
 
 
-class FieldValueError(ValueError):
+class FieldValueError(MlsysError, ValueError):
     """Raised by a cross-field (model) validator to name the parameter at fault, so the
     ParamsError names it too rather than the whole parameter set."""
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mlsys_flows.errors import MlsysError
+
 from .spec import Better, Claim, Kind
 
 
@@ -82,7 +84,7 @@ class Ratio(BaseModel):
                    paper=claim.paper, statement=claim.statement, assumptions=used)
 
 
-class ContractError(ValueError):
+class ContractError(MlsysError, ValueError):
     """A system's result breaks the measurement contract (a missing kind, variant or assumption)."""
 
 

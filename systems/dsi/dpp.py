@@ -26,13 +26,14 @@ from typing import Any, Callable, Protocol
 import torch
 from torch import nn
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.dlrm import DLRM, Jagged, KeyedJaggedTensor
 
 from . import Params
 from .data import Batch, WorkItem, process_item
 
 
-class DPPError(RuntimeError):
+class DPPError(MlsysError, RuntimeError):
     """DPP could not deliver the dataset (an item failed ``max_attempts`` times, or no worker)."""
 
 

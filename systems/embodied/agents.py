@@ -34,6 +34,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mlsys_flows.errors import MlsysError
+
 from . import high, low
 from .api import N_ACTIONS, expert_plan
 from .core import Env
@@ -41,7 +43,7 @@ from .core import Env
 # --- plans -------------------------------------------------------------------------------------
 
 
-class PlanError(ValueError):
+class PlanError(MlsysError, ValueError):
     """A reply that is not a usable plan; ``str(error)`` is the reason recorded for the episode."""
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
+
 LEVELS = ("high", "low")
 SUBSETS = ("base", "common_sense", "complex_instruction", "spatial", "visual_appearance", "long_horizon")
 
@@ -14,7 +16,7 @@ SUBSETS = ("base", "common_sense", "complex_instruction", "spatial", "visual_app
 INSTRUCTION_BUCKETS = 64
 
 
-class EnvError(ValueError):
+class EnvError(MlsysError, ValueError):
     """A bad level, subset or task description (never raised for a bad action: see Env.step)."""
 
 

@@ -10,12 +10,14 @@ import math
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
+
 from .model import Weights
 
 EPS = 1e-12
 
 
-class UpdateError(ValueError):
+class UpdateError(MlsysError, ValueError):
     """A client's update cannot be aggregated (wrong structure or shapes, NaN or inf)."""
 
 

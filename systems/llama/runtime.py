@@ -20,11 +20,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from mlsys_flows.errors import MlsysError
+
 TIERS = ("cpu", "gpu")
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 
 
-class WorkerError(RuntimeError):
+class WorkerError(MlsysError, RuntimeError):
     """A worker process failed to start, died, or an invocation raised inside it."""
 
 

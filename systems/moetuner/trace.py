@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
 
-class TraceError(ValueError):
+
+class TraceError(MlsysError, ValueError):
     """A routing trace was rejected; ``field`` names the offending array or value."""
 
     def __init__(self, field: str, problem: str):

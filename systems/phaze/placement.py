@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
 
-class PlacementError(ValueError):
+
+class PlacementError(MlsysError, ValueError):
     pass
 
 

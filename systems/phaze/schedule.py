@@ -11,12 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.milp import solve_min
 
 from .ops import Op
 
 
-class ScheduleError(ValueError):
+class ScheduleError(MlsysError, ValueError):
     pass
 
 

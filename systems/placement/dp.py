@@ -22,13 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
+
 from .graph import Graph
 
 DEFAULT_MAX_IDEALS = 60_000
 DEFAULT_MAX_PAIRS = 40_000_000
 
 
-class TooManyIdeals(ValueError):
+class TooManyIdeals(MlsysError, ValueError):
     """The graph has more downsets (or downset pairs) than the cap: the exact DP would not finish."""
 
 

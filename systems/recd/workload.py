@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.dlrm import Jagged, mix64
 
 from . import Params, mean_user_len, mix_lengths, user_len_range
@@ -42,7 +43,7 @@ class Schema:
         return [self.session, self.label, *self.dense, *self.sparse]
 
 
-class DatasetError(ValueError):
+class DatasetError(MlsysError, ValueError):
     """A dataset cannot be used; the message names the file and the column or problem."""
 
 

@@ -8,12 +8,13 @@ from typing import Callable
 
 import numpy as np
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.recsys_embeddings.params import HarnessParams
 from mlsys_flows.systems.recsys_embeddings.hot import budget_rows, profile_hot_rows
 from mlsys_flows.systems.recsys_embeddings.workload import Dataset, generate
 
 
-class ParityError(AssertionError):
+class ParityError(MlsysError, AssertionError):
     """A variant trained measurably worse than the hybrid baseline: no speed ratio is reported."""
 
 

@@ -23,8 +23,10 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from mlsys_flows.errors import MlsysError
 
-class SimulationError(RuntimeError):
+
+class SimulationError(MlsysError, RuntimeError):
     """The plan cannot be scheduled (a dependency cycle or an inconsistent route)."""
 
 

@@ -22,9 +22,10 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mlsys_flows.devices.fpga import AttestationReport, certificate_payload, session_key_from
+from mlsys_flows.errors import MlsysError
 
 
-class AttestationError(RuntimeError):
+class AttestationError(MlsysError, RuntimeError):
     """The board's report was rejected; nothing is provisioned."""
 
 

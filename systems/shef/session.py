@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from mlsys_flows.devices.fpga import FpgaBoard, manufacturer_root_public_key
+from mlsys_flows.errors import MlsysError
 
 from .accel import verify_versions
 from .attest import RemoteUser
@@ -21,7 +22,7 @@ from .workload import REGIONS, VARIANTS, expected, image, plaintexts, regions, v
 ACCEL = "mlsys_flows.systems.shef.accel:"
 
 
-class OutputsDiffer(RuntimeError):
+class OutputsDiffer(MlsysError, RuntimeError):
     """A variant's results differ from the plaintext reference (the Shield is not transparent)."""
 
 

@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mlsys_flows.devices.fpga import BoundsError
+from mlsys_flows.errors import MlsysError
 
 Engine = Literal["aes-gcm", "aes-ctr-hmac", "none"]
 ENGINES: tuple[str, ...] = ("aes-gcm", "aes-ctr-hmac", "none")
@@ -42,7 +43,7 @@ TAG = 16  # bytes of one chunk's tag (GCM tag; truncated HMAC-SHA256)
 COUNTER = 4  # bytes of one chunk's on-chip version counter
 
 
-class ShieldError(RuntimeError):
+class ShieldError(MlsysError, RuntimeError):
     """A Shield configuration or access the Shield refuses."""
 
 

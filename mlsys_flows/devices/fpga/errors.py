@@ -2,8 +2,10 @@
 of its subclasses (they pickle, so a device-side error reaches the host as itself)."""
 from __future__ import annotations
 
+from mlsys_flows.errors import MlsysError
 
-class FpgaError(RuntimeError):
+
+class FpgaError(MlsysError, RuntimeError):
     """A board operation failed (no image loaded, unknown region, device process gone, ...)."""
 
 
