@@ -1,8 +1,12 @@
-"""The catalogue of systems: one declarative list of names (Metaflow-style: lazily imported).
+"""The catalogue of systems: one declarative list of names, each imported when it is asked for.
 
 Each system publishes its spec as ``SPEC`` in ``systems/<name>/__init__.py`` and is named here by
-its name, in the order of the README's system table. Listing the catalogue imports every system
-package (pure: no prefect, dask or torch).
+its package's name (as Metaflow lists its plugins by import path), in the order of the README's
+system table. :func:`get` imports that one package, so a flow, a task on a Dask worker or ``run``
+loads no other system; :func:`all_specs` (``mlsys-flows list``, docs generation) imports them all.
+A system's package holds only its Params and SPEC at import (pydantic and dataclasses; its engine
+loads on first use, see ``systems/common/lazy.py``): reading a spec starts no prefect, dask, numpy
+or torch (``tests/unit/test_registry_imports.py``).
 """
 from __future__ import annotations
 
@@ -47,10 +51,6 @@ CATALOGUE: tuple[str, ...] = (
 
 
 @cache
-def _specs() -> dict[str, SystemSpec]:
-    return {name: _load(name) for name in CATALOGUE}
-
-
 def _load(name: str) -> SystemSpec:
     spec = importlib.import_module(f"mlsys_flows.systems.{name}").SPEC
     if spec.name != name:
@@ -69,13 +69,15 @@ def names() -> list[str]:
 
 
 def get(name: str) -> SystemSpec:
-    if name not in names():
+    """The spec of ``name``; imports that system's package alone."""
+    if name not in CATALOGUE:
         raise UnknownSystem(f"unknown system {name!r}; known: {', '.join(names())}")
-    return _specs()[name]
+    return _load(name)
 
 
 def all_specs() -> list[SystemSpec]:
-    return list(_specs().values())
+    """Every system's spec, in catalogue order (imports every system's package)."""
+    return [_load(name) for name in CATALOGUE]
 
 
 def implemented() -> list[SystemSpec]:

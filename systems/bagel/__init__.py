@@ -5,20 +5,33 @@ is a noisy label oracle (offline default) or an OpenAI-compatible LLM endpoint (
 the MiniLM-embedded text corpus)."""
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.llm_params import LLMEndpointParams
 from mlsys_flows.systems.common.params import FieldValueError, SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .evaluate import METHODS, evaluate_queries, outside_top_b, summarize
-from .gp import (BagelConfig, BagelTrace, GPHyper, bagel, dense_rank, final_ranking, fit_hyper, gp_posterior,
-                 lengthscale_grid, log_marginal_likelihood, rbf, recall_at_k, rerank_top_b, ucb_beta, ucb_pick)
-from .scorers import LLMJudge, parse_relevance
-from .text import ASPECTS, CITIES, TextCorpus, make_corpus, query_text, text_queries
-from .workload import Query, digits_embeddings, make_queries, noisy_oracle
+if TYPE_CHECKING:
+    from .gp import BagelConfig
+
+# the GP, the retrieval experiment, the corpora and the LLM judge (numpy, scipy, httpx) load on first use,
+# not with the spec
+lazy_exports(__name__, {
+    ".evaluate": ("METHODS", "evaluate_queries", "outside_top_b", "summarize"),
+    ".gp": ("BagelConfig", "BagelTrace", "GPHyper", "bagel", "dense_rank", "final_ranking", "fit_hyper",
+            "gp_posterior", "lengthscale_grid", "log_marginal_likelihood", "rbf", "recall_at_k", "rerank_top_b",
+            "ucb_beta", "ucb_pick"),
+    ".scorers": ("LLMJudge", "parse_relevance"),
+    ".text": ("ASPECTS", "TextCorpus", "make_corpus", "query_text", "text_queries"),
+    ".workload": ("Query", "digits_embeddings", "make_queries", "noisy_oracle"),
+})
+
+# the minilm corpus's cities (systems/bagel/text.py writes passages about each)
+CITIES = ("Lisbon", "Oslo", "Nairobi", "Kyoto", "Lima", "Krakow", "Marrakesh", "Montreal", "Hanoi", "Seville",
+          "Tbilisi", "Adelaide", "Valparaiso", "Bergen", "Cusco", "Dubrovnik", "Porto", "Tallinn", "Osaka", "Quito")
 
 
 class Params(LLMEndpointParams, SystemParams):
@@ -89,11 +102,15 @@ class Params(LLMEndpointParams, SystemParams):
         if self.embedding == "minilm":
             from .text import text_workload
             return text_workload(self.cities, per, n, self.far_quantile, self.same_city, self.same_aspect, seed, embed)
+        from .workload import digits_embeddings, make_queries
+
         X, labels = digits_embeddings(self.dim, self.normalize)
         return {"X": X, "queries": make_queries(X, labels, n, per, self.query_noise, self.far_quantile,
                                                 self.relevance_width, seed)}
 
     def config(self) -> BagelConfig:
+        from .gp import BagelConfig
+
         return BagelConfig(seeds=self.seeds, beta_scale=self.beta_scale, beta_delta=self.beta_delta,
                            signal_var=self.signal_var, refit_every=self.refit_every)
 

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import CITIES
 from .workload import Query
-
-CITIES = ("Lisbon", "Oslo", "Nairobi", "Kyoto", "Lima", "Krakow", "Marrakesh", "Montreal", "Hanoi", "Seville",
-          "Tbilisi", "Adelaide", "Valparaiso", "Bergen", "Cusco", "Dubrovnik", "Porto", "Tallinn", "Osaka", "Quito")
 
 # aspect -> (passage templates, fillers, the query's long question, the short tail naming the aspect)
 ASPECTS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]], str, str]] = {

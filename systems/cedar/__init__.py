@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from mlsys_flows.systems.cedar.api import Pipeline
-from mlsys_flows.systems.cedar.pipeline import DirStore, OperatorError, WorkerDied
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+
+# the engine (numpy, pyarrow, worker processes) loads on first use, not with the spec
+lazy_exports(__name__, {".api": ("Pipeline",), ".pipeline": ("DirStore", "OperatorError", "WorkerDied")})
 
 
 class Params(SystemParams):
@@ -95,6 +96,7 @@ def make_workload(p: Params, store: Any, prefix: str) -> dict:
     """Write the PNGs, the parquet corpus and the WAV clips to ``store`` (anything with
     write_bytes and write_parquet, e.g. ObjectStorage); returns the manifest the pipelines are
     built from."""
+    import numpy as np
     import pyarrow as pa
 
     from mlsys_flows.systems.cedar.workloads import (encode_png, encode_wav, make_clip, make_documents, make_image,
@@ -126,6 +128,7 @@ def make_workload(p: Params, store: Any, prefix: str) -> dict:
 
 def pipelines(p: Params, store: Any, manifest: dict) -> dict:
     """name -> builder(limit) of the benchmark pipelines over the manifest's data."""
+    from mlsys_flows.systems.cedar.api import Pipeline
     from mlsys_flows.systems.cedar.workloads import audio_pipeline, image_pipeline, text_pipeline
 
     def image(limit: int | None) -> Pipeline:

@@ -8,15 +8,22 @@ package import (``systems.commrand.train`` imports it).
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import FieldValueError, SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .graph import Graph, GraphError, generate
-from .sampler import POLICIES, pages_touched, policy_batches, sample_batch, sample_neighbors
+if TYPE_CHECKING:
+    from .graph import Graph
+
+# the graph and the samplers (numpy) load on first use, not with the spec
+lazy_exports(__name__, {
+    ".graph": ("Graph", "GraphError", "generate"),
+    ".sampler": ("POLICIES", "pages_touched", "policy_batches", "sample_batch", "sample_neighbors"),
+})
 
 
 class Params(SystemParams):
@@ -101,6 +108,8 @@ class Params(SystemParams):
                     val_fraction=self.val_fraction, test_fraction=self.test_fraction, seed=self.seed)
 
     def make_graph(self) -> Graph:
+        from .graph import generate
+
         return generate(**self.graph_kwargs())
 
     def regime_kwargs(self) -> dict:
@@ -118,6 +127,8 @@ def time_to_target(res: dict) -> tuple[dict[str, list[float]], dict[str, list[bo
     A baseline that never reached the target counts its whole epoch cap (a lower bound, which only flatters
     it); COMM-RAND, when it never reached the target, counts no less than its cap and no less than any
     baseline's time with that seed, so it never reports a win it did not make."""
+    from .sampler import POLICIES
+
     seeds = len(res["random"]["tta_s"])
     times: dict[str, list[float]] = {v: [] for v in POLICIES}
     reached: dict[str, list[bool]] = {v: [] for v in POLICIES}

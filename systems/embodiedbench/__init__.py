@@ -6,17 +6,20 @@ and counts. Feedback is compared at an equal round budget (the same agent replan
 observation alone), so retries are not credited to feedback; the round budget is the regime."""
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from dataclasses import asdict
 from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import FieldValueError, SystemParams
 from mlsys_flows.systems.common.llm_params import LLMEndpointParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
-from mlsys_flows.systems.embodied.agents import make_agent, run_episode
-from mlsys_flows.systems.embodied.api import LEVELS, SUBSETS, make_env, make_tasks
+
+# the protocol, with the family's environments and agents (numpy), loads on first use, not with the spec
+lazy_exports(__name__, {
+    ".protocol": ("LEVELS", "SUBSETS", "agent_kinds", "eval_seeds", "tasks_for", "run_chunk", "summarize", "per_seed",
+                  "sweep_rounds", "reason_counts", "reason_kind", "success_by_round", "success_within"),
+})
 
 PROTOCOLS = ("no_feedback", "with_feedback", "replan_no_feedback")
 # The variants compared on the headline metric (the expert is an upper bound, not a baseline).
@@ -50,116 +53,6 @@ class Params(LLMEndpointParams, SystemParams):
         if any(r < 1 or r > self.max_rounds for r in self.regime_rounds) or len(set(self.regime_rounds)) != len(self.regime_rounds):
             raise FieldValueError("regime_rounds", f"round budgets must be distinct, each from 1 to max_rounds ({self.max_rounds})")
         return self
-
-
-def agent_kinds(p: Params) -> dict[str, tuple[str, bool, bool]]:
-    """variant -> (agent kind, feedback, replan). The order is the order the variants run in."""
-    out = ({"no_feedback": ("scripted", False, False), "with_feedback": ("scripted_feedback", True, True),
-            "replan_no_feedback": ("scripted_replan", False, True)} if p.agent == "scripted"
-           else {"no_feedback": ("llm", False, False), "with_feedback": ("llm", True, True),
-                 "replan_no_feedback": ("llm", False, True)})
-    if p.expert:
-        out["expert"] = ("expert", False, False)
-    return out
-
-
-def eval_seeds(p: Params) -> list[int]:
-    """The seeds of the test sets: seed, seed+1, ..."""
-    return [p.seed + i for i in range(p.seeds)]
-
-
-def tasks_for(p: Params, level: str, seed: int | None = None):
-    return make_tasks(level, p.per_subset, p.seed if seed is None else seed)
-
-
-def run_chunk(p: Params, level: str, start: int, stop: int, client=None, seed: int | None = None) -> dict:
-    """Every variant on tasks[start:stop] of ``level`` in the test set of ``seed`` (default: p.seed).
-    Returns {variant: [episode dicts]}, each tagged with its test set's seed."""
-    seed = p.seed if seed is None else seed
-    tasks = tasks_for(p, level, seed)[start:stop]
-    out: dict[str, list[dict]] = {}
-    for variant, (kind, feedback, replan) in agent_kinds(p).items():
-        agent = make_agent(kind, client, p.llm_max_tokens)
-        out[variant] = [asdict(run_episode(make_env(t), agent, feedback, p.max_rounds, replan)) | {"test_seed": seed}
-                        for t in tasks]
-    return out
-
-
-def reason_kind(reason: str) -> str:
-    """Coarse category of a failure reason (for counting)."""
-    r = reason.split(": ", 1)[-1]
-    if "endpoint error" in r:
-        return "endpoint_error"
-    if "invalid JSON" in r:
-        return "invalid_json"
-    if "out of range" in r or "not an integer" in r or "not a list" in r or "without a 'plan'" in r or "empty plan" in r:
-        return "invalid_action_id"
-    if "invalid plan" in reason:
-        return "other_invalid_plan"
-    if "invalid action" in reason:
-        return "invalid_action"
-    return "unfinished"
-
-
-def summarize(episodes: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
-    """Counted metrics per variant and per variant_level: success rate overall and per subset,
-    invalid plans/actions per episode, steps, and the number of episodes."""
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for variant, eps in episodes.items():
-        for e in eps:
-            groups[variant].append(e)
-            groups[f"{variant}_{e['level']}"].append(e)
-    out = {}
-    for name, eps in groups.items():
-        n = len(eps)
-        m = {"success_rate": sum(e["success"] for e in eps) / n, "episodes": float(n),
-             "invalid_plans": float(sum(e["invalid_plans"] for e in eps)),
-             "invalid_plan_episodes": float(sum(e["invalid_plans"] > 0 for e in eps)),
-             "invalid_actions_per_episode": sum(e["invalid_actions"] for e in eps) / n,
-             "steps_per_episode": sum(e["steps"] for e in eps) / n,
-             "plans_per_episode": sum(e["rounds"] for e in eps) / n}
-        for s in SUBSETS:
-            sub = [e for e in eps if e["subset"] == s]
-            if sub:
-                m[f"success_{s}"] = sum(e["success"] for e in sub) / len(sub)
-        out[name] = m
-    return out
-
-
-def reason_counts(episodes: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
-    out = {}
-    for variant, eps in episodes.items():
-        c = Counter(reason_kind(r) for e in eps for r in e["reasons"])
-        out[variant] = dict(c)
-    return out
-
-
-def success_by_round(eps: list[dict], max_rounds: int) -> list[float]:
-    """Share of episodes solved within r plans, r = 1..max_rounds."""
-    return [success_within(eps, r) for r in range(1, max_rounds + 1)]
-
-
-def success_within(eps: list[dict], rounds: int) -> float:
-    """Share of episodes solved within ``rounds`` plans: what the same (budget-unaware) agent scores with
-    a budget of ``rounds`` plans, read off episodes run with a larger budget."""
-    return sum(e["success"] and e["success_round"] is not None and e["success_round"] < rounds for e in eps) / max(1, len(eps))
-
-
-def per_seed(episodes: dict[str, list[dict]], seeds: list[int]) -> dict[str, dict[str, list[float]]]:
-    """Samples of success_rate, one per test set: variant (and variant_level) -> {"success_rate": [...]}."""
-    out: dict[str, dict[str, list[float]]] = {}
-    for seed in seeds:
-        s = summarize({v: [e for e in eps if e["test_seed"] == seed] for v, eps in episodes.items()})
-        for name, m in s.items():
-            out.setdefault(name, {}).setdefault("success_rate", []).append(m["success_rate"])
-    return out
-
-
-def sweep_rounds(episodes: dict[str, list[dict]], seeds: list[int], rounds: list[int]) -> dict[int, dict[str, list[float]]]:
-    """The regime: round budget r -> {variant: [success within r plans, one per test set]} for the compared
-    variants (no_feedback plans once, so its success does not move with r)."""
-    return {r: {v: [success_within([e for e in episodes[v] if e["test_seed"] == s], r) for s in seeds]
-                for v in COMPARED if v in episodes} for r in sorted(rounds)}
 
 
 SPEC = SystemSpec(

@@ -3,18 +3,25 @@ for every client, random dropout and ordered dropout, on non-IID load_digits cli
 change between rounds; stragglers are re-detected from the previous round's observations."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .dropout import UpdateError
-from .federation import (POLICIES, Config, History, Plan, Workload, final_accuracy, full_model_estimate,
-                         make_workload, observed_s, plan_from_estimates, plan_stragglers, redetects,
-                         rescale_stragglers, round_times, run_federation, slow_stragglers, speed_trajectory,
-                         time_to_target, with_trajectory)
+if TYPE_CHECKING:
+    from .federation import Config, Plan, Workload
+
+# the federation and its dropout (numpy) load on first use, not with the spec
+lazy_exports(__name__, {
+    ".dropout": ("UpdateError",),
+    ".federation": ("POLICIES", "Config", "History", "Plan", "Workload", "final_accuracy", "full_model_estimate",
+                    "make_workload", "observed_s", "plan_from_estimates", "plan_stragglers", "redetects",
+                    "rescale_stragglers", "round_times", "run_federation", "slow_stragglers", "speed_trajectory",
+                    "time_to_target", "with_trajectory"),
+})
 
 
 class Params(SystemParams):
@@ -75,6 +82,8 @@ class Params(SystemParams):
         return self
 
     def config(self, seed: int) -> Config:
+        from .federation import Config
+
         return Config(hidden=self.hidden, rounds=self.rounds, epochs=self.local_epochs, batch=self.batch_size,
                       lr=self.lr, theta_init=self.theta_init, theta_growth=self.theta_growth,
                       comm_latency_s=self.comm_latency_s, bandwidth_mb_s=self.bandwidth_mb_s,
@@ -82,6 +91,8 @@ class Params(SystemParams):
                       min_r=self.min_submodel, ref_gflops=self.ref_gflops, redetect_every=self.redetect_every)
 
     def workload(self, seed: int) -> Workload:
+        from .federation import make_workload, slow_stragglers, speed_trajectory, with_trajectory
+
         w = make_workload(self.clients, self.dirichlet_alpha, self.test_fraction, self.speed_min, self.speed_max, seed)
         w = slow_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.straggler_slowdown,
                             self.ref_gflops)
@@ -89,6 +100,8 @@ class Params(SystemParams):
                                                    self.busy_rounds, seed))
 
     def plan(self, w: Workload) -> Plan:
+        from .federation import plan_stragglers
+
         return plan_stragglers(w, self.hidden, self.local_epochs, self.straggler_fraction, self.min_submodel,
                                self.ref_gflops)
 

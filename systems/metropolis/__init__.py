@@ -2,17 +2,24 @@
 per step and vs the oracle schedule (true dependencies known in hindsight)."""
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.llm_serving.model_card import MODEL_NAME, MODEL_POSITIONS
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .engine import (POLICIES, Outcome, ScheduleError, execute, execute_model, ready_clusters, run, same_steps, simulate,
-                     utilization)
-from .world import Agent, Config, StepPlan, clusters_of, initial_world, step_cluster, world_digest
+if TYPE_CHECKING:
+    from .world import Config
+
+# the town and the engine (numpy; the served model and torch with it) load on first use, not with the spec
+lazy_exports(__name__, {
+    ".engine": ("POLICIES", "Outcome", "ScheduleError", "execute", "execute_model", "ready_clusters", "run",
+                "same_steps", "simulate", "utilization"),
+    ".world": ("Agent", "Config", "StepPlan", "clusters_of", "initial_world", "step_cluster", "world_digest"),
+})
 
 
 class Params(SystemParams):
@@ -88,6 +95,8 @@ class Params(SystemParams):
                            max_new_tokens=self.max_new_tokens)
 
     def config(self, radius: int | None = None) -> Config:
+        from .world import Config
+
         return Config(agents=self.agents, steps=self.steps, map_size=self.map_size,
                       radius=self.radius if radius is None else radius,
                       max_speed=self.max_speed, hotspots=self.hotspots, hotspot_prob=self.hotspot_prob,
@@ -99,6 +108,8 @@ class Params(SystemParams):
 def sweep_radius(p: Params) -> dict[int, dict[str, float]]:
     """Every policy's simulated makespan at each interaction radius of ``p.regime_radius`` (the oracle
     with the true clusters of that radius's global run); the rest of the town as ``p`` configures it."""
+    from .engine import simulate
+
     out = {}
     for r in p.regime_radius:
         cfg = p.config(radius=r)

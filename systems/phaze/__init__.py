@@ -3,18 +3,26 @@ and vs choosing the best single chip first and placing afterwards."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .arch import Arch, Tech, area_mm2, candidates, tpuv4_like
+from .arch import Arch, Tech, area_mm2, candidates, tpuv4_like  # pure Python: the parameters validate with them
 from .ops import STYLES, Model
-from .placement import LayerCost, Plan, PlacementError, System, dp_split, exhaustive, place, score_plan
-from .schedule import ScheduleError, brute_force, ilp_schedule, list_schedule, validate
-from .search import Space, evaluate_design
+
+if TYPE_CHECKING:
+    from .search import Space
+
+# placement, scheduling (the ILP: numpy, scipy) and the search load on first use, not with the spec
+lazy_exports(__name__, {
+    ".placement": ("LayerCost", "Plan", "PlacementError", "System", "dp_split", "exhaustive", "place", "score_plan"),
+    ".schedule": ("ScheduleError", "brute_force", "ilp_schedule", "list_schedule", "validate"),
+    ".search": ("Space", "evaluate_design"),
+})
 
 TECH_FIELDS = ("clock_ghz", "mac_area_um2", "lane_area_um2", "sram_mm2_per_mib", "hbm_phy_mm2", "fixed_mm2",
                "hbm_gib_per_stack", "hbm_gb_s_per_stack", "sram_gb_s", "link_gb_s", "link_latency_us",
@@ -101,6 +109,8 @@ class Params(SystemParams):
                                 self.large_block_style)}
 
     def space(self) -> Space:
+        from .search import Space
+
         pow2 = lambda hi: tuple(2 ** i for i in range(hi.bit_length()) if 2 ** i <= hi)  # noqa: E731
         return Space(tps=pow2(self.max_tp), mbs=pow2(self.max_micro_batch), chips=self.chips,
                      global_batch=self.global_batch, state_bytes_per_param=self.state_bytes_per_param,
@@ -116,6 +126,8 @@ class Params(SystemParams):
 
 def evaluate_all_sizes(p: Params, arch: Arch) -> dict[str, dict]:
     """One design on both model sizes (the unit of work of one Dask task)."""
+    from .search import evaluate_design
+
     return {size: evaluate_design(arch, p.tech(), mdl, p.regime_space() if size == "" else p.space())
             for size, mdl in p.models().items()}
 

@@ -1,20 +1,33 @@
 """RecShard (Sethi et al., ASPLOS 2022): statistics-driven embedding sharding by MILP, vs greedy sharders."""
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .evaluate import cost_ratio_sweep, gpu_times, greedy_row, metrics, replay
-from .sharding import (GREEDY_KEYS, Costs, MilpStats, Plan, PlanError, best_greedy, cdf_segments, cheapest, check_plan,
-                       fill_spare_hbm, greedy, greedy_hot_rows, move_tables, plan_costs, recshard, repair)
-from .workload import (HELD_OUT, Profile, TableSpec, build_table, profile_table, table_specs, tables_from_npz,
-                       tables_to_npz, trace, trace_prefix)
+if TYPE_CHECKING:
+    import numpy as np
 
+    from .lookup import TableTrace
+    from .sharding import Costs, MilpStats, Plan
+    from .workload import Profile, TableSpec
+
+# The engine (numpy, the HiGHS MILP; the end-to-end lookup and torch with it) loads on first use, not
+# with the spec.
+lazy_exports(__name__, {
+    ".evaluate": ("cost_ratio_sweep", "gpu_times", "greedy_row", "metrics", "replay"),
+    ".sharding": ("Costs", "MilpStats", "Plan", "PlanError", "best_greedy", "cdf_segments", "cheapest", "check_plan",
+                  "fill_spare_hbm", "greedy", "greedy_hot_rows", "move_tables", "plan_costs", "recshard", "repair"),
+    ".workload": ("HELD_OUT", "Profile", "TableSpec", "build_table", "profile_table", "table_specs", "tables_from_npz",
+                  "tables_to_npz", "trace", "trace_prefix"),
+    ".lookup": ("ShardedLookup", "TableTrace", "compact_trace", "full_table_lookup", "row_values", "samples_per_s"),
+})
+
+GREEDY_KEYS = ("size", "lookup", "size_lookup")  # the greedy sharders (systems/recshard/sharding.py)
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 GREEDY = tuple(f"greedy_{k}" for k in GREEDY_KEYS)  # the greedy variants: ("greedy_size", "greedy_lookup", ...)
 ABLATION = "greedy_hot_rows"  # the mechanism's ablation: greedy placement + hottest rows in HBM, no MILP
@@ -97,6 +110,8 @@ class Params(SystemParams):
         return [d for d in DIMS if self.dim_min <= d <= self.dim_max]
 
     def specs(self) -> TableSpec:
+        from .workload import table_specs
+
         return table_specs(self.num_tables, self.rows_min, self.rows_max, self.dims(), self.pooling_max,
                            self.coverage_min, self.seed)
 
@@ -105,6 +120,8 @@ class Params(SystemParams):
         return self.hbm_fraction * float((prof.rows * prof.row_bytes).sum()) / self.gpus
 
     def model_costs(self, dims: np.ndarray) -> Costs:
+        from .sharding import Costs
+
         return Costs.from_bandwidth(dims, self.hbm_gb_s, self.uvm_gb_s)
 
     def slow_tier(self, device: str) -> str:
@@ -118,6 +135,8 @@ def make_plans(p: Params, prof: Profile) -> tuple[dict[str, Plan], str, MilpStat
     """The greedy plans ("greedy_<key>"), and RecShard's MILP plan ("recshard") warm-started with the
     greedy plan that is best on the TRAINING profile under the planner's assumed bandwidths (its name
     is returned). Which greedy is "greedy" in the report is chosen per cost model (``choose_greedy``)."""
+    from .sharding import best_greedy, check_plan, greedy_hot_rows, recshard
+
     cap, model = p.capacity(prof), p.model_costs(prof.dim)
     best, plans = best_greedy(prof, p.gpus, cap, model, p.batch)
     plan, stats = recshard(prof, p.gpus, cap, model, p.batch, segments=p.cdf_segments,
@@ -133,13 +152,16 @@ def make_plans(p: Params, prof: Profile) -> tuple[dict[str, Plan], str, MilpStat
 def choose_greedy(p: Params, prof: Profile, plans: dict[str, Plan], costs: Costs) -> str:
     """The greedy variant with the lowest max per-GPU cost on the TRAINING profile under ``costs`` (the
     cost model of the metric it will be compared on; never the held-out trace)."""
+    from .sharding import cheapest
+
     return cheapest({g: plans[g] for g in GREEDY}, prof, costs, p.batch, p.gpus)
 
 
-def lookup_traces(p: Params, tables: dict, prof: Profile) -> dict[int, "TableTrace"]:
+def lookup_traces(p: Params, tables: dict, prof: Profile) -> dict[int, TableTrace]:
     """The first ``lookup_batches`` batches of the HELD-OUT trace of every table, compacted (the same
     trace ``replay`` counts)."""
     from .lookup import compact_trace
+    from .workload import HELD_OUT, trace_prefix
 
     out = {}
     for j, table in tables.items():
@@ -191,16 +213,3 @@ __all__ = ["Params", "SPEC", "GREEDY", "ABLATION", "PAPER_COST_RATIO", "cost_rat
            "tables_to_npz", "tables_from_npz", "trace", "trace_prefix", "make_plans", "choose_greedy",
            "lookup_traces", "lookup", "ShardedLookup", "TableTrace", "compact_trace", "full_table_lookup",
            "row_values", "samples_per_s"]
-
-
-_LOOKUP = {"lookup", "ShardedLookup", "TableTrace", "compact_trace", "full_table_lookup", "row_values", "samples_per_s"}
-
-
-def __getattr__(name: str):
-    """The end-to-end lookup (and torch with it) loads on first use, not with the catalogue."""
-    if name in _LOOKUP:
-        import importlib
-
-        lookup = importlib.import_module(f"{__name__}.lookup")
-        return lookup if name == "lookup" else getattr(lookup, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,9 +27,8 @@ from scipy import sparse
 
 from mlsys_flows.systems.common.milp import solve_min
 
+from . import GREEDY_KEYS
 from .workload import Profile
-
-GREEDY_KEYS = ("size", "lookup", "size_lookup")
 
 
 class PlanError(AssertionError):

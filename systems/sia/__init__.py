@@ -8,13 +8,17 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .index import KERNELS, LearnedIndex, Server, inline_submit
-from .train import (check_equal_weights, features, retrain_full, retrain_sia, solve_full, solve_with_r, update_r,
-                    weight_tolerance)
-from .workload import WORKLOADS, make_keys, op_stream
+# the index, its training and the workloads (numpy, scipy) load on first use, not with the spec
+lazy_exports(__name__, {
+    ".index": ("KERNELS", "LearnedIndex", "Server", "inline_submit"),
+    ".train": ("check_equal_weights", "features", "retrain_full", "retrain_sia", "solve_full", "solve_with_r",
+               "update_r", "weight_tolerance"),
+    ".workload": ("WORKLOADS", "make_keys", "op_stream"),
+})
 
 
 class Params(SystemParams):

@@ -2,16 +2,25 @@
 (drones claim nearby tasks by radio) task allocation, simulated for growing swarms."""
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 from pydantic import Field, field_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
-from .assign import assignment_cost, brute_force_optimum, check_optimal, greedy_nearest, hungarian, travel_cost
-from .crossover import Crossover, crossover
-from .sim import POLICIES, SimConfig, SimResult, Swarm, Workload, make_workload, simulate, task_decision_latency
+if TYPE_CHECKING:
+    from .sim import SimConfig
+
+# the assignment, the crossover fit and the simulator (numpy, scipy) load on first use, not with the spec
+lazy_exports(__name__, {
+    ".assign": ("assignment_cost", "brute_force_optimum", "check_optimal", "greedy_nearest", "hungarian",
+                "travel_cost"),
+    ".crossover": ("Crossover", "crossover"),
+    ".sim": ("POLICIES", "SimConfig", "SimResult", "Swarm", "Workload", "make_workload", "simulate",
+             "task_decision_latency"),
+})
 
 # the constants of the network, radio and workload models (listed as assumptions of the simulated metrics)
 MODEL_CONSTANTS = ("density_per_km2", "speed_m_s", "service_mean_s", "load", "deadline_s", "failure_rate_per_h",
@@ -80,6 +89,8 @@ class Params(SystemParams):
         return max(self.min_horizon_s, self.tasks_per_run / rate)
 
     def config(self, n: int) -> SimConfig:
+        from .sim import SimConfig
+
         h = self.horizon_s(n)
         return SimConfig(n_drones=n, horizon_s=h, warmup_s=h / 3, seed=self.seed,
                          **{k: getattr(self, k) for k in MODEL_CONSTANTS})

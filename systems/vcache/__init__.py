@@ -2,18 +2,26 @@
 a user error bound delta, vs static similarity thresholds (a reusable semantic cache library)."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec, reduction
 
-from .cache import (EPS_GRID, EPS_GRID_REFERENCE, Entry, GlobalVerifiedPolicy, LogisticFit, SemanticCache, StaticThreshold, VectorIndex, VerifiedPolicy,
-                    fit_logistic, tau_star)
-from .experiment import CALIBRATION_OFFSET, calibrate, equal_error_static, run_stream
-from .evaluate import Outcome, best_static, replay, static_at_hit_rate, static_sweep
-from .workload import Stream, corpus_stream, max_paraphrase_classes, paraphrase_corpus, sphere_stream
+if TYPE_CHECKING:
+    from .workload import Stream
+
+# the cache, its replay and the experiment (numpy, scipy) load on first use, not with the spec
+lazy_exports(__name__, {
+    ".cache": ("EPS_GRID", "EPS_GRID_REFERENCE", "Entry", "GlobalVerifiedPolicy", "LogisticFit", "SemanticCache",
+               "StaticThreshold", "VectorIndex", "VerifiedPolicy", "fit_logistic", "tau_star"),
+    ".experiment": ("CALIBRATION_OFFSET", "calibrate", "equal_error_static", "run_stream", "evaluate_policies",
+                    "calibration", "evaluate_seed", "regime_point"),
+    ".evaluate": ("Outcome", "best_static", "replay", "static_at_hit_rate", "static_sweep"),
+    ".workload": ("Stream", "corpus_stream", "max_paraphrase_classes", "paraphrase_corpus", "sphere_stream"),
+})
 
 DELTAS = ("low", "mid", "high")  # variant suffixes: vcache_low, vcache, vcache_high
 
@@ -92,6 +100,8 @@ class Params(SystemParams):
     def sphere(self, seed: int | None = None, near_dup: float | None = None, shrink: int = 1) -> Stream:
         """The sphere stream at ``seed`` (default: the run's), class confusion ``near_dup`` (the share
         of near-duplicate classes; default: the parameter), with queries and classes divided by ``shrink``."""
+        from .workload import sphere_stream
+
         return sphere_stream(max(200, self.sphere_queries // shrink), max(10, self.sphere_classes // shrink),
                              self.sphere_dim, self.classes_per_topic, self.scale_min, self.scale_max,
                              self.within, self.zipf_s, self.seed if seed is None else seed,
@@ -99,10 +109,14 @@ class Params(SystemParams):
 
     def policy_options(self) -> dict:
         """The VerifiedPolicy / GlobalVerifiedPolicy options these parameters set (besides delta)."""
+        from .cache import EPS_GRID_REFERENCE
+
         return dict(min_obs=self.min_observations, separable_var_scale=self.separable_var_scale,
                     anchors=self.anchor_observations, eps_grid=EPS_GRID_REFERENCE if self.reference_eps_grid else None)
 
     def calibration_seed(self) -> int:
+        from .experiment import CALIBRATION_OFFSET
+
         return self.seed + CALIBRATION_OFFSET
 
 
@@ -110,53 +124,8 @@ def suffix(level: str) -> str:
     return "" if level == "mid" else f"_{level}"
 
 
-def evaluate_policies(stream: Stream, p: Params, which: str) -> dict[str, dict[str, float]]:
-    """The MiniLM workload. ``which`` = 'static': the sweep, the best static threshold per delta chosen
-    in hindsight on the same stream (static_oracle*); 'vcache': the verified policy per delta. Returns
-    {variant (without workload suffix): metrics}; static results also carry the sweep under '_sweep'."""
-    out: dict[str, dict] = {}
-    if which == "static":
-        sweep = static_sweep(stream, p.thresholds())
-        for level, d in p.deltas().items():
-            t, o = best_static(sweep, d)
-            out["static_oracle" + suffix(level)] = o.metrics() | {"threshold": t, "delta": d}
-        out["_sweep"] = {"threshold": [t for t, _ in sweep], "hit_rate": [o.hit_rate for _, o in sweep],
-                         "error_rate": [o.error_rate for _, o in sweep]}
-    elif which == "vcache":
-        for level, d in p.deltas().items():
-            pol = VerifiedPolicy(d, **p.policy_options())
-            o = replay(stream, pol, seed=p.seed)
-            out["vcache" + suffix(level)] = o.metrics() | {"delta": d, "logistic_fits": float(pol.fits)}
-    else:
-        raise ValueError(f"unknown policy family {which!r}")
-    return out
-
-
-def calibration(p: Params, near_dup: float | None = None, shrink: int = 1, coarse: int = 1) -> dict[str, float]:
-    """The deployable static thresholds per delta level, chosen on the held-out calibration stream
-    (seed + CALIBRATION_OFFSET, never evaluated) with a threshold sweep ``coarse`` times sparser."""
-    stream = p.sphere(p.calibration_seed(), near_dup, shrink)
-    return calibrate(static_sweep(stream, p.thresholds()[::coarse]), p.deltas())
-
-
-def evaluate_seed(p: Params, i: int, thresholds: dict[str, float]) -> dict[str, dict]:
-    """Every sphere variant on the evaluated stream of seed ``p.seed + i`` (all three deltas on the
-    first, the headline's delta on the others); the stream's own sweep gives the hindsight baselines."""
-    levels = DELTAS if i == 0 else ("mid",)
-    return run_stream(p.sphere(p.seed + i), thresholds, p.deltas(), levels=levels, policy=p.policy_options(),
-                      seed=p.seed + i, sweep_thresholds=p.thresholds())
-
-
 REGIME_SHRINK = 4   # a regime point's stream has a quarter of the headline's queries and classes
 REGIME_COARSE = 2   # and its calibration sweep every second threshold
-
-
-def regime_point(p: Params, near_dup: float) -> dict[str, dict]:
-    """vCache, its ablation and the calibrated static threshold (delta mid) at class confusion
-    ``near_dup`` (the share of near-duplicate classes)."""
-    thresholds = calibration(p, near_dup, REGIME_SHRINK, REGIME_COARSE)
-    return run_stream(p.sphere(p.seed, near_dup, REGIME_SHRINK), thresholds, p.deltas(), policy=p.policy_options(),
-                      seed=p.seed)
 
 
 def same_hits_static(sweep: dict, hit_rate: float) -> dict[str, float]:

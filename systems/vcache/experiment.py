@@ -3,6 +3,7 @@ held-out stream (deployable), the best static threshold of the evaluated stream 
 the mechanism ablation (one global learned threshold), per seed and per class-confusion level."""
 from __future__ import annotations
 
+from . import DELTAS, REGIME_COARSE, REGIME_SHRINK, Params, suffix
 from .cache import GlobalVerifiedPolicy, StaticThreshold, VerifiedPolicy
 from .evaluate import Outcome, best_static, replay, static_sweep
 from .workload import Stream
@@ -66,3 +67,48 @@ def run_stream(stream: Stream, thresholds: dict[str, float], deltas: dict[str, f
         out["_sweep"] = {"threshold": [t for t, _ in sweep], "hit_rate": [o.hit_rate for _, o in sweep],
                          "error_rate": [o.error_rate for _, o in sweep]}
     return out
+
+
+def evaluate_policies(stream: Stream, p: Params, which: str) -> dict[str, dict[str, float]]:
+    """The MiniLM workload. ``which`` = 'static': the sweep, the best static threshold per delta chosen
+    in hindsight on the same stream (static_oracle*); 'vcache': the verified policy per delta. Returns
+    {variant (without workload suffix): metrics}; static results also carry the sweep under '_sweep'."""
+    out: dict[str, dict] = {}
+    if which == "static":
+        sweep = static_sweep(stream, p.thresholds())
+        for level, d in p.deltas().items():
+            t, o = best_static(sweep, d)
+            out["static_oracle" + suffix(level)] = o.metrics() | {"threshold": t, "delta": d}
+        out["_sweep"] = {"threshold": [t for t, _ in sweep], "hit_rate": [o.hit_rate for _, o in sweep],
+                         "error_rate": [o.error_rate for _, o in sweep]}
+    elif which == "vcache":
+        for level, d in p.deltas().items():
+            pol = VerifiedPolicy(d, **p.policy_options())
+            o = replay(stream, pol, seed=p.seed)
+            out["vcache" + suffix(level)] = o.metrics() | {"delta": d, "logistic_fits": float(pol.fits)}
+    else:
+        raise ValueError(f"unknown policy family {which!r}")
+    return out
+
+
+def calibration(p: Params, near_dup: float | None = None, shrink: int = 1, coarse: int = 1) -> dict[str, float]:
+    """The deployable static thresholds per delta level, chosen on the held-out calibration stream
+    (seed + CALIBRATION_OFFSET, never evaluated) with a threshold sweep ``coarse`` times sparser."""
+    stream = p.sphere(p.calibration_seed(), near_dup, shrink)
+    return calibrate(static_sweep(stream, p.thresholds()[::coarse]), p.deltas())
+
+
+def evaluate_seed(p: Params, i: int, thresholds: dict[str, float]) -> dict[str, dict]:
+    """Every sphere variant on the evaluated stream of seed ``p.seed + i`` (all three deltas on the
+    first, the headline's delta on the others); the stream's own sweep gives the hindsight baselines."""
+    levels = DELTAS if i == 0 else ("mid",)
+    return run_stream(p.sphere(p.seed + i), thresholds, p.deltas(), levels=levels, policy=p.policy_options(),
+                      seed=p.seed + i, sweep_thresholds=p.thresholds())
+
+
+def regime_point(p: Params, near_dup: float) -> dict[str, dict]:
+    """vCache, its ablation and the calibrated static threshold (delta mid) at class confusion
+    ``near_dup`` (the share of near-duplicate classes)."""
+    thresholds = calibration(p, near_dup, REGIME_SHRINK, REGIME_COARSE)
+    return run_stream(p.sphere(p.seed, near_dup, REGIME_SHRINK), thresholds, p.deltas(), policy=p.policy_options(),
+                      seed=p.seed)
