@@ -947,7 +947,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "shares" in parts:
             from mlsys_flows import registry
 
-            systems = [s.name for s in registry.implemented()] if args.systems == "all" else args.systems.split(",")
+            systems = registry.names() if args.systems == "all" else args.systems.split(",")
             if args.shares_from:
                 print(f"4 shares: the recorded runs of {len(systems)} flows at {args.scale} ({args.shares_from})", flush=True)
                 details["shares"] = recorded_shares(systems, args.scale, args.shares_from.resolve())
@@ -957,7 +957,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "warmup" in parts:
             from mlsys_flows import registry
 
-            systems = [s.name for s in registry.implemented()] if args.systems == "all" else args.systems.split(",")
+            systems = registry.names() if args.systems == "all" else args.systems.split(",")
             print(f"4b warm workers: {len(systems)} flows at {args.scale}, cold vs warm workers", flush=True)
             details["warmup"] = measure_warmup(systems, args.scale, args.share_repeats, home)
         if "scaling" in parts:

@@ -14,6 +14,7 @@ import importlib
 from functools import cache
 from typing import Any
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.spec import SystemSpec
 
 # The catalogue, in the order of the README's system table: each entry names a system's package.
@@ -58,7 +59,7 @@ def _load(name: str) -> SystemSpec:
     return spec
 
 
-class UnknownSystem(KeyError):
+class UnknownSystem(MlsysError, KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return self.args[0]
 
@@ -78,11 +79,6 @@ def get(name: str) -> SystemSpec:
 def all_specs() -> list[SystemSpec]:
     """Every system's spec, in catalogue order (imports every system's package)."""
     return [_load(name) for name in CATALOGUE]
-
-
-def implemented() -> list[SystemSpec]:
-    """An alias of :func:`all_specs` (every system is implemented), kept until its last callers use that."""
-    return all_specs()
 
 
 def markdown_table() -> str:

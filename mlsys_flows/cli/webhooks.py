@@ -66,9 +66,7 @@ def webhooks_init(config: Path = typer.Option(None, help="Where to write the con
 
     path = config or home() / "hooks.yaml"
     url = resolve_api_url(api_url)
-    names = [s.name for s in registry.implemented()]
-    if not names:
-        fail("no system is implemented yet")
+    names = registry.names()
     hooks = {}
     for name in names:
         block = f"mlsys-hook-{name}"

@@ -303,18 +303,18 @@ def _scheduler_address(path: Path) -> str | None:
 
 def dask_setup(worker) -> None:
     """The warm cluster's worker preload (`dask worker --preload mlsys_flows.platform.server`): import every
-    implemented flow now, so no run waits for it. A system that fails to import is only logged: its
+    flow now, so no run waits for it. A system that fails to import is only logged: its
     runs fail on their own, the others still run warm."""
     import importlib
     import logging
 
     from mlsys_flows import registry
 
-    for spec in registry.implemented():
+    for name in registry.names():
         try:
-            importlib.import_module(f"mlsys_flows.flows.{spec.name}")
+            importlib.import_module(f"mlsys_flows.flows.{name}")
         except Exception as exc:  # noqa: BLE001 - see above
-            logging.getLogger("distributed.worker").warning("warm cluster: flow %s not imported: %r", spec.name, exc)
+            logging.getLogger("distributed.worker").warning("warm cluster: flow %s not imported: %r", name, exc)
 
 
 def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.5) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mlsys_flows.errors import MlsysError
+
 GRAPHS_ENV = "MLSYS_PLACEMENT_GRAPHS"
 # The six graphs the authors published with their code (msr-fiddle/dnn-partitioning, MIT licence). They
 # are not part of this project: a user opts in by pointing $MLSYS_PLACEMENT_GRAPHS at a folder holding them.
@@ -21,7 +23,7 @@ SHIPPED = {
 FX_MODELS = ("fx_resnet50", "fx_transformer", "fx_resnet")
 
 
-class GraphError(ValueError):
+class GraphError(MlsysError, ValueError):
     """A graph could not be found or is malformed; ``field`` names the parameter or JSON field."""
 
     def __init__(self, field: str, problem: str):

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.common.milp import solve_min
 
 from . import GREEDY_KEYS
 from .workload import Profile
 
 
-class PlanError(AssertionError):
+class PlanError(MlsysError, AssertionError):
     """A plan broke one of its constraints."""
 
 
