@@ -71,6 +71,9 @@ def prefect_api(tmp_path_factory):
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+        from faultkit import close_warm_cluster
+
+        close_warm_cluster()  # its processes log through this API while they close
 
 
 @pytest.fixture(scope="module")

@@ -356,10 +356,38 @@ _REFERENCES: dict[Any, tuple[dict, Any]] = {}
 REFERENCE_RUN_KEY = "reference"
 
 
+_WARM: dict[str, Any] = {}
+
+
+def warm_cluster():
+    """A ``DaskCluster`` block on one LocalCluster kept for the test session, as `mlsys-flows server`'s
+    warm cluster serves every run: its 2 worker processes import torch, Prefect and the flows once,
+    not once per run (a fresh embedded cluster costs 15-30 s of a smoke run on 2 cores, its body a few)."""
+    if "cluster" not in _WARM:
+        from distributed import LocalCluster
+
+        from mlsys_flows.blocks import DaskCluster
+
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None)
+        _WARM["cluster"], _WARM["local"] = DaskCluster(address=cluster.scheduler_address), cluster
+    return _WARM["cluster"]
+
+
+def close_warm_cluster() -> None:
+    """Close the session's warm cluster, if one was started (the Prefect API fixture calls this before
+    its API goes: the scheduler and workers log through it while they close)."""
+    local = _WARM.pop("local", None)
+    _WARM.pop("cluster", None)
+    if local is not None:
+        local.close()
+
+
 def reference_run(name: str, overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
-    """(RunReport, storage) of a fault-free smoke run (embedded cluster, run key ``reference``), with
-    ``overrides`` of the smoke parameters if given (each set of overrides its own run). Needs the
-    Prefect API (the ``prefect_api`` fixture)."""
+    """(RunReport, storage) of a fault-free smoke run (run key ``reference``), with ``overrides`` of the
+    smoke parameters if given (each set of overrides its own run). On the session's warm cluster, like
+    a run against `mlsys-flows server`; a run that kills workers on purpose (``kills_workers``) takes
+    the embedded cluster, as it would there. Needs the Prefect API (the ``prefect_api`` fixture)."""
     ref = name if not overrides else (name, tuple(sorted(overrides.items())))
     if ref not in _REFERENCES:
         import atexit
@@ -371,8 +399,10 @@ def reference_run(name: str, overrides: dict[str, Any] | None = None) -> tuple[d
         folder = tempfile.mkdtemp(prefix=f"mlsys-ref-{name}-")
         atexit.register(shutil.rmtree, folder, True)
         storage = ObjectStorage(url=Path(folder).as_uri())
-        report = registry.get(name).load_flow()(scale="smoke", storage=storage, run_key=REFERENCE_RUN_KEY,
-                                                 overrides=overrides)
+        spec = registry.get(name)
+        kills = spec.params_model().for_scale("smoke", **(overrides or {})).kills_workers()
+        report = spec.load_flow()(scale="smoke", storage=storage, run_key=REFERENCE_RUN_KEY, overrides=overrides,
+                                  cluster=None if kills else warm_cluster())
         _REFERENCES[ref] = (report, storage)
     return _REFERENCES[ref]
 

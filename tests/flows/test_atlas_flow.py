@@ -7,7 +7,7 @@ import re
 
 import pytest
 from openai_fake import FakeModel, serve
-from faultkit import reference_run
+from faultkit import reference_run, warm_cluster
 
 VARIANTS = {"atlas", "atlas_no_validation", "atlas_no_docs", "pc_algorithm", "zscore", "true_graph"}
 
@@ -77,7 +77,8 @@ def test_atlas_flow_with_an_llm_synthesizer(prefect_api, local_storage, server):
     Secret(value=KEY).save("atlas-llm-key", overwrite=True)
     overrides = {"llm_base_url": server, "llm_model": "tiny", "api_key_secret": "atlas-llm-key", "incidents": 8,
                  "curve_points": 1}
-    report = registry.get("atlas").load_flow()(scale="smoke", overrides=overrides, storage=local_storage)
+    report = registry.get("atlas").load_flow()(scale="smoke", overrides=overrides, storage=local_storage,
+                                               cluster=warm_cluster())
     p, a = report["parameters"], report["variants"]["atlas"]
     assert a["synth_requests"] == p["components"] == len(_Model.seen)
     assert a["malformed_replies"] == 1 and a["failed_requests"] == 0

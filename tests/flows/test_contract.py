@@ -15,7 +15,8 @@ IMPLEMENTED = registry.names()
 
 @pytest.mark.parametrize("name", IMPLEMENTED)
 def test_smoke_run_meets_the_contract(name):
-    """On the default (embedded) Dask cluster; the fault tests compare their runs with this one."""
+    """On the session's warm cluster (``faultkit.warm_cluster``; the embedded one for a run that kills
+    workers); the fault tests compare their runs with this one."""
     spec = registry.get(name)
     returned, storage = reference_run(name)
     report = RunReport.model_validate(returned)
