@@ -40,6 +40,22 @@ def pytest_runtest_setup(item):
             pytest.skip("published placement graphs absent: set $MLSYS_PLACEMENT_GRAPHS to their folder")
 
 
+# One test's body may take at most this long (its fixtures are shared and timed apart; pytest-timeout's
+# `timeout` in pytest.ini stays the hang guard of setup, body and teardown together). `make test` keeps
+# the whole suite under 25 minutes only while no single test grows past this.
+TEST_BUDGET_S = float(os.environ.get("MLSYS_TEST_BUDGET_S", "60"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.passed and report.duration > TEST_BUDGET_S:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {report.duration:.0f} s, over the {TEST_BUDGET_S:g} s one test may "
+                           f"take (tests/conftest.py TEST_BUDGET_S): share its setup or make its workload smaller")
+
+
 _LAYER_ORDER = {"unit": 0, "flows": 1, "integration": 2}
 
 

@@ -2,8 +2,13 @@
 own torch.fx ResNet-50 (no data folder needed), modelled max-load for every variant, the DP at or below
 every contiguous baseline, the IP at or below the DP, and the splits on storage."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-from faultkit import reference_run
+import pytest
+from faultkit import reference_run, warm_cluster
 
 from mlsys_flows.systems.placement import VARIANTS
 
@@ -31,3 +36,26 @@ def test_placement_flow_smoke(prefect_api):
     assert g["parameter"] == "accelerators" and [p["value"] for p in g["points"]] == [2.0, 6.0]
     assert all(p["ratio"] >= 1 - 1e-9 for p in g["points"])  # exact over contiguous splits at every k
     assert set(saved["placements"]["dp"].values()) <= set(range(saved["accelerators"] + saved["cpus"]))
+
+
+def test_cli_placement_infeasible_setting_names_the_parameter(tmp_path):
+    """Settings no placement satisfies are found by the solver in a Dask task (GraphError naming
+    memory_per_accelerator): the error crosses the process boundary as itself (issue 42 item 3; it
+    failed to unpickle before: TypeError) and the CLI exits 2 naming the parameter. The CLI reports to
+    the session's test API and runs on its warm cluster (a block of that API), as against a server."""
+    from prefect.settings import PREFECT_API_URL
+
+    warm_cluster().save("test-warm-cluster", overwrite=True)
+    exe = str(Path(sys.executable).parent / "mlsys-flows")
+    proc = subprocess.run([exe, "run", "placement", "--scale", "smoke", "--cluster", "test-warm-cluster",
+                           "-p", "graph=fx_resnet", "-p", "accelerators=2", "-p", "cpus=0",
+                           "-p", "memory_per_accelerator=1000"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "COLUMNS": "80", "PREFECT_API_URL": PREFECT_API_URL.value(),
+                                             "MLSYS_FLOWS_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 2, proc.stderr
+    assert "missing 1 required positional argument" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "memory_per_accelerator" in errors[0], proc.stderr
+    if len(proc.stderr.strip().splitlines()) != 1 or "Traceback" in proc.stderr:
+        pytest.xfail("Prefect's own run logs (the task's and the flow's ERROR records, the flow engine's "
+                     "traceback) precede the CLI's one error line")
