@@ -155,7 +155,7 @@ class DaskProcesses:
 
     def __enter__(self) -> "DaskProcesses":
         self.scheduler = self._spawn(["scheduler", "--host", "127.0.0.1", "--port", str(self.port),
-                                      "--no-dashboard", "--no-show"])
+                                      "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--no-show"])
         for _ in range(self.n_workers):
             self.add_worker()
         self.wait_for_workers(self.n_workers)
@@ -167,7 +167,8 @@ class DaskProcesses:
 
     def add_worker(self) -> subprocess.Popen:
         proc = self._spawn(["worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-                            "--no-dashboard", "--memory-limit", "0"])
+                            "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+                            "--memory-limit", "0"])
         self.workers.append(proc)
         return proc
 
@@ -357,6 +358,9 @@ REFERENCE_RUN_KEY = "reference"
 
 
 _WARM: dict[str, Any] = {}
+# Systems whose smoke run needs a cluster it starts itself (besides runs that kill workers): dsi pins its
+# helper threads to cores and grows the workers of its own cluster only (its flow test checks the pinning).
+OWN_CLUSTER = {"dsi"}
 
 
 def warm_cluster():
@@ -387,7 +391,7 @@ def reference_run(name: str, overrides: dict[str, Any] | None = None) -> tuple[d
     """(RunReport, storage) of a fault-free smoke run (run key ``reference``), with ``overrides`` of the
     smoke parameters if given (each set of overrides its own run). On the session's warm cluster, like
     a run against `mlsys-flows server`; a run that kills workers on purpose (``kills_workers``) takes
-    the embedded cluster, as it would there. Needs the Prefect API (the ``prefect_api`` fixture)."""
+    the embedded cluster, as it would there, and so does a system in ``OWN_CLUSTER``. Needs the Prefect API (the ``prefect_api`` fixture)."""
     ref = name if not overrides else (name, tuple(sorted(overrides.items())))
     if ref not in _REFERENCES:
         import atexit
@@ -400,9 +404,9 @@ def reference_run(name: str, overrides: dict[str, Any] | None = None) -> tuple[d
         atexit.register(shutil.rmtree, folder, True)
         storage = ObjectStorage(url=Path(folder).as_uri())
         spec = registry.get(name)
-        kills = spec.params_model().for_scale("smoke", **(overrides or {})).kills_workers()
+        own = name in OWN_CLUSTER or spec.params_model().for_scale("smoke", **(overrides or {})).kills_workers()
         report = spec.load_flow()(scale="smoke", storage=storage, run_key=REFERENCE_RUN_KEY, overrides=overrides,
-                                  cluster=None if kills else warm_cluster())
+                                  cluster=None if own else warm_cluster())
         _REFERENCES[ref] = (report, storage)
     return _REFERENCES[ref]
 

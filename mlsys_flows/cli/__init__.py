@@ -11,10 +11,9 @@ import typer
 from rich.table import Table
 
 from mlsys_flows import registry
+# the platform's commands as modules (`from .server import server` would shadow the submodule's name)
+from mlsys_flows.cli import deploy as deploy_commands, server as server_commands, webhooks as webhook_commands
 from mlsys_flows.cli.console import console, err, fail
-from mlsys_flows.cli.deploy import deploy
-from mlsys_flows.cli.server import server
-from mlsys_flows.cli.webhooks import webhooks_app
 from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.params import SCALES, ParamsError
@@ -277,9 +276,9 @@ def blocks_register() -> None:
         console.print(f"registered {block.get_block_type_slug()}")
 
 
-app.command()(server)  # mlsys_flows/cli/server.py
-app.command()(deploy)  # mlsys_flows/cli/deploy.py
-app.add_typer(webhooks_app, name="webhooks")  # mlsys_flows/cli/webhooks.py
+app.command()(server_commands.server)
+app.command()(deploy_commands.deploy)
+app.add_typer(webhook_commands.webhooks_app, name="webhooks")
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from mlsys_flows.cli.console import api_url as resolve_api_url, console, fail
 from mlsys_flows.settings import configure_prefect_home
 
 
-def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to deploy (default: all implemented)."),
+def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to deploy (default: all)."),
            write_yaml: bool = typer.Option(False, "--write-yaml", help="Only regenerate prefect.yaml from the registry."),
            check: bool = typer.Option(False, "--check", help="Only check that prefect.yaml matches the registry."),
            api_url: Optional[str] = typer.Option(None, help="Prefect API (default: PREFECT_API_URL or the running "
@@ -25,7 +25,7 @@ def deploy(names: Optional[List[str]] = typer.Argument(None, help="Systems to de
            project_dir: Optional[Path] = typer.Option(None, help="Write the rendered prefect.yaml here (default: the "
                                                       "checkout's for the default pool, MLSYS_FLOWS_HOME/deploy/POOL/ "
                                                       "for another; installed, the current folder).")) -> None:
-    """Deploy every implemented flow (same as `prefect deploy --all` on the rendered prefect.yaml)."""
+    """Deploy every flow (same as `prefect deploy --all` on the rendered prefect.yaml)."""
     from mlsys_flows.platform.deploy import PREFECT_YAML, DeployError, write_yaml as write, yaml_in_sync
     from mlsys_flows.platform.deploy import deploy as run_deploy
 

@@ -59,7 +59,7 @@ def print_serving(hooks: List[str], host: str, port: int, api_url: str) -> None:
 @webhooks_app.command("init")
 def webhooks_init(config: Path = typer.Option(None, help="Where to write the config; default MLSYS_FLOWS_HOME/hooks.yaml."),
                   api_url: Optional[str] = typer.Option(None, help="Prefect API for the Secret blocks.")) -> None:
-    """Write a hook per implemented system, each with its own new Secret block (`mlsys-hook-<name>`)."""
+    """Write a hook per system, each with its own new Secret block (`mlsys-hook-<name>`)."""
     import yaml
 
     from mlsys_flows import registry

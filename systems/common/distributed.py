@@ -52,14 +52,18 @@ def master_store(host: str, world_size: int, timeout_s: float):
 
     import torch.distributed as dist
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    import torch
+
+    family, _, _, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
     listener = socket.socket(family, socket.SOCK_STREAM)
+    # libuv's store (torch's default since 2.4) honours a listening descriptor from torch 2.8 on
+    libuv = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 8)
     try:
-        listener.bind((host, 0))
+        listener.bind(address)
         listener.listen(max(world_size, 128))
         store = dist.TCPStore(host, listener.getsockname()[1], world_size=world_size, is_master=True,
                               timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
-                              master_listen_fd=listener.fileno())
+                              master_listen_fd=listener.fileno(), use_libuv=libuv)
     except BaseException:
         listener.close()
         raise
@@ -93,17 +97,19 @@ def process_group(store, info: RankInfo, timeout_s: float) -> Iterator[None]:
         raise RuntimeError("this process already belongs to a torch.distributed process group")
     if info.backend == "nccl":
         torch.cuda.set_device(torch.device(info.device))
-    # ranks on loopback: gloo would otherwise pick the interface the host name resolves to
+    # ranks on loopback: gloo (and NCCL's bootstrap socket) would otherwise pick the interface the host
+    # name resolves to, or the first one that is not loopback, and listen there
+    variable = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}.get(info.backend)
     restore = None
-    if info.backend == "gloo" and _is_loopback(info.host) and "GLOO_SOCKET_IFNAME" not in os.environ \
-            and os.path.exists("/sys/class/net/lo"):
-        os.environ["GLOO_SOCKET_IFNAME"] = restore = "lo"
+    if variable and _is_loopback(info.host) and variable not in os.environ and os.path.exists("/sys/class/net/lo"):
+        os.environ[variable] = "lo"
+        restore = variable
     try:
         dist.init_process_group(info.backend, store=store, rank=info.rank, world_size=info.world_size,
                                 timeout=timedelta(seconds=timeout_s))
     finally:
         if restore:
-            os.environ.pop("GLOO_SOCKET_IFNAME", None)
+            os.environ.pop(restore, None)
     try:
         yield
     finally:

@@ -13,12 +13,20 @@ from mlsys_flows.systems.common.runreport import RunReport, oriented_ratio
 IMPLEMENTED = registry.names()
 
 
+@pytest.fixture
+def smoke_run(name):
+    """The session's one smoke run of ``name`` (``faultkit.reference_run``), shared with the flow and
+    fault tests: a fixture, so its first user pays for it in setup and the test body only checks. On
+    the session's warm cluster (``faultkit.warm_cluster``; the embedded one for a run that kills
+    workers, recycle's failover run)."""
+    return reference_run(name)
+
+
 @pytest.mark.parametrize("name", IMPLEMENTED)
-def test_smoke_run_meets_the_contract(name):
-    """On the session's warm cluster (``faultkit.warm_cluster``; the embedded one for a run that kills
-    workers); the fault tests compare their runs with this one."""
+def test_smoke_run_meets_the_contract(name, smoke_run):
+    """The fault tests compare their runs with this one."""
     spec = registry.get(name)
-    returned, storage = reference_run(name)
+    returned, storage = smoke_run
     report = RunReport.model_validate(returned)
     h, claim = report.headline, spec.headline
     assert (h.metric, h.baseline, h.technique, h.better) == (claim.metric, claim.baseline, claim.technique, claim.better)

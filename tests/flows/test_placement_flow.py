@@ -38,7 +38,7 @@ def test_placement_flow_smoke(prefect_api):
     assert set(saved["placements"]["dp"].values()) <= set(range(saved["accelerators"] + saved["cpus"]))
 
 
-def test_cli_placement_infeasible_setting_names_the_parameter(tmp_path):
+def test_cli_placement_infeasible_setting_names_the_parameter(prefect_api, tmp_path):
     """Settings no placement satisfies are found by the solver in a Dask task (GraphError naming
     memory_per_accelerator): the error crosses the process boundary as itself (issue 42 item 3; it
     failed to unpickle before: TypeError) and the CLI exits 2 naming the parameter. The CLI reports to

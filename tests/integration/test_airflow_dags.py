@@ -137,6 +137,8 @@ def test_airflow_finds_the_provider(airflow):
     assert out.stdout.split()[-3:] == ["0.1.0", "mlsys_flows.integrations.airflow.hooks.PrefectHook", "True"], out.stderr[-3000:]
 
 
+@pytest.mark.budget(150, reason="`airflow dags test` in its own venv drives a deployment run through the "
+                                "process worker, which starts the flow's own embedded cluster")
 def test_dags_test_runs_a_deferrable_dag_to_the_runs_final_state(airflow):
     done = subprocess.run(dags_test(airflow, "smoke"), env=airflow.env, capture_output=True, text=True, timeout=900)
     output = done.stdout + done.stderr
@@ -153,6 +155,7 @@ def test_dags_test_runs_a_deferrable_dag_to_the_runs_final_state(airflow):
     assert json.loads(xcoms["return_value"])["state"] == "COMPLETED"
 
 
+@pytest.mark.budget(150, reason="as above: Airflow's run of a deployment, then its cancellation")
 def test_killing_the_airflow_task_cancels_the_prefect_run(airflow, tmp_path):
     """SIGTERM to `airflow dags test` (what Airflow's supervisor sends a task it kills) once the
     run is RUNNING: the operator's on_kill cancels it, the worker stops it (Cancelled), and the

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from faultkit import kill_process_group, wait_until
+from faultkit import kill_process_group, wait_until, warm_cluster
 
 from mlsys_flows import registry
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage
@@ -41,6 +41,8 @@ BLOB = re.compile(r"^(?:\.tmp-[0-9a-f]+-)?step-(\d+)\.pt$")
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.budget(120, reason="a checkpoint run in a process of its own, killed mid-flush, then the rerun "
+                                "and an uninterrupted training to compare with")
 def test_sigkill_during_a_flush_then_resume_ends_with_the_uninterrupted_weights(prefect_api, tmp_path):
     import json
 
@@ -78,8 +80,9 @@ def test_sigkill_during_a_flush_then_resume_ends_with_the_uninterrupted_weights(
     assert [e["step"] for e in checkpoints.manifest(run_key)][-1] == last["step"]  # nothing newer listed
     assert not storage.list(f"reports/checkpoint"), "the killed run published a report"
 
+    # the rerun on the session's warm cluster (the killed run's own cluster went with its process)
     report = registry.get("checkpoint").load_flow()(scale="smoke", overrides=OVERRIDES, storage=storage,
-                                                     run_key=run_key)
+                                                     run_key=run_key, cluster=warm_cluster())
 
     assert [r["step"] for r in checkpoints.resumes(run_key)] == [last["step"]]  # once, from the last complete one
     assert any(f"resumed after step {last['step']}" in n for n in report["notes"])

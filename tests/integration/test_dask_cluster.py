@@ -47,11 +47,13 @@ def dask_processes(prefect_api, tmp_path_factory):
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     dask = [str(Path(sys.executable).parent / "dask")]
-    procs = [Proc("scheduler", [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+    procs = [Proc("scheduler", [*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard",
+                                          "--dashboard-address", "127.0.0.1:0"],
                   env=env, log=logs / "scheduler.log")]
     try:
         time.sleep(1)
-        common = ["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--no-dashboard", "--no-nanny"]
+        common = ["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--no-dashboard",
+                  "--dashboard-address", "127.0.0.1:0", "--no-nanny"]
         procs.append(Proc("gpu-worker", [*dask, *common, "--name", "gpu-worker", "--resources", "GPU=1"],
                           env=env, log=logs / "gpu-worker.log"))
         procs.append(Proc("cpu-worker", [*dask, *common, "--name", "cpu-worker"], env=env, log=logs / "cpu-worker.log"))

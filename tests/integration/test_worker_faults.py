@@ -40,7 +40,7 @@ def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
     flow = registry.get(name).load_flow()
     cluster = DaskCluster(address=dask_procs.address)
     overrides = OVERRIDES.get(name)
-    reference, _ = reference_run(name, overrides)  # fault-free, on an embedded cluster
+    reference, _ = reference_run(name, overrides)  # fault-free, the session's shared smoke run
 
     target, seconds = max(body_task_durations(reference["run_id"]).items(), key=lambda kv: kv[1])
     with WorkerKillOnTask(dask_procs, target, tmp_path / "kill") as kill:

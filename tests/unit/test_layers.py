@@ -127,6 +127,10 @@ PROBES = {
     "layers (platform below integrations)": ("mlsys_flows/platform/server.py", "from mlsys_flows.integrations import webhooks"),
     "layers (docsgen apart from integrations)": ("mlsys_flows/docsgen/limits.py", "from mlsys_flows.integrations import webhooks"),
     "declarations-pure (prefect_rest)": ("mlsys_flows/platform/prefect_rest.py", "import prefect"),
+    "declarations-pure (rendering)": ("mlsys_flows/rendering.py", "import prefect"),
+    "devices-pure": ("mlsys_flows/devices/fpga/kernels.py", "import distributed"),
+    "ranks-below-flows": ("mlsys_flows/platform/ranks.py", "from mlsys_flows.platform import runner"),
+    "layers (errors at the bottom)": ("mlsys_flows/errors.py", "from mlsys_flows import settings"),
 }
 
 
