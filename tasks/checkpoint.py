@@ -36,7 +36,7 @@ def train_resumable(p: Params, checkpoints: CheckpointStore, run_key: str) -> di
 
 def train_sharded_rank(info: RankInfo, checkpoints: CheckpointStore, run_key: str, width: int, depth: int,
                        batch_size: int, steps: int, every: int, seed: int, on_flush=None) -> dict:
-    """One rank of a data-parallel run (``tasks.ranks.run_ranks`` starts them) that checkpoints its
+    """One rank of a data-parallel run (``platform.ranks.run_ranks`` starts them) that checkpoints its
     shard asynchronously on ``checkpoints`` under ``run_key`` and resumes, like every rank, from the
     newest step whose shards all committed. ``on_flush`` goes to the saver."""
     from dataclasses import asdict

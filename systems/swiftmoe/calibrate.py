@@ -161,7 +161,7 @@ def _replay(dist, rank: int, job: dict, model, opt, tokens, states) -> None:
 
 
 def replay_rank(info, job: dict) -> dict:
-    """One rank (of ``WORLD``, in a process group its launcher opened: ``tasks.ranks.run_ranks``)
+    """One rank (of ``WORLD``, in a process group its launcher opened: ``platform.ranks.run_ranks``)
     replaying the recorded iterations: a warm-up window, then ``job["repeats"]`` timed windows.
     Returns seconds per iteration of each timed window and the link measured by a large all-to-all."""
     import torch.distributed as dist
