@@ -248,10 +248,13 @@ def recycle_rank(rank: int, world_size: int, store, cfg: FailoverConfig, alive: 
     worker.shared = _shared_blocks(stage_model, owners[rank], survivor_owners, worker.me,
                                    _by_worker_index(regrouped, survivors))
     rerouted_order = simulate(pl.rerouted, 1).order(worker.me, 0)
+    # the store is rank 0's: read it while every survivor still needs rank 0 for the steps' collectives
+    # (read after them, a survivor could find rank 0 done and its store gone)
+    killed_at, victim_before = float(store.get(KILLED_AT).decode()), json.loads(store.get(VICTIM_STEPS).decode())
     after = _timed_steps(pl.rerouted, rerouted_order, worker, membership, step + 2, 1 + cfg.steps)
     return {"rank": rank, "before": before, "after": after, "detected": detected,
-            "killed_at": float(store.get(KILLED_AT).decode()), "checkpoint_s": checkpoint_s,
-            "victim_before": json.loads(store.get(VICTIM_STEPS).decode()),
+            "killed_at": killed_at, "checkpoint_s": checkpoint_s,
+            "victim_before": victim_before,
             "checkpoint_step": step - 1,
             "times": gathered, "p2p_s": float(links[0]), "allreduce_s": float(links[1]),
             "predicted_step_s": pl.predicted_step_s(), "restart_choice": pl.restart_choice,
