@@ -8,8 +8,10 @@ import json
 import math
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,6 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from mlsys_flows import registry
-from mlsys_flows.systems.common.net import free_port
 
 BIN = Path(sys.executable).parent
 
@@ -141,11 +142,18 @@ def body_task_durations(flow_run_id) -> dict[str, float]:
 # ----- real Dask processes on loopback -------------------------------------------------------------
 class DaskProcesses:
     """``dask scheduler`` and ``dask worker`` processes on 127.0.0.1 (no nanny, one thread each,
-    so a SIGKILL takes the worker and its running task down for good)."""
+    so a SIGKILL takes the worker and its running task down for good).
+
+    The scheduler binds a port of its own choosing and names it in its scheduler file: a port picked
+    here and bound seconds later by a slow-starting scheduler can be taken meanwhile, and a client
+    retrying a port nobody listens on can connect to itself (a loopback TCP self-connect), then
+    waits forever in distributed's handshake read, which has no timeout (seen once in CI: a
+    600 s hang in ``Client(...)``). Clients connect only after the file exists."""
 
     def __init__(self, n_workers: int = 2, env: dict[str, str] | None = None):
-        self.port = free_port()
-        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.workdir = Path(tempfile.mkdtemp(prefix="mlsys-dask-"))
+        self.scheduler_file = self.workdir / "scheduler.json"
+        self.address = ""
         # What a nanny would set: one BLAS/OpenMP thread per worker thread.
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                     "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error", **(env or {})}
@@ -154,21 +162,45 @@ class DaskProcesses:
         self.workers: list[subprocess.Popen] = []
 
     def __enter__(self) -> "DaskProcesses":
-        self.scheduler = self._spawn(["scheduler", "--host", "127.0.0.1", "--port", str(self.port),
-                                      "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--no-show"])
-        for _ in range(self.n_workers):
-            self.add_worker()
-        self.wait_for_workers(self.n_workers)
+        try:
+            self.scheduler = self._spawn("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", "0",
+                                                       "--scheduler-file", str(self.scheduler_file),
+                                                       "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+                                                       "--no-show"])
+            self.address = self._wait_for_scheduler_file()
+            for _ in range(self.n_workers):
+                self.add_worker()
+            self.wait_for_workers(self.n_workers)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
-    def _spawn(self, args: list[str]) -> subprocess.Popen:
-        return subprocess.Popen([str(BIN / "dask"), *args], env=self.env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+    def _wait_for_scheduler_file(self, timeout_s: float = 120) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.scheduler.poll() is not None:
+                raise RuntimeError(f"dask scheduler exited with {self.scheduler.returncode}: "
+                                   f"{self._log_tail('scheduler')}")
+            try:
+                return json.loads(self.scheduler_file.read_text())["address"]
+            except (FileNotFoundError, json.JSONDecodeError, KeyError):  # not written yet, or half written
+                time.sleep(0.1)
+        raise RuntimeError(f"dask scheduler wrote no scheduler file within {timeout_s} s: {self._log_tail('scheduler')}")
+
+    def _log_tail(self, name: str) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else "(no log)"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        with open(self.workdir / f"{name}.log", "ab") as log:
+            return subprocess.Popen([str(BIN / "dask"), *args], env=self.env, stdout=subprocess.DEVNULL,
+                                    stderr=log, start_new_session=True)
 
     def add_worker(self) -> subprocess.Popen:
-        proc = self._spawn(["worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-                            "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
-                            "--memory-limit", "0"])
+        proc = self._spawn(f"worker-{len(self.workers)}",
+                           ["worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+                            "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--memory-limit", "0"])
         self.workers.append(proc)
         return proc
 
@@ -193,6 +225,7 @@ class DaskProcesses:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 # ----- a worker that kills itself while it runs a given task ------------------------------------------
