@@ -13,7 +13,8 @@ from rich.table import Table
 from mlsys_flows import registry
 # the platform's commands as modules (`from .server import server` would shadow the submodule's name)
 from mlsys_flows.cli import deploy as deploy_commands, server as server_commands, webhooks as webhook_commands
-from mlsys_flows.cli.console import console, err, fail
+from mlsys_flows.cli.console import console, err, fail, run_errors_held
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.params import SCALES, ParamsError
@@ -68,9 +69,16 @@ def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], c
     validate(name, scale, overrides)  # before any work: names the bad system or field
     ui = _use_running_server()
     started = time.perf_counter()
-    with console.status(f"[bold]running {name}[/bold] at scale {scale} (Prefect flow on Dask)...", spinner="dots"):
-        report = run_system(name, scale, overrides, storage=storage, cluster=cluster, devices=devices, run_key=run_key,
-                            tags=("cli",))
+    with console.status(f"[bold]running {name}[/bold] at scale {scale} (Prefect flow on Dask)...", spinner="dots"), \
+            run_errors_held() as holds:
+        try:
+            report = run_system(name, scale, overrides, storage=storage, cluster=cluster, devices=devices,
+                                run_key=run_key, tags=("cli",))
+        except RunError as exc:
+            if isinstance(exc.__cause__, MlsysError):  # a clear message of ours: one line, not Prefect's traceback
+                for hold in holds:
+                    hold.records.clear()
+            raise
     console.print(f"{name} finished in {time.perf_counter() - started:.1f} s")
     if ui:
         console.print(f"flow run: {ui}/runs/flow-run/{report.run_id}", highlight=False, soft_wrap=True)

@@ -82,8 +82,20 @@ def run_system(name: str, scale: str = "quick", overrides: dict[str, Any] | None
                   **{k: v if isinstance(v, str) else loaded[k] for k, v in blocks.items()}}
     state = _start(name, flow, parameters, (f"system:{name}", *tags))
     if not state.is_completed():
-        raise RunError(f"{name} flow run ended {state.type.value}: {state.message}")
+        cause = _raised(state)
+        if isinstance(cause, MlsysError):  # one of ours: its message names the field or the setting
+            raise RunError(f"{name}: {cause}") from cause
+        raise RunError(f"{name} flow run ended {state.type.value}: {state.message}") from cause
     return RunReport.model_validate(state.result())
+
+
+def _raised(state) -> BaseException | None:
+    """The exception a failed run raised, when its state still holds it (a run in this process)."""
+    try:
+        value = state.result(raise_on_failure=False)
+    except Exception:  # noqa: BLE001 - a result that cannot be read back: no cause to name
+        return None
+    return value if isinstance(value, BaseException) else None
 
 
 def _start(name: str, flow, parameters: dict[str, Any], tags: tuple[str, ...]):

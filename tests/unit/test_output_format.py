@@ -198,3 +198,33 @@ def test_the_embedded_cluster_does_not_ask_for_port_8787():
         assert warned(old)
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_failed_run_prints_prefects_error_records_only_when_the_cli_has_no_clear_message(ours):
+    """The CLI holds Prefect's ERROR records while a run goes: dropped when the run failed with one of
+    the project's errors (the CLI prints its one line), printed on the way out otherwise (the
+    traceback of an unexpected failure is kept). INFO/WARNING records are never held."""
+    import logging
+
+    import prefect.main  # noqa: F401 - Prefect's logging set up first (it replaces the root's handlers)
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    from mlsys_flows.cli.console import run_errors_held
+
+    stream = io.StringIO()
+    handler = PrefectConsoleHandler(stream=stream)
+    root, logger = logging.getLogger(), logging.getLogger("prefect.mlsys-test")
+    root.addHandler(handler)
+    try:
+        with run_errors_held() as holds:
+            logger.warning("a warning goes out live")
+            logger.error("Encountered exception during execution")
+            assert "a warning" in stream.getvalue() and "Encountered" not in stream.getvalue()
+            if ours:
+                for hold in holds:
+                    hold.records.clear()
+    finally:
+        root.removeHandler(handler)
+    assert ("Encountered exception" in stream.getvalue()) is not ours
+    assert not handler.filters  # the hold is taken off the handler
