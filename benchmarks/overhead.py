@@ -25,6 +25,12 @@ Five parts, each repeated with the variants interleaved (median and min-max over
    API after the run (no change to the harness).
 5. ``scaling``: cedar, dsi and phaze at three data sizes with 1 and 2 Dask workers; time against
    size, and the 2-worker speedup of the parallel stages (see :func:`stage_table`).
+6. ``floor``: issue 42's targets, whole commands paired by repeat: ``mlsys-flows run placement
+   --scale smoke`` against ``python benchmarks/_plain_flow.py`` (a plain Prefect flow with one task,
+   torch imported), with the running server (the CLI on its warm cluster) and on a temporary API (the
+   CLI's embedded one, Prefect's ephemeral one for the plain flow). The CLI run's fixed cost is its
+   whole command minus its flow body (first task start to last task end, from the run's task runs),
+   itemised by the flow run's own timestamps.
 
 Writes ``benchmarks/results/overhead.json`` (a generic table: columns, rows, notes, machine, plus
 ``details`` per part), ``docs/img/overhead-*.png`` and, with ``--docs``, the tables of
@@ -50,11 +56,16 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "overhead.json"
 IMG = REPO / "docs" / "img"
 DOC = REPO / "docs" / "overhead.md"
-PARTS = ("tasks", "fixed", "transfer", "shares", "warmup", "scaling")
+PARTS = ("tasks", "fixed", "transfer", "shares", "warmup", "scaling", "floor")
 # The data-size parameters of the scaling flows, multiplied by each size factor (of the scale's preset).
 SCALING = {"cedar": ("n_images", "n_docs", "n_clips"), "dsi": ("files",), "phaze": ("candidates",)}
 EARLY_API_ENV = "MLSYS_OVERHEAD_EARLY_API"  # part 2's child starts the embedded API first, as the CLI does
 OWN_CLUSTER_ENV = "MLSYS_OVERHEAD_OWN_CLUSTER"  # part 2's child starts its own LocalCluster despite a warm one
+PLAIN_FLOW = REPO / "benchmarks" / "_plain_flow.py"  # part 6's yardstick: what a user would write instead
+FLOOR_RUN = ("placement", "smoke")  # part 6's `mlsys-flows run`: the issue's example, a body of seconds
+# Issue 42 item 4's targets: with a running server and its warm cluster, command to first task under 2 s and the
+# fixed cost at most 1.5x the plain flow's whole command on the same API; embedded, at most 1.3x on Prefect's temporary API
+FLOOR_TARGETS = {"first_task_s": 2.0, "server": 1.5, "embedded": 1.3}
 HARNESS_TASKS = ("publish-report",)  # the harness's own tasks: orchestration, not the system's work
 COLUMNS = ["part", "what", "kind", "unit", "median", "min", "max", "n", "vs", "ratio to vs (median)",
            "ratio to vs (min-max)"]
@@ -387,6 +398,130 @@ def fixed_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
                 ratios = paired_ratios(vals, [s[key] for s in d["samples"]["embedded"]])
             rows.append(row("2 fixed", f"{labels[api]}: {what}", "measured", "s", vals,
                             vs="embedded API" if ratios else "", ratios=ratios, digits=3))
+    return rows
+
+
+def _timed(cmd: list[str], env: dict[str, str], timeout_s: float = 600) -> tuple[float, float, str]:
+    """Run ``cmd``; (start, end) epoch seconds around it and its stdout. Fails with its stderr's tail."""
+    t0 = time.time()
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    t1 = time.time()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return t0, t1, proc.stdout
+
+
+def _floor_env(home: Path, api_url: str | None) -> dict[str, str]:
+    """A child's environment: with ``api_url`` the benchmark's server (whose state file in ``home``
+    names its warm cluster); without, a home of its own, where no server is found."""
+    return _child_env(home if api_url else home / "floor-embedded", api_url)
+
+
+def _plain_command(home: Path, api_url: str | None) -> dict[str, float]:
+    t0, t1, out = _timed([sys.executable, str(PLAIN_FLOW)], _floor_env(home, api_url))
+    line = next(x for x in out.splitlines() if x.startswith("PLAIN-FLOW "))
+    return {"total": t1 - t0, "to_first_task": json.loads(line.split(" ", 1)[1])["task_start"] - t0}
+
+
+def _db_run(db: Path, flow_run_id: str) -> tuple[dict[str, float], list[tuple[str, float, float]]]:
+    """The flow run's (created, start, end) and its task runs, read from the embedded API's SQLite
+    database (that API stopped with its command). Prefect stores UTC timestamps as text there."""
+    import sqlite3
+    from datetime import datetime, timezone
+
+    def epoch(text: str | None) -> float | None:
+        if text is None:
+            return None
+        t = datetime.fromisoformat(text)
+        return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+        row_ = con.execute("SELECT created, start_time, end_time FROM flow_run WHERE id = ?", (flow_run_id,)).fetchone()
+        if row_ is None:
+            raise RuntimeError(f"flow run {flow_run_id} not in {db}")
+        tasks = con.execute("SELECT name, task_key, start_time, end_time FROM task_run WHERE flow_run_id = ?",
+                            (flow_run_id,)).fetchall()
+    from distributed.utils import key_split
+
+    runs = [(key_split(key), epoch(start), epoch(end)) for name, key, start, end in tasks
+            if not name.startswith(HARNESS_TASKS) and start and end]
+    return dict(zip(("created", "start", "end"), map(epoch, row_))), sorted(runs, key=lambda x: x[1])
+
+
+def _api_flow_run(flow_run_id: str) -> tuple[dict[str, float], list[tuple[str, float, float]]]:
+    from prefect.client.orchestration import get_client
+
+    runs = _task_runs(flow_run_id)
+    with get_client(sync_client=True) as client:
+        fr = client.read_flow_run(flow_run_id)
+    return {"created": fr.created.timestamp(), "start": fr.start_time.timestamp(), "end": fr.end_time.timestamp()}, runs
+
+
+def _cli_command(home: Path, api_url: str | None) -> dict[str, float]:
+    name, scale = FLOOR_RUN
+    out = home / "floor-report.json"
+    env = _floor_env(home, api_url)
+    t0, t1, _ = _timed([str(Path(sys.executable).parent / "mlsys-flows"), "run", name, "--scale", scale,
+                        "--json", str(out)], env)
+    run_id = json.loads(out.read_text())["run_id"]
+    fr, runs = _api_flow_run(run_id) if api_url else _db_run(Path(env["PREFECT_HOME"]) / "prefect.db", run_id)
+    if not runs:
+        raise RuntimeError(f"no task runs recorded for flow run {run_id}")
+    first, last = runs[0][1], max(e for _, _, e in runs)
+    return {"total": t1 - t0, "to_first_task": first - t0, "body": last - first, "fixed": (t1 - t0) - (last - first),
+            # the fixed cost, itemised by the flow run's own timestamps (they add up to it)
+            "to_flow_run_created": fr["created"] - t0, "created_to_first_task": first - fr["created"],
+            "last_task_to_flow_run_end": fr["end"] - last, "flow_run_end_to_exit": t1 - fr["end"]}
+
+
+def measure_floor(repeats: int, home: Path, api_url: str | None, log=print) -> dict[str, Any]:
+    """Part 6: per API, the CLI's smoke run and the plain flow back to back, their order alternating."""
+    apis = {"server": api_url, "embedded": None} if api_url else {"embedded": None}
+    commands = {"cli": _cli_command, "plain": _plain_command}
+    for api, url in apis.items():  # warm-up: databases created, caches filled; not measured
+        for fn in commands.values():
+            fn(home, url)
+    samples = {api: {c: [] for c in commands} for api in apis}
+    for r in range(repeats):
+        for api, url in apis.items():
+            for c in (list(commands) if r % 2 == 0 else list(commands)[::-1]):
+                samples[api][c].append(commands[c](home, url))
+            cli, plain = samples[api]["cli"][-1], samples[api]["plain"][-1]
+            log(f"  floor repeat {r + 1}/{repeats} {api}: cli {cli['total']:.1f} s (body {cli['body']:.1f}, "
+                f"first task {cli['to_first_task']:.1f}), plain {plain['total']:.1f} s")
+    return {"run": "mlsys-flows run {} --scale {}".format(*FLOOR_RUN), "targets": FLOOR_TARGETS, "samples": samples}
+
+
+def floor_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
+    rows, t = [], d.get("targets", FLOOR_TARGETS)
+    labels = {"server": "running server, its warm cluster", "embedded": "temporary API (the CLI's embedded one, "
+              "Prefect's ephemeral one for the plain flow)"}
+    for api, s in d["samples"].items():
+        cli, plain = s["cli"], s["plain"]
+        plain_total = [x["total"] for x in plain]
+        rows.append(row("6 floor", f"{labels[api]}: plain Prefect flow, one task, torch imported: whole command",
+                        "measured", "s", plain_total, digits=3))
+        rows.append(row("6 floor", f"{labels[api]}: plain Prefect flow: command to first task", "measured", "s",
+                        [x["to_first_task"] for x in plain], digits=3))
+        for key, what in (("total", "whole command"),
+                          ("body", "flow body (first task start to last task end)"),
+                          ("to_first_task", "command to first task" + (
+                              f" (target < {t['first_task_s']:g} s)" if api == "server" else "")),
+                          ("to_flow_run_created", "  of which: command to flow run created (python, imports, "
+                                                  "API, blocks)"),
+                          ("created_to_first_task", "  of which: flow run created to first task (parameters, "
+                                                    "storage check, cluster, workers warmed)"),
+                          ("last_task_to_flow_run_end", "  after the body: last task end to flow run end (report "
+                                                        "built and published, artifacts)"),
+                          ("flow_run_end_to_exit", "  after the body: flow run end to process exit (table, teardown)")):
+            vals = [x[key] for x in cli]
+            ratios = paired_ratios(vals, [x["to_first_task"] for x in plain]) if key == "to_first_task" else None
+            rows.append(row("6 floor", f"{labels[api]}: {d['run']}: {what}", "measured", "s", vals,
+                            vs="plain flow's command to first task" if ratios else "", ratios=ratios, digits=3))
+        fixed = [x["fixed"] for x in cli]
+        rows.append(row("6 floor", f"{labels[api]}: {d['run']}: fixed cost (whole command minus flow body; target "
+                        f"<= {t[api]:g}x the plain flow's whole command)", "measured", "s", fixed,
+                        vs="plain flow's whole command", ratios=paired_ratios(fixed, plain_total), digits=3))
     return rows
 
 
@@ -846,13 +981,19 @@ NOTES = [
     "run starts, in parallel; the import time counts as orchestration); the ratio is cold over warm.",
     "5 scaling: parallel stages are task functions whose runs overlap in a 2-worker run; their speedup is their summed span "
     "with 1 worker over 2 workers. A flow whose tasks run one after another (cedar, dsi) has none.",
+    "6 floor: issue 42 item 4's targets. Each repeat runs `mlsys-flows run placement --scale smoke --json` and "
+    "`python benchmarks/_plain_flow.py` (one Prefect task, torch imported) back to back, their order alternating, after "
+    "one unmeasured warm-up of each; the ratio of a fixed cost is taken per repeat against the plain flow's whole "
+    "command on the same API. The CLI's flow body and timestamps come from its flow run as the API recorded it (the "
+    "embedded API's SQLite database once it stopped).",
 ]
 
 
 def build_result(details: dict[str, Any], api: str, info: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for part, fn in (("tasks", tasks_rows), ("fixed", fixed_rows), ("transfer", transfer_rows),
-                     ("shares", shares_rows), ("warmup", warmup_rows), ("scaling", scaling_rows)):
+                     ("shares", shares_rows), ("warmup", warmup_rows), ("scaling", scaling_rows),
+                     ("floor", floor_rows)):
         if part in details:
             rows += fn(details[part])
     return {"columns": COLUMNS, "rows": rows, "notes": NOTES, "machine": info, "api": api, "details": details}
@@ -964,6 +1105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             factors = [float(x) for x in args.sizes.split(",")]
             print(f"5 scaling: {scaling_systems} x sizes {factors} x 1/2 workers at {args.scale}", flush=True)
             measure_scaling(scaling_systems, args.scale, factors, home, into=details.setdefault("scaling", {}))
+        if "floor" in parts:
+            print(f"6 floor: {args.repeats} repeats per API", flush=True)
+            details["floor"] = measure_floor(args.repeats, home, api_url)
     except KeyboardInterrupt:  # Ctrl-C: keep what was measured
         print("interrupted: writing what was measured so far", flush=True)
         info["interrupted"] = True

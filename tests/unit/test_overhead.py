@@ -120,3 +120,47 @@ def test_a_stage_parallel_at_one_size_counts_at_every_size():
     small, big = ov.scaling_summary(runs)
     assert small["parallel_stages"] == big["parallel_stages"] == ["eval"]
     assert small["parallel_speedup"] == pytest.approx(1.0) and big["parallel_speedup"] == pytest.approx(1.0)
+
+
+# ----- part 6: issue 42's floor --------------------------------------------------------------------
+def _cli_sample(total, body, first):
+    return {"total": total, "to_first_task": first, "body": body, "fixed": total - body,
+            "to_flow_run_created": first - 0.5, "created_to_first_task": 0.5,
+            "last_task_to_flow_run_end": 0.4, "flow_run_end_to_exit": total - body - first - 0.4}
+
+
+def test_floor_rows_pair_the_fixed_cost_with_the_plain_flow_per_repeat():
+    samples = {"server": {"cli": [_cli_sample(10.0, 4.0, 1.5), _cli_sample(12.0, 4.0, 1.8)],
+                          "plain": [{"total": 4.0, "to_first_task": 3.0}, {"total": 5.0, "to_first_task": 3.6}]}}
+    rows = ov.floor_rows({"run": "mlsys-flows run placement --scale smoke", "targets": ov.FLOOR_TARGETS,
+                          "samples": samples})
+    fixed = next(r for r in rows if "fixed cost" in r["what"])
+    assert fixed["median"] == 7.0 and fixed["ratio to vs (median)"] == pytest.approx(1.55)  # 6/4 and 8/5
+    assert "1.5x" in fixed["what"]
+    first = next(r for r in rows if "command to first task (target" in r["what"])
+    assert first["median"] == pytest.approx(1.65) and first["ratio to vs (median)"] == pytest.approx(0.5)
+    # the itemised fixed cost adds up to it
+    items = [r["median"] for r in rows if "of which:" in r["what"] or "after the body:" in r["what"]]
+    assert len(items) == 4
+    assert sum(items) == pytest.approx(samples["server"]["cli"][0]["fixed"] / 2 + samples["server"]["cli"][1]["fixed"] / 2)
+
+
+def test_floor_reads_the_embedded_runs_from_its_sqlite_database(tmp_path):
+    """The embedded API stops with its command: its run is read from Prefect's SQLite tables (UTC text
+    timestamps), the harness's own publish-report task left out."""
+    import sqlite3
+
+    db = tmp_path / "prefect.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE flow_run (id TEXT, created TEXT, start_time TEXT, end_time TEXT)")
+        con.execute("CREATE TABLE task_run (flow_run_id TEXT, name TEXT, task_key TEXT, start_time TEXT, end_time TEXT)")
+        con.execute("INSERT INTO flow_run VALUES ('r1', '2026-12-06 04:00:00.000000', '2026-12-06 04:00:01.000000', "
+                    "'2026-12-06 04:00:09.000000')")
+        con.executemany("INSERT INTO task_run VALUES (?, ?, ?, ?, ?)", [
+            ("r1", "solve-1a2", "solve-9f8e7d6c5b4a39281706f5e4d3c2b1a0", "2026-12-06 04:00:02.000000",
+             "2026-12-06 04:00:05.000000"),
+            ("r1", "publish-report-3c4", "publish-report-0a", "2026-12-06 04:00:06.000000", "2026-12-06 04:00:08.000000"),
+            ("r2", "other-1", "other-1", "2026-12-06 04:00:02.000000", "2026-12-06 04:00:03.000000")])
+    fr, runs = ov._db_run(db, "r1")
+    assert fr["end"] - fr["created"] == pytest.approx(9.0)
+    assert [(n, e - s) for n, s, e in runs] == [("solve", 3.0)]
