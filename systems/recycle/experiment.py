@@ -12,7 +12,8 @@ def layer_costs(times: dict, p) -> LayerCosts:
     return LayerCosts(forward=times["forward"] / L, backward_input=times["backward_input"] / L,
                       backward_weight=times["backward_weight"] / L, optimizer=times["optimizer"] / L,
                       layer_param_bytes=times["param_bytes"] / L, activation_bytes=times["activation_bytes"],
-                      p2p_gb_s=p.p2p_gb_s, p2p_latency_s=p.p2p_latency_us * 1e-6, allreduce_gb_s=p.allreduce_gb_s)
+                      p2p_gb_s=p.p2p_gb_s, p2p_latency_s=p.p2p_latency_us * 1e-6, allreduce_gb_s=p.allreduce_gb_s,
+                      backward_fused=times["backward_fused"] / L)
 
 
 def _metrics(cl: Cluster, res: Result, workers: int, window: int, stall_s: float) -> dict[str, float]:

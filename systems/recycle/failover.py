@@ -60,14 +60,15 @@ def costs_from(times: list[dict], p2p_s: float, allreduce_s: float, cfg: Failove
     one way in ``p2p_s``; a 2-rank all-reduce of one stage's gradients in ``allreduce_s``)."""
     L = cfg.layers_per_stage
     med = {k: statistics.median(t[k] for t in times) for k in ("forward", "backward_input", "backward_weight",
-                                                                 "optimizer", "param_bytes")}
+                                                                 "backward_fused", "optimizer", "param_bytes")}
     # LayerCosts' 2-rank all-reduce of L layers is L * bytes / bandwidth + 2 * latency
     wire_s = max(allreduce_s - 2 * p2p_s, 1e-6)
     return LayerCosts(forward=med["forward"] / L, backward_input=med["backward_input"] / L,
                       backward_weight=med["backward_weight"] / L, optimizer=med["optimizer"] / L,
                       layer_param_bytes=med["param_bytes"] / L,
                       activation_bytes=cfg.micro_batch * cfg.seq * cfg.d_model * 4,
-                      p2p_gb_s=1e9, p2p_latency_s=p2p_s, allreduce_gb_s=med["param_bytes"] / wire_s / 1e9)
+                      p2p_gb_s=1e9, p2p_latency_s=p2p_s, allreduce_gb_s=med["param_bytes"] / wire_s / 1e9,
+                      backward_fused=med["backward_fused"] / L)
 
 
 @dataclass

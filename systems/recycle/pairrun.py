@@ -37,7 +37,7 @@ class PairConfig(RunConfig):
 
 def pair_plan(times: list[dict], p2p_s: float, microbatches: int) -> Plan:
     """The two-stage plan of one data-parallel pipeline from each rank's measured times."""
-    durs = tuple((t["forward"], t["backward_input"], t["backward_weight"]) for t in times)
+    durs = tuple((t["forward"], t["backward_input"], t["backward_weight"], t["backward_fused"]) for t in times)
     mbs = [MicroBatch((0, 1), durs, k) for k in range(microbatches)]
     groups = [Group((s,), times[s]["optimizer"]) for s in range(2)]
     return Plan(workers=["stage0", "stage1"], microbatches=mbs, groups=groups, limits=[2, 1], decoupled=True,
@@ -82,10 +82,11 @@ def _worker(rank: int, port: int, out: str, cfg: PairConfig) -> None:
         dist.barrier()
         st = calibrate(cfg.d_model, cfg.heads, cfg.layers, cfg.micro_batch, cfg.seq, reps=cfg.calibration_reps,
                        seed=cfg.seed + rank, threads=1)
-        mine = torch.tensor([st.forward, st.backward_input, st.backward_weight, st.optimizer], dtype=torch.float64)
-        both = [torch.zeros(4, dtype=torch.float64) for _ in range(2)]
+        keys = ("forward", "backward_input", "backward_weight", "backward_fused", "optimizer")
+        mine = torch.tensor([getattr(st, k) for k in keys], dtype=torch.float64)
+        both = [torch.zeros(len(keys), dtype=torch.float64) for _ in range(2)]
         dist.all_gather(both, mine)
-        times = [dict(zip(("forward", "backward_input", "backward_weight", "optimizer"), t.tolist())) for t in both]
+        times = [dict(zip(keys, t.tolist())) for t in both]
         # 2. one-way time of one activation (ping-pong)
         act = torch.zeros(cfg.micro_batch, cfg.seq, cfg.d_model)
         rtts = []

@@ -38,6 +38,9 @@ class LayerCosts:
     p2p_gb_s: float            # point-to-point bandwidth between two stages
     p2p_latency_s: float
     allreduce_gb_s: float      # ring all-reduce bus bandwidth
+    # the fused backward (one autograd pass) as measured: cheaper than B_input + B_weight, which
+    # repeat work; the plans without decoupling (Oobleck, Bamboo, ReCycle's fused ablation) pay it
+    backward_fused: float
 
     @property
     def p2p_s(self) -> float:
@@ -82,7 +85,7 @@ def place_failures(pipelines: int, stages: int, failures: int, seed: int) -> lis
 
 
 def _stage_durations(c: LayerCosts, layers: int, redundant_layers: int = 0) -> tuple[float, ...]:
-    d = (layers * c.forward, layers * c.backward_input, layers * c.backward_weight)
+    d = (layers * c.forward, layers * c.backward_input, layers * c.backward_weight, layers * c.backward_fused)
     return d + (redundant_layers * c.forward,) if redundant_layers else d
 
 

@@ -33,7 +33,8 @@ class SimulationError(MlsysError, RuntimeError):
 @dataclass(frozen=True)
 class MicroBatch:
     route: tuple[int, ...]                    # worker of each stage
-    durations: tuple[tuple[float, ...], ...]  # per stage: (forward, backward_input, backward_weight[, redundant fwd])
+    durations: tuple[tuple[float, ...], ...]  # per stage: (forward, backward_input, backward_weight,
+                                              #             fused backward[, redundant forward])
     order: int = 0                            # position in its own pipeline's sequence (ties go to the lower)
 
 
@@ -105,6 +106,9 @@ def simulate(plan: Plan, iterations: int = 3) -> Result:
     for mb in plan.microbatches:
         if len(mb.route) != len(mb.durations) or not all(0 <= w < W for w in mb.route):
             raise SimulationError("a micro-batch route names an unknown worker or lacks durations")
+        if any(len(d) < 4 for d in mb.durations):
+            raise SimulationError("a stage's durations need forward, backward_input, backward_weight and the fused "
+                                  "backward")
     groups = [Group(tuple(range(W)), max((g.duration for g in plan.groups), default=0.0))] if plan.barrier \
         else list(plan.groups)
     # --- the operation graph ---
@@ -136,14 +140,14 @@ def simulate(plan: Plan, iterations: int = 3) -> Result:
                     edges.append((prev, f, 0.0))
                 if s > 0:
                     edges.append((fwd[s - 1], f, plan.p2p_s if mb.route[s - 1] != w else 0.0))
-                if len(d) > 3 and d[3] > 0:
-                    rf = add("RF", w, it, j, d[3], s)
+                if len(d) > 4 and d[4] > 0:
+                    rf = add("RF", w, it, j, d[4], s)
                     it_ops[w].append(rf)
                     edges.append((f, rf, 0.0))
             bwd = [0] * S
             for s in range(S - 1, -1, -1):
                 w, d = mb.route[s], mb.durations[s]
-                b = add("Bi" if plan.decoupled else "B", w, it, j, d[1] if plan.decoupled else d[1] + d[2], s)
+                b = add("Bi" if plan.decoupled else "B", w, it, j, d[1] if plan.decoupled else d[3], s)
                 bwd[s] = b
                 it_ops[w].append(b)
                 edges.append((fwd[s], b, 0.0))

@@ -17,7 +17,7 @@ from mlsys_flows.systems.recycle.restart import build
 from mlsys_flows.systems.recycle.stage import Stage
 
 CFG = FailoverConfig(d_model=32, heads=2, layers_per_stage=2, micro_batch=2, seq=8, microbatches=4, steps=2)
-TIMES = [{"forward": 0.008, "backward_input": 0.009, "backward_weight": 0.006, "optimizer": 0.005,
+TIMES = [{"forward": 0.008, "backward_input": 0.009, "backward_weight": 0.006, "backward_fused": 0.013, "optimizer": 0.005,
           "param_bytes": 1_000_000} for _ in range(4)]
 
 
