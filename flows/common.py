@@ -321,11 +321,13 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                                                                     warm=f"mlsys_flows.flows.{name}",
                                                                     task_timeout_s=params.task_timeout_s):
                 result: SystemResult = body(ctx)
-            environment.load_after = load_average()
-            environment.distributed = ctx.launches
-            report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,
-                                  environment=environment, wall_time_s=time.perf_counter() - started)
-            png = with_policy(publish_report, params.task_timeout_s)(report, store)
+                environment.load_after = load_average()
+                environment.distributed = ctx.launches
+                report = build_report(spec, params=params.model_dump(mode="json"), result=result, run_id=run_id,
+                                      environment=environment, wall_time_s=time.perf_counter() - started)
+                # on a worker, after the body: the plot's matplotlib stays out of the flow process (a warm
+                # worker has it imported; here it cost every run about a second, issue 42 item 4)
+                png = publish_report.submit(report, store).result()
             report_artifacts(report, png, store)  # artifacts of the flow run itself
             h = report.headline
             logger.info("%s headline %s: %s vs %s = %s (paper %s); vs strongest (%s): %s", name, h.metric,

@@ -303,7 +303,7 @@ def _scheduler_address(path: Path) -> str | None:
 
 def dask_setup(worker) -> None:
     """The warm cluster's worker preload (`dask worker --preload mlsys_flows.platform.server`): import every
-    flow now, so no run waits for it. A system that fails to import is only logged: its
+    flow and the report's plotting now, so no run waits for it. A system that fails to import is only logged: its
     runs fail on their own, the others still run warm."""
     import importlib
     import logging
@@ -315,6 +315,8 @@ def dask_setup(worker) -> None:
             importlib.import_module(f"mlsys_flows.flows.{name}")
         except Exception as exc:  # noqa: BLE001 - see above
             logging.getLogger("distributed.worker").warning("warm cluster: flow %s not imported: %r", name, exc)
+    # every run ends by rendering its report's plot on a worker
+    importlib.import_module("mlsys_flows.systems.common.plotting").warm()
 
 
 def _wait_ready(proc: Proc, ready: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.5) -> None:

@@ -6,10 +6,16 @@ import io
 from .runreport import RunReport
 
 
-def render_png(report: RunReport) -> bytes:
+def warm() -> None:
+    """Import matplotlib (Agg) now, so that the first plot does not wait for it."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+
+def render_png(report: RunReport) -> bytes:
+    warm()
     import matplotlib.pyplot as plt
 
     panels = 1 + len(report.curves)
