@@ -478,6 +478,8 @@ def measure_floor(repeats: int, home: Path, api_url: str | None, log=print) -> d
     """Part 6: per API, the CLI's smoke run and the plain flow back to back, their order alternating."""
     apis = {"server": api_url, "embedded": None} if api_url else {"embedded": None}
     commands = {"cli": _cli_command, "plain": _plain_command}
+    load = {"before": list(os.getloadavg())}  # this part's own: a --merge keeps it beside the others'
+
     for api, url in apis.items():  # warm-up: databases created, caches filled; not measured
         for fn in commands.values():
             fn(home, url)
@@ -489,7 +491,9 @@ def measure_floor(repeats: int, home: Path, api_url: str | None, log=print) -> d
             cli, plain = samples[api]["cli"][-1], samples[api]["plain"][-1]
             log(f"  floor repeat {r + 1}/{repeats} {api}: cli {cli['total']:.1f} s (body {cli['body']:.1f}, "
                 f"first task {cli['to_first_task']:.1f}), plain {plain['total']:.1f} s")
-    return {"run": "mlsys-flows run {} --scale {}".format(*FLOOR_RUN), "targets": FLOOR_TARGETS, "samples": samples}
+    load["after"] = list(os.getloadavg())
+    return {"run": "mlsys-flows run {} --scale {}".format(*FLOOR_RUN), "targets": FLOOR_TARGETS, "samples": samples,
+            "load": load}
 
 
 def floor_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
