@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,10 +14,11 @@ from rich.table import Table
 from mlsys_flows import registry
 # the platform's commands as modules (`from .server import server` would shadow the submodule's name)
 from mlsys_flows.cli import deploy as deploy_commands, server as server_commands, webhooks as webhook_commands
-from mlsys_flows.cli.console import console, err, fail, run_errors_held
+from mlsys_flows.cli.console import console, err, fail, run_errors_held, warn
 from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
 from mlsys_flows.systems.common import formatting as fmt
+from mlsys_flows.systems.common.environment import quiet_load, too_busy
 from mlsys_flows.systems.common.params import SCALES, ParamsError
 from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, regime_sentence, v3_cells
 
@@ -173,7 +175,11 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
           record: bool = typer.Option(False, "--record", help="--save, then regenerate docs/results.md (and every "
                                       "generated file) and the HTML catalogue (`mlsys-flows report`)."),
           storage: Optional[str] = STORAGE_OPT, cluster: Optional[str] = CLUSTER_OPT,
-          devices: Optional[str] = DEVICES_OPT) -> None:
+          devices: Optional[str] = DEVICES_OPT,
+          quiet_wait: float = typer.Option(600.0, "--quiet-wait", help="With --save/--record: seconds to wait, "
+                                           "before each system, for the 1-minute load to fall to 0.75 per usable "
+                                           "core; a report with measured metrics whose run started above it is not "
+                                           "saved.")) -> None:
     """Run systems and compare each headline ratio (with its kind) with the paper's claim."""
     _check_scale(scale)
     names = registry.names() if name == "all" else [name]
@@ -184,6 +190,8 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     sweep_started = time.perf_counter()
     reports, failed = [], {}
     for n in names:
+        if save:
+            _wait_for_quiet(quiet_wait)
         if len(names) == 1:
             report = _guard(lambda: _run_one(n, scale, param, storage, cluster, devices))
         else:  # a sweep goes on past a failing system and names it at the end
@@ -193,7 +201,10 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
                 failed[n] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 err.print(f"[red]{n} failed:[/red] {failed[n]}", highlight=False, soft_wrap=True)
                 continue
-        if save:
+        if save and (busy := too_busy(report.model_dump(mode="json"))):
+            failed[n] = f"not saved: {busy}"
+            err.print(f"[red]{n} not saved:[/red] {busy}", highlight=False, soft_wrap=True)
+        elif save:
             write_report(report, RESULTS / f"{n}-{scale}.json")
             console.print(f"saved {RESULTS / f'{n}-{scale}.json'}")
         reports.append(report)
@@ -224,6 +235,25 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
     if failed:
         fail(f"{len(failed)} of {len(names)} systems failed: " + "; ".join(f"{n} ({why})" for n, why in failed.items()),
               code=1)
+
+
+def _wait_for_quiet(timeout_s: float) -> None:
+    """Before a run whose report will be committed: wait, at most ``timeout_s``, for the machine to be
+    quiet (contract v4: measured numbers that partly time other work are not committed)."""
+    limit = quiet_load()
+    deadline = time.monotonic() + timeout_s
+    load = os.getloadavg()[0]
+    if load <= limit:
+        return
+    with console.status("", spinner="dots") as status:
+        while load > limit and time.monotonic() < deadline:
+            status.update(f"waiting for the 1-minute load ({load:.2f}) to fall to {limit:g} before a saved run "
+                          f"({deadline - time.monotonic():.0f} s left of --quiet-wait)")
+            time.sleep(5)
+            load = os.getloadavg()[0]
+    if load > limit:
+        warn(f"the 1-minute load is still {load:.2f} (quiet: {limit:g}) after --quiet-wait {timeout_s:g} s: "
+             "running anyway; a report with measured metrics will not be saved")
 
 
 @app.command()

@@ -149,6 +149,31 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# Committed measured numbers start on a quiet machine (contract v4, issue 43 item 5): at most this
+# 1-minute load per usable core before the run; above it, measured ratios partly time other work.
+QUIET_LOAD_PER_CORE = 0.75
+
+
+def quiet_load(cores: int | None = None) -> float:
+    """The 1-minute load at or under which the machine counts as quiet for a measurement."""
+    return QUIET_LOAD_PER_CORE * (cores or usable_cores())
+
+
+def too_busy(report: dict) -> str | None:
+    """Why a RunReport (as JSON) may not be committed: it has measured metrics and its run started
+    above the quiet load; None when it may."""
+    measured = sorted(m for m, kind in report.get("metric_kinds", {}).items() if kind == "measured")
+    env = report.get("environment") or {}
+    load = env.get("load_before")
+    if not measured or not load:
+        return None
+    limit = quiet_load(env.get("usable_cores"))
+    if load[0] <= limit:
+        return None
+    return (f"its run started at a 1-minute load of {load[0]:g}, above {limit:g} ({QUIET_LOAD_PER_CORE:g} per usable "
+            f"core), and its measured metrics ({', '.join(measured)}) partly time other work")
+
+
 # What a sweep writes into the tree (committed results, generated docs, the deployments file): a run
 # after another run's results were written is still a run of the committed code.
 _OUTPUTS = ("benchmarks/results/", "docs/", "README.md", "prefect.yaml")

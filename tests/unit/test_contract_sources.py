@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlsys_flows import registry
-from mlsys_flows.systems.common.environment import code_hash
+from mlsys_flows.systems.common.environment import code_hash, too_busy
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -173,3 +173,20 @@ def test_committed_quick_result_ran_committed_code(name):
         return
     assert env.get("dirty_files") == [] and env["git_dirty"] is False, \
         f"{name}-quick.json ran uncommitted code: {env.get('dirty_files', 'no dirty_files recorded')}"
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*-quick.json")) + [RESULTS / "bagel-minilm.json"],
+                         ids=lambda p: p.stem)
+def test_committed_measured_results_started_on_a_quiet_machine(path):
+    """Contract v4 (issue 43 item 5): a committed report with measured metrics started at a 1-minute
+    load of at most 0.75 per usable core; `bench --save` waits for that and refuses otherwise."""
+    why = too_busy(json.loads(path.read_text()))
+    assert why is None, f"{path.name}: {why}; rerun it alone on the machine"
+
+
+def test_a_busy_start_is_refused_only_for_measured_metrics():
+    report = {"metric_kinds": {"throughput": "measured", "items": "counted"},
+              "environment": {"load_before": [1.6, 1.2, 1.0], "usable_cores": 2}}
+    assert "1.6" in too_busy(report) and "throughput" in too_busy(report)
+    assert too_busy({**report, "environment": {"load_before": [1.5, 2.0, 2.0], "usable_cores": 2}}) is None
+    assert too_busy({**report, "metric_kinds": {"items": "counted"}}) is None

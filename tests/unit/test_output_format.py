@@ -228,3 +228,19 @@ def test_a_failed_run_prints_prefects_error_records_only_when_the_cli_has_no_cle
         root.removeHandler(handler)
     assert ("Encountered exception" in stream.getvalue()) is not ours
     assert not handler.filters  # the hold is taken off the handler
+
+
+def test_a_saved_bench_run_waits_for_a_quiet_machine(monkeypatch, capsys):
+    """`bench --save` waits (bounded by --quiet-wait) for the 1-minute load to fall to 0.75 per usable
+    core before each system; past the bound it warns and runs (the report is refused if measured)."""
+    import mlsys_flows.cli as cli
+
+    loads = iter([1.9, 1.8, 1.2])
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (next(loads), 1.0, 1.0))
+    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
+    monkeypatch.setattr(cli, "quiet_load", lambda: 1.5)
+    cli._wait_for_quiet(600)
+    assert next(loads, None) is None  # polled until the load fell
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (3.0, 3.0, 3.0))
+    cli._wait_for_quiet(0)
+    assert "still 3.00" in capsys.readouterr().err
