@@ -92,10 +92,13 @@ class SharedSubmit:
     def _release(self, name: str, reuse: bool = True) -> None:
         with self._lock:
             shm = self.busy.pop(name, None)
-            if shm is not None and reuse and len(self.idle) < self.keep:
+            if shm is None:
+                return
+            if reuse and len(self.idle) < self.keep:
                 self.idle.append(shm)
                 return
-        if shm is not None:
+            # under the lock: a close() racing this release (the board's reader thread runs it after the
+            # host already has the result) returns only once the segment is gone from /dev/shm
             _unlink(shm)
 
     def close(self) -> None:
