@@ -11,6 +11,7 @@ comparison itself, marked exact.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -62,7 +63,7 @@ def paired(baseline: Sequence[float], technique: Sequence[float], better: Better
     ratios = [oriented_ratio(b, t, better) for b, t in zip(baseline, technique)]
     if any(math.isnan(r) or math.isinf(r) for r in ratios):
         raise ValueError(f"a pair has no finite ratio: {ratios}")
-    median = _median(ratios)
+    median = statistics.median(ratios)
     pairs = len(ratios) if independent else 1
     if pairs < MIN_PAIRS:
         why = "pairs not independent" if not independent else f"{pairs} pairs: fewer than {MIN_PAIRS}"
@@ -71,12 +72,6 @@ def paired(baseline: Sequence[float], technique: Sequence[float], better: Better
     outcome: Outcome = "wins" if lo > 1 else "loses" if hi < 1 else "ties"
     why = "the interval excludes 1" if outcome != "ties" else "the interval contains 1"
     return Verdict(outcome, median, (lo, hi), pairs, False, why)
-
-
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def _bootstrap_median(ratios: Sequence[float], seed: int) -> tuple[float, float]:
