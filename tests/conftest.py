@@ -89,7 +89,13 @@ def prefect_api(tmp_path_factory):
     os.environ["PREFECT_HOME"] = str(home)
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    # No flow-run heartbeats in this process: Prefect's heartbeat thread sleeps in 1 s steps and every
+    # flow and subflow run joins it as it ends (up to 1 s each, idle), and nothing here watches for the
+    # crashed runs heartbeats exist to detect (the crash tests resume by run key).
+    with prefect_test_harness(server_startup_timeout=120), \
+            temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
         from faultkit import close_warm_cluster
 

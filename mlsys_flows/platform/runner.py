@@ -5,6 +5,7 @@ so bad input fails fast with a message naming the problem.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -126,9 +127,23 @@ def _start(name: str, flow, parameters: dict[str, Any], tags: tuple[str, ...]):
                 except PrefectHTTPStatusError as exc:  # e.g. a deployment made from other code refuses them
                     raise RunError(f"deployment {name}/{name} refused the run: {exc.response.text[:300]}") from None
     if deployment is None:
-        with tagged(*tags):
+        with tagged(*tags), _no_heartbeats_on_the_embedded_api():
             return flow(**parameters, return_state=True)
     return run_flow(flow, flow_run=flow_run, parameters=parameters, return_type="state")
+
+
+@contextlib.contextmanager
+def _no_heartbeats_on_the_embedded_api():
+    """Flow-run heartbeats off while the API is the embedded one: they let a server notice a run whose
+    process died, and this API dies with the process. Each flow and subflow run would otherwise join
+    Prefect's heartbeat thread as it ends, which sleeps in 1 s steps: up to 1 s per run, idle."""
+    if embedded_api() is None:
+        yield
+        return
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
 
 
 def _load_block(cls, value, option: str):

@@ -121,6 +121,27 @@ def test_pages_link_only_to_files_of_the_catalogue_and_fetch_nothing(tmp_path):
     assert len(missing) == 1
 
 
+def test_a_second_catalogue_copies_the_images_the_first_drew(tmp_path, monkeypatch):
+    """Images are kept in a cache under a digest of the rendering code: a catalogue built in another
+    folder draws nothing, and its images are the first one's, byte for byte."""
+    if SAMPLE is None:
+        pytest.skip("no committed RunReport yet")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shutil.copy(catalogue.RESULTS / f"{SAMPLE}-quick.json", tmp_path)
+    first = catalogue.build(tmp_path / "one", results=tmp_path, history=False).parent
+
+    def drawn(*_):
+        raise AssertionError("drew an image the cache holds")
+
+    for name in ("plot_png", "thumbnail_png", "history_png"):
+        monkeypatch.setattr(catalogue, name, drawn)
+    second = catalogue.build(tmp_path / "two", results=tmp_path, history=False).parent
+    images = sorted(p.relative_to(first) for p in (first / "img").iterdir())
+    assert len(images) == 3 and images == sorted(p.relative_to(second) for p in (second / "img").iterdir())
+    assert all((first / p).read_bytes() == (second / p).read_bytes() for p in images)
+    assert catalogue.image_cache().is_relative_to(tmp_path / "cache")
+
+
 def test_record_refuses_overrides_before_any_run():
     result = CliRunner().invoke(app, ["bench", "all", "--record", "-p", "seed=1"])
     assert result.exit_code != 0 and "--record" in result.output
