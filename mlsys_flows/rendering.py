@@ -1,6 +1,7 @@
 """A RunReport (or its JSON) as people read it: markdown for the Prefect artifacts, the rows of the
 table artifact, the CLI's lines and the catalogue's cells. Pure: the schema is
-``systems/common/runreport.py``; nothing here computes a number."""
+``systems/common/runreport.py``; nothing here computes a number (a report made before contract v4
+has its verdict judged by ``systems/common/verdict.py``, the rule a new report records)."""
 from __future__ import annotations
 
 from mlsys_flows.systems.common import formatting as fmt
@@ -8,6 +9,23 @@ from mlsys_flows.systems.common.runreport import Ratio, RunReport
 
 SMOKE_NOTE = ("Smoke run: a pipeline check on a tiny workload. Its ratios are not "
               "measurements of the technique; run at scale quick or full for those.")
+
+
+def verdict_of(report: dict):
+    """The headline's verdict against the strongest deployable baseline (contract v4), for a report as
+    JSON: recorded, or judged by the same rules for a report made before it (``verdict.of_report``)."""
+    from mlsys_flows import registry
+    from mlsys_flows.systems.common.verdict import of_report
+
+    name = report.get("system")
+    pairing = registry.get(name).pairing if name in registry.names() else "repeats"
+    return of_report(report, independent=pairing != "turns")
+
+
+def verdict_text(report: dict) -> str:
+    """``ties 1.04x (3 pairs: fewer than 6) vs hybrid``: what a reader sees first."""
+    vs = report["headline"].get("vs_strongest") or report["headline"]
+    return f"{verdict_of(report).label()} vs {vs['baseline']}"
 
 
 def ratio_label(r: Ratio) -> str:
@@ -98,6 +116,9 @@ def summary_markdown(report: RunReport) -> str:
     lines = [f"# {report.title} ({report.system}, scale `{report.scale}`)", ""]
     if report.scale == "smoke":
         lines += [f"> **{SMOKE_NOTE}**", ""]
+    lines.append(f"**Verdict**: {h.technique} **{verdict_text(report.model_dump(mode='json'))}**, the strongest "
+                 "deployable baseline of this run (a win or a loss only when a 95% interval over at least 6 "
+                 "independent pairs excludes 1, or the result is exact).")
     lines.append(f"**Headline** {h.metric}: {h.technique} vs {h.baseline} = **{ratio_label(h)}** (paper: "
                  f"{fmt.ratio(h.paper)}; >1 means the technique wins).")
     if s is not None:
@@ -121,7 +142,7 @@ def summary_markdown(report: RunReport) -> str:
                      f"{fmt.ratio_range(r.get('range'), r['kind'])} | {fmt.ratio(r.get('paper'))} |")
     lines += ["", *variants_markdown(report)]
     if report.assumptions:
-        lines += ["", "**Assumptions** (modelled and simulated metrics)"]
+        lines += ["", "**Assumptions** (modelled, simulated and emulated metrics)"]
         for metric, consts in report.assumptions.items():
             lines.append(f"- {metric}: " + "; ".join(f"{k} = {fmt.exact(a.value)}{(' ' + a.unit) if a.unit else ''} "
                                                      f"({a.source})" for k, a in consts.items()))

@@ -20,7 +20,7 @@ from mlsys_flows.platform.runner import RunError, parse_param, run_system, valid
 from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.systems.common.environment import quiet_load, too_busy
 from mlsys_flows.systems.common.params import SCALES, ParamsError
-from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, regime_sentence, v3_cells
+from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, regime_sentence, v3_cells, verdict_text
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Published ML-systems techniques as Prefect flows: run, benchmark and deploy them.")
@@ -116,6 +116,8 @@ DEVICES_OPT = typer.Option(None, help="Name of a saved ResourcePool block (the d
 
 
 def _print_report(report) -> None:
+    console.print(f"[bold]verdict: {verdict_text(report.model_dump(mode='json'))}[/bold] (the strongest deployable "
+                  "baseline of this run)", highlight=False, soft_wrap=True)
     table = Table(title=f"{report.title} [{report.scale}]")
     for col in ("comparison", "kind", "baseline", "technique", "ratio", "range", "paper"):
         # a narrow terminal folds a long name onto a second line rather than cutting it ("time_to_logloss_…")
@@ -212,13 +214,14 @@ def bench(name: str = typer.Argument(..., help="System name, or 'all' for every 
         payload = [r.model_dump(mode="json") for r in reports]
         _write_json(json_path, payload[0] if name != "all" else payload)
     table = Table(title=f"paper claim vs this run ({scale})")
-    for col in ("system", "metric", "technique vs baseline", "kind", "ratio", "range", "paper", "vs strongest",
-                "mechanism alone", "regime"):
+    for col in ("system", "verdict vs strongest deployable", "metric", "technique vs baseline", "kind", "ratio",
+                "range", "paper", "vs strongest", "mechanism alone", "regime"):
         table.add_column(col, overflow="fold")
     for r in reports:
         h, s = r.headline, r.headline.vs_strongest
         v3 = v3_cells(r.model_dump(mode="json"))
-        table.add_row(r.system, h.metric, f"{h.technique} vs {h.baseline}", h.kind, f"[bold]{fmt.ratio(h.ratio)}[/bold]",
+        table.add_row(r.system, f"[bold]{verdict_text(r.model_dump(mode='json'))}[/bold]", h.metric,
+                      f"{h.technique} vs {h.baseline}", h.kind, fmt.ratio(h.ratio),
                       fmt.ratio_range(h.range, h.kind), fmt.ratio(h.paper),
                       f"{fmt.ratio(s.ratio)} vs {s.baseline}", v3["mechanism"] or "-", v3["regime"] or "-")
     console.print(table)

@@ -12,7 +12,7 @@ from pathlib import Path
 from mlsys_flows import registry
 from mlsys_flows.docsgen import docnumbers
 from mlsys_flows.settings import project_root
-from mlsys_flows.rendering import v3_cells
+from mlsys_flows.rendering import v3_cells, verdict_text
 
 SECTIONS = {"systems": registry.markdown_table}
 RESULTS = Path("benchmarks/results")  # shown relative; read under the repository (REPO / an absolute path = it)
@@ -20,20 +20,21 @@ REPO = project_root()  # the checkout, or the wheel's copy of benchmarks/results
 
 
 def results_table(results: Path = RESULTS) -> str:
-    lines = ["| system | headline (technique vs baseline) | kind | ratio (range over repeats) | paper | "
-             "vs strongest deployable baseline | mechanism alone (vs its ablation) | regime | run | device |",
+    lines = ["| system | verdict vs the strongest deployable baseline | headline (technique vs baseline) | kind | "
+             "ratio (range over repeats) | paper | mechanism alone (vs its ablation) | regime | run | device |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for spec in registry.all_specs():
         path = REPO / results / f"{spec.name}-quick.json"
         if not path.exists():
             continue
         r = json.loads(path.read_text())
-        h, s = r["headline"], r["headline"]["vs_strongest"]
+        h = r["headline"]
         paper = f"{h['paper']:.2f}x" if h["paper"] else "n/a"
         spread = f" ({h['range'][0]:.2f}-{h['range'][1]:.2f})" if h["range"] else ""
         v3 = v3_cells(r)
-        lines.append(f"| [{spec.name}](docs/{spec.name}.md) | {h['metric']} ({h['technique']} vs {h['baseline']}) | "
-                     f"{h['kind']} | **{h['ratio']:.2f}x**{spread} | {paper} | {s['ratio']:.2f}x vs {s['baseline']} | "
+        lines.append(f"| [{spec.name}](docs/{spec.name}.md) | **{verdict_text(r)}** | "
+                     f"{h['metric']} ({h['technique']} vs {h['baseline']}) | "
+                     f"{h['kind']} | {h['ratio']:.2f}x{spread} | {paper} | "
                      f"{v3['mechanism'] or '-'} | {v3['regime'] or '-'} | "
                      f"`{r['run_id'][:8]}` | {r['environment']['device']}, {r['environment']['cores']} cores |")
     return "\n".join(lines)
@@ -54,7 +55,10 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     r = json.loads((REPO / path).read_text())
     h, env = r["headline"], r["environment"]
     load = f", load {env['load_before'][0]:.2f} -> {env['load_after'][0]:.2f}" if env.get("load_before") else ""
-    lines = [f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
+    lines = [f"**Verdict: {h['technique']} {verdict_text(r)}**, the strongest deployable baseline of this run "
+             "(a win or a loss only when a 95% bootstrap interval over at least 6 independent pairs excludes 1, "
+             "or when the result is exact).", "",
+             f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
              f"{env.get('usable_cores') or env['cores']} usable cores{load}, headline over {_samples(h)}, "
              f"code `{env['code_hash'][:10]}`. Ratios above 1 mean the technique wins; measured ratios show their "
              "min-max over the repeats.", "",

@@ -32,13 +32,18 @@ def render_png(report: RunReport) -> bytes:
     ax = flat[0]
     ax.bar(names, values, color=colors)
     paper = f", paper {h.paper:.2f}x" if h.paper else ""
-    ax.set_title(f"{h.metric} ({h.kind})\n{h.ratio:.2f}x vs {h.baseline}{paper}; "
-                 f"{h.vs_strongest.ratio:.2f}x vs {h.vs_strongest.baseline}", fontsize=9)
+    verdict = report.verdict()
+    first = (f"{verdict.label()} vs {h.vs_strongest.baseline}" if verdict is not None
+             else f"{h.vs_strongest.ratio:.2f}x vs {h.vs_strongest.baseline}")
+    ax.set_title(f"{h.metric} ({h.kind}): {first}\n{h.ratio:.2f}x vs {h.baseline}{paper}", fontsize=9)
     ax.tick_params(axis="x", labelrotation=20, labelsize=8)
 
     for ax, curve in zip(flat[1:], report.curves):
         for name, (xs, ys) in curve.series.items():
-            ax.plot(xs, ys, label=name, linewidth=1.4)
+            if name in curve.hollow:
+                ax.plot(xs, ys, label=name, linestyle="none", marker="o", markerfacecolor="none")
+            else:
+                ax.plot(xs, ys, label=name, linewidth=1.4)
         ax.set_title(curve.title, fontsize=10)
         ax.set_xlabel(curve.x_label)
         ax.set_ylabel(curve.y_label)

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from .runreport import (Assumption, ContractError, Curve, Environment, Ratio, RegimePoint, RegimeReport, RunReport,
                         _ratio_range, oriented_ratio)
 from .spec import KINDS, Better, Claim, Kind, SystemSpec
+from .verdict import judge
 
 __all__ = ["Assumption", "ContractError", "Curve", "Projection", "RegimeSample", "SystemResult", "build_report",
            "crossover", "oriented_ratio", "param_assumptions"]
@@ -89,6 +90,10 @@ class RegimeSample:
     value: float
     samples: dict[str, list[float]]
     kind: Kind
+    # Contract v4: whether the technique and the baseline it is compared with both met their declared
+    # constraint here (accuracy target, error bound, SLO attainment); ``invalid`` says who broke which.
+    valid: bool = True
+    invalid: str = ""
 
 
 @dataclass
@@ -100,6 +105,9 @@ class Projection:
     technique_value: float
     assumptions: dict[str, Assumption]
     statement: str = ""
+
+
+INVALID_SERIES = "a side broke its constraint (not in the crossover)"
 
 
 def _strongest(names, values: dict[str, float], better: Better) -> str:
@@ -118,6 +126,7 @@ def _rivals(spec: SystemSpec, present) -> tuple[list[str], list[str]]:
 
 def _regime(spec: SystemSpec, result: SystemResult) -> tuple[RegimeReport, Curve]:
     head = spec.headline
+    independent = spec.pairing != "turns"
     points = []
     for sample in sorted(result.regime, key=lambda s: s.value):
         if head.technique not in sample.samples:
@@ -130,23 +139,35 @@ def _regime(spec: SystemSpec, result: SystemResult) -> tuple[RegimeReport, Curve
         bs, ts = sample.samples[best], sample.samples[head.technique]
         points.append(RegimePoint(value=sample.value, ratio=oriented_ratio(med[best], med[head.technique], head.better),
                                   range=_ratio_range(bs, ts, head.better), kind=sample.kind, baseline=best,
-                                  repeats=min(len(bs), len(ts))))
-    cross, wins, cross_end = crossover([(p.value, p.ratio) for p in points])
+                                  repeats=min(len(bs), len(ts)), valid=sample.valid, invalid=sample.invalid,
+                                  verdict=judge(bs, ts, head.better, deterministic=sample.kind == "counted",
+                                                independent=independent)))
+    valid = [p for p in points if p.valid]
+    if valid:
+        cross, wins, cross_end = crossover([(p.value, p.ratio) for p in valid])
+    else:
+        cross, wins, cross_end = None, "undecided: no point where both sides met their constraint", None
     r = spec.regime
     report = RegimeReport(parameter=r.parameter, unit=r.unit, points=points, crossover=cross, wins=wins,
                           crossover_end=cross_end,
                           headline_value=result.regime_headline_value, paper_value=r.paper_value,
-                          paper_source=r.paper_source, statement=r.statement)
+                          paper_source=r.paper_source, statement=r.statement,
+                          operating_point_reason=r.operating_point_reason)
     xs = [p.value for p in points]
-    series = {f"{head.technique} vs strongest deployable": (xs, [p.ratio for p in points]),
+    series = {f"{head.technique} vs strongest deployable": ([p.value for p in valid], [p.ratio for p in valid]),
               "parity (1.0)": ([xs[0], xs[-1]], [1.0, 1.0])}
+    hollow = []
+    if len(valid) < len(points):
+        broken = [p for p in points if not p.valid]
+        series[INVALID_SERIES] = ([p.value for p in broken], [p.ratio for p in broken])
+        hollow.append(INVALID_SERIES)
     if cross is not None:
         series["crossover"] = ([cross], [1.0])
     if r.paper_value is not None and head.paper is not None:
         series["paper's claim at its setting"] = ([r.paper_value], [head.paper])
     unit = f" ({r.unit})" if r.unit else ""
     return report, Curve(title=f"regime: {head.metric} ratio vs {r.parameter}", x_label=f"{r.parameter}{unit}",
-                         y_label=f"{head.technique} / strongest deployable (>1 wins)", series=series)
+                         y_label=f"{head.technique} / strongest deployable (>1 wins)", series=series, hollow=hollow)
 
 
 def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResult, run_id: str,
@@ -162,8 +183,11 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     if bad:
         raise ContractError(f"{spec.name}: unknown kinds {bad}; use one of {', '.join(KINDS)}")
 
+    deterministic = set(result.deterministic_metrics(variants))
+
     def ratio(claim: Claim) -> Ratio:
-        return Ratio.of(variants, claim, result.kinds, result.samples, result.assumptions)
+        return Ratio.of(variants, claim, result.kinds, result.samples, result.assumptions,
+                        deterministic=claim.metric in deterministic, independent=spec.pairing != "turns")
 
     head = spec.headline
     headline = ratio(head)

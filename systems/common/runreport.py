@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from mlsys_flows.errors import MlsysError
 
-from .spec import Better, Claim, Kind
+from .spec import ASSUMED, Better, Claim, Kind
 
 
 def oriented_ratio(baseline: float, technique: float, better: Better) -> float:
@@ -26,12 +26,43 @@ def oriented_ratio(baseline: float, technique: float, better: Better) -> float:
 
 
 class Assumption(BaseModel):
-    """A constant that shapes a modelled or simulated number: its value and where it comes from."""
+    """A constant that shapes a modelled, simulated or emulated number: its value and where it comes from."""
 
     value: float | str
     unit: str = ""
     source: str = Field(description="Where the value comes from: 'measured in this run', a datasheet, the paper.")
 
+
+
+Outcome = Literal["wins", "loses", "ties"]
+
+
+class Verdict(BaseModel):
+    """What a comparison decides (contract v4; ``verdict.py`` computes it): ``wins`` or ``loses`` only
+    when a 95% bootstrap interval of the median paired ratio excludes 1 over enough independent pairs,
+    or when the result is deterministic (``exact``); otherwise ``ties``, whatever the median says."""
+
+    outcome: Outcome
+    ratio: float | None = Field(description="Median of the paired ratios (>1: the technique is better); the "
+                                            "ratio itself when exact; None when a side is zero.")
+    interval: tuple[float, float] | None = Field(None, description="95% bootstrap interval of that median; None "
+                                                 "when exact or when too few pairs decide nothing.")
+    pairs: int = Field(1, description="Independent pairs behind it.")
+    exact: bool = Field(False, description="A deterministic result: no sampling error, no interval.")
+    why: str = ""
+
+    def label(self) -> str:
+        """``wins 1.12x (1.05-1.20, 8 pairs)``, ``ties 1.04x (3 pairs: fewer than 6)``, ``wins 1.30x (exact)``."""
+        from .formatting import ratio
+
+        if self.ratio is None:
+            return f"{self.outcome} ({self.why})"
+        if self.exact:
+            return f"{self.outcome} {ratio(self.ratio)} (exact)"
+        if self.interval is None:
+            return f"{self.outcome} {ratio(self.ratio)} ({self.why})"
+        lo, hi = self.interval
+        return f"{self.outcome} {ratio(self.ratio)} ({ratio(lo).rstrip('x')}-{ratio(hi)}, {self.pairs} pairs)"
 
 
 class Ratio(BaseModel):
@@ -41,8 +72,8 @@ class Ratio(BaseModel):
     baseline: str = Field(description="Variant name of the baseline.")
     technique: str = Field(description="Variant name of the technique.")
     better: Better = Field(description="Which direction of the raw metric is better.")
-    kind: Kind = Field(description="measured (wall clock), counted (exact), modelled (from constants) or "
-                                   "simulated (a simulator's clock).")
+    kind: Kind = Field(description="measured (wall clock), counted (exact), modelled (from constants), "
+                                   "simulated (a simulator's clock) or emulated (injected sleeps, replayed delays).")
     baseline_value: float
     technique_value: float
     ratio: float = Field(description="Oriented ratio from this run (>1: technique wins); of medians when repeated.")
@@ -59,11 +90,17 @@ class Ratio(BaseModel):
                                       "chosen in hindsight (role oracle): an upper bound, never the headline.")
     mechanism: "Ratio | None" = Field(None, description="Headline only: the technique against its ablation (only "
                                       "the paper's key mechanism removed) on the same metric.")
+    verdict: Verdict | None = Field(None, description="What this comparison decides, with its interval (contract "
+                                    "v4); None in a report made before it.")
 
     @classmethod
     def of(cls, variants: dict[str, dict[str, float]], claim: Claim, kinds: dict[str, str],
            samples: dict[str, dict[str, list[float]]] | None = None,
-           assumptions: dict[str, dict[str, Assumption]] | None = None) -> "Ratio":
+           assumptions: dict[str, dict[str, Assumption]] | None = None, *,
+           deterministic: bool = False, independent: bool = True) -> "Ratio":
+        """The comparison and its verdict: ``deterministic`` when the metric depends only on the
+        parameters and seed, ``independent`` when the i-th samples of different i are independent."""
+        from .verdict import judge
         metric, base, tech = claim.metric, claim.baseline, claim.technique
         try:
             b, t = float(variants[base][metric]), float(variants[tech][metric])
@@ -72,16 +109,17 @@ class Ratio(BaseModel):
                                 f"missing {exc}") from None
         kind = kinds.get(metric)
         if kind is None:
-            raise ContractError(f"metric {metric!r} has no kind (measured, counted, modelled or simulated)")
+            raise ContractError(f"metric {metric!r} has no kind (measured, counted, modelled, simulated or emulated)")
         used = dict((assumptions or {}).get(metric, {}))
-        if kind in ("modelled", "simulated") and not used:
+        if kind in ASSUMED and not used:
             raise ContractError(f"{kind} metric {metric!r} lists no assumptions")
         bs = (samples or {}).get(base, {}).get(metric) or [b]
         ts = (samples or {}).get(tech, {}).get(metric) or [t]
         return cls(metric=metric, baseline=base, technique=tech, better=claim.better, kind=kind,
                    baseline_value=b, technique_value=t, ratio=oriented_ratio(b, t, claim.better),
                    range=_ratio_range(bs, ts, claim.better), repeats=min(len(bs), len(ts)),
-                   paper=claim.paper, statement=claim.statement, assumptions=used)
+                   paper=claim.paper, statement=claim.statement, assumptions=used,
+                   verdict=judge(bs, ts, claim.better, deterministic=deterministic, independent=independent))
 
 
 class ContractError(MlsysError, ValueError):
@@ -106,6 +144,8 @@ class Curve(BaseModel):
     y_label: str
     series: dict[str, tuple[list[float], list[float]]] = Field(description="variant -> (xs, ys)")
     log_y: bool = False
+    hollow: list[str] = Field(default_factory=list, description="Series drawn as hollow markers without a line "
+                                                                "(e.g. regime points where a side broke its constraint).")
 
 
 class RegimePoint(BaseModel):
@@ -118,6 +158,10 @@ class RegimePoint(BaseModel):
     kind: Kind
     baseline: str = Field(description="The strongest deployable baseline at this value (the denominator).")
     repeats: int = 1
+    verdict: Verdict | None = Field(None, description="What this point decides (contract v4).")
+    valid: bool = Field(True, description="Both sides met their declared constraint here (accuracy target, error "
+                                          "bound, SLO attainment); the crossover uses valid points only.")
+    invalid: str = Field("", description="Which side broke which constraint, when not valid.")
 
 
 class RegimeReport(BaseModel):
@@ -133,6 +177,8 @@ class RegimeReport(BaseModel):
                                                           "'outside' or 'mixed'); None with one crossing or none.")
     headline_value: float | None = Field(None, description="The parameter's value in the headline's workload.")
     paper_value: float | None = None
+    operating_point_reason: str = Field("", description="Why the headline is not measured at the paper's value "
+                                        "(contract v4): it is unreachable here, and which reachable point stands in.")
     paper_source: str = ""
     statement: str = ""
 
@@ -169,11 +215,12 @@ class RunReport(BaseModel):
     parameters: dict[str, Any]
     variants: dict[str, dict[str, float]] = Field(description="variant -> metric -> value (median of the samples "
                                                   "where the metric was repeated)")
-    metric_kinds: dict[str, Kind] = Field(description="metric -> measured | counted | modelled | simulated")
+    metric_kinds: dict[str, Kind] = Field(description="metric -> measured | counted | modelled | simulated | emulated")
     samples: dict[str, dict[str, list[float]]] = Field(default_factory=dict, description="variant -> metric -> "
                                                        "every repeat's value, for repeated (timed) metrics")
-    assumptions: dict[str, dict[str, Assumption]] = Field(default_factory=dict, description="modelled or simulated "
-                                                          "metric -> the constants behind it")
+    assumptions: dict[str, dict[str, Assumption]] = Field(default_factory=dict, description="modelled, simulated "
+                                                          "or emulated metric -> the constants behind it (for emulated: "
+                                                          "what the injected delay stands for, and its source)")
     headline: Ratio
     ratios: list[Ratio] = Field(default_factory=list, description="The system's other claims, computed in this run.")
     curves: list[Curve] = Field(default_factory=list)
@@ -188,6 +235,12 @@ class RunReport(BaseModel):
                                              "parameters and seed, equal in every run with the same parameters.")
     environment: Environment
     wall_time_s: float
+
+    def verdict(self) -> "Verdict | None":
+        """The verdict shown first everywhere: the headline's technique against the strongest deployable
+        baseline of this run (None in a report made before contract v4)."""
+        vs = self.headline.vs_strongest or self.headline
+        return vs.verdict
 
     def metric_names(self) -> list[str]:
         names: list[str] = []

@@ -17,9 +17,21 @@ Better = Literal["higher", "lower"]
 Role = Literal["deployable", "paper", "oracle"]
 ROLES: tuple[str, ...] = ("deployable", "paper", "oracle")
 # measured: wall clock in this run; counted: exact values computed in this run (counts, bytes,
-# iterations, losses); modelled: computed from stated constants; simulated: a simulator's clock.
-Kind = Literal["measured", "counted", "modelled", "simulated"]
-KINDS: tuple[str, ...] = ("measured", "counted", "modelled", "simulated")
+# iterations, losses); modelled: computed from stated constants; simulated: a simulator's clock;
+# emulated: a cost injected by sleeping or a replayed delay (contract v4), never `measured`.
+Kind = Literal["measured", "counted", "modelled", "simulated", "emulated"]
+KINDS: tuple[str, ...] = ("measured", "counted", "modelled", "simulated", "emulated")
+# Kinds that rest on stated constants: a metric of these kinds lists them under ``assumptions``. An
+# emulated cost is an injected sleep or a replayed delay: what it stands for and where that comes from.
+ASSUMED: tuple[str, ...] = ("modelled", "simulated", "emulated")
+
+
+# How a system's repeated samples pair up, sample i of the technique with sample i of a baseline:
+# repeats: the same work rerun, variants interleaved; seeds: independent seeds or workloads, every
+# variant on each; turns: consecutive parts of one run (turn groups, epochs, a window of one trace),
+# which are not independent, so their pairs count as one and decide nothing.
+Pairing = Literal["repeats", "seeds", "turns"]
+PAIRINGS: tuple[str, ...] = ("repeats", "seeds", "turns")
 
 
 def reduction(fraction: float) -> float:
@@ -64,6 +76,9 @@ class Regime:
     paper_value: float | None = None   # the paper's setting of the parameter, where it states one
     paper_source: str = ""       # where in the paper
     statement: str = ""          # why this parameter governs the effect
+    # Contract v4: why the headline is not measured at paper_value (unreachable here), and which
+    # reachable point stands in; required when the headline's value differs from paper_value.
+    operating_point_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,8 @@ class SystemSpec:
     # Hardware the paper's effect needs that a CPU machine lacks (e.g. "HBM", "NVLink", "FPGA"):
     # the run then gives a modelled ``projection`` beside the headline.
     hardware: tuple[str, ...] = field(default=())
+    # Contract v4: how the i-th samples of the technique and of a baseline pair up (see Pairing).
+    pairing: "Pairing" = "repeats"
 
     def __post_init__(self) -> None:
         heads = [c for c in self.claims if c.headline]
@@ -102,6 +119,8 @@ class SystemSpec:
         if "oracle" in self.roles.get(heads[0].baseline, ()):
             raise ValueError(f"{self.name}: the headline's baseline {heads[0].baseline!r} is an oracle (chosen in "
                              "hindsight): it may stand beside the headline (vs_oracle), never as its denominator")
+        if self.pairing not in PAIRINGS:
+            raise ValueError(f"{self.name}: pairing must be one of {', '.join(PAIRINGS)} (got {self.pairing!r})")
         if self.mechanism is not None and self.mechanism.ablation == heads[0].technique:
             raise ValueError(f"{self.name}: the mechanism's ablation must be another variant than the technique")
 
@@ -141,4 +160,5 @@ class SystemSpec:
                 "roles": {b: list(r) for b, r in self.roles.items()},
                 "mechanism": asdict(self.mechanism) if self.mechanism else None,
                 "regime": asdict(self.regime) if self.regime else None, "hardware": list(self.hardware),
+                "pairing": self.pairing,
                 "claims": [asdict(c) for c in self.claims]}

@@ -116,6 +116,9 @@ SPEC = SystemSpec(
     family="input-data", params=Params, baselines=("kjt", "kjt_clustered"),
     # neither baseline is tuned on anything: both train the evaluated samples as they come
     roles={"kjt": ("paper", "deployable"), "kjt_clustered": ("deployable",)},
+    # the timed samples are consecutive turn groups of one training run per trainer, variants alternating
+    # turns (pipeline.py): paired by time window, not independent of each other
+    pairing="turns",
     mechanism=Mechanism(
         "session clustering that puts a session's repeated user lists into one batch for the IKJT",
         "ikjt_arrival",

@@ -83,7 +83,7 @@ def test_docs_results_is_generated_and_goes_stale_when_a_committed_report_change
     (results / f"{SAMPLE}-quick.json").write_text(json.dumps(report))
     assert "docs/results.md" in generate.stale()
     assert generate.write() and "docs/results.md" not in generate.stale()
-    assert f"**{report['headline']['ratio']:.2f}x**" in (tmp_path / "docs" / "results.md").read_text()
+    assert f"| {report['headline']['ratio']:.2f}x |" in (tmp_path / "docs" / "results.md").read_text()
 
 
 def test_the_overhead_table_shows_only_when_its_file_exists(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from mlsys_flows import registry
 from mlsys_flows.systems.common.environment import code_hash, too_busy
+from mlsys_flows.systems.common.spec import ASSUMED
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -102,7 +103,7 @@ def test_committed_quick_result_meets_the_contract(name):
     assert h["vs_strongest"]["baseline"] in spec.baselines
     for r in [h, *report["ratios"]]:
         assert r["kind"] == report["metric_kinds"][r["metric"]]
-        assert r["kind"] not in ("modelled", "simulated") or r["assumptions"], r["metric"]
+        assert r["kind"] not in ASSUMED or r["assumptions"], r["metric"]
     # every timed metric keeps its samples: the headline's two variants one per repeat; another variant
     # may be timed fewer times (an ablation run once to save time: its ratio then shows no range)
     for variant, metrics in report["variants"].items():

@@ -1,0 +1,106 @@
+"""Contract v4 in the harness (issue 43): every comparison of a report carries its verdict (paired,
+exact or a tie), a system whose samples are turns of one run never wins on them, an emulated metric
+lists what it emulates, the crossover uses only regime points where both sides met their constraint
+(the others drawn hollow), and a report made before v4 is judged by the same rules when shown."""
+from __future__ import annotations
+
+import pytest
+
+from mlsys_flows.rendering import summary_markdown, verdict_text
+from mlsys_flows.systems.common.report import (Assumption, ContractError, RegimeSample, SystemResult, build_report)
+from mlsys_flows.systems.common.runreport import Environment
+from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.common.verdict import judge, of_report
+
+CLAIM = Claim("t", "base", "tech", "lower", 2.0, "2x faster", headline=True)
+ENV = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="abc", git_dirty=False, code_hash="c0de")
+BASE = [10.0, 10.5, 9.8, 10.2, 10.1, 9.9, 10.3, 10.0]
+TECH = [5.0, 5.2, 4.9, 5.1, 5.0, 5.3, 4.8, 5.0]  # about 2x faster in every pair
+
+
+def spec(**kw) -> SystemSpec:
+    args = dict(name="demo", title="Demo", paper="p", family="f", claims=(CLAIM,), baselines=("base",),
+                roles={"base": ("paper", "deployable")}, mechanism=Mechanism("trick", "no_trick"),
+                regime=Regime("skew"))
+    return SystemSpec(**(args | kw))
+
+
+def report(s: SystemSpec, n: int = 8, kind: str = "measured", **kw):
+    samples = {"base": {"t": BASE[:n]}, "tech": {"t": TECH[:n]}, "no_trick": {"t": BASE[:n]}}
+    result = SystemResult(variants={}, kinds={"t": kind}, samples=samples, **kw)
+    return build_report(s, params={"scale": "quick"}, result=result, run_id="r", environment=ENV, wall_time_s=1.0)
+
+
+def test_every_comparison_of_a_report_carries_its_verdict():
+    h = report(spec()).headline
+    for r in (h, h.vs_strongest, h.mechanism):
+        assert r.verdict.outcome == "wins" and r.verdict.pairs == 8 and r.verdict.interval[0] > 1
+    assert h.verdict.ratio == pytest.approx(2.0, rel=0.05)
+
+
+def test_three_repeats_decide_nothing_however_they_fall():
+    v = report(spec(), n=3).headline.verdict
+    assert v.outcome == "ties" and v.interval is None and v.ratio > 1.9 and "fewer than 6" in v.why
+
+
+def test_samples_that_are_turns_of_one_run_never_win():
+    v = report(spec(pairing="turns")).headline.verdict
+    assert v.outcome == "ties" and v.pairs == 1 and v.why == "pairs not independent"
+    with pytest.raises(ValueError, match="pairing must be one of"):
+        spec(pairing="epochs")
+
+
+def test_a_deterministic_result_is_exact_and_a_seed_sweep_of_one_is_paired():
+    exact = judge([100.0, 100.0, 100.0], [80.0, 80.0, 80.0], "lower", deterministic=True)
+    assert exact.exact and exact.outcome == "wins" and exact.ratio == pytest.approx(1.25)
+    seeds = judge([100.0, 90.0, 95.0], [80.0, 85.0, 70.0], "lower", deterministic=True)  # counted, per seed
+    assert not seeds.exact and seeds.outcome == "ties" and seeds.pairs == 3
+    one = judge([10.0], [5.0], "lower", deterministic=False)  # a single timing
+    assert one.outcome == "ties" and one.why == "one sample"
+    zero = judge([0.0, 0.0], [1.0, 2.0], "higher", deterministic=False)
+    assert zero.outcome == "ties" and zero.ratio is None and zero.label() == "ties (a pair has no finite ratio)"
+
+
+def test_an_emulated_metric_lists_what_it_emulates():
+    with pytest.raises(ContractError, match="emulated metric 't' lists no assumptions"):
+        report(spec(), kind="emulated")
+    r = report(spec(), kind="emulated",
+               assumptions={"t": {"slow_tier_row_s": Assumption(value=2e-6, unit="s", source="a sleep per row "
+                                                                 "standing for an SSD read (the paper's Table 2)")}})
+    assert r.headline.kind == "emulated" and r.headline.verdict.outcome == "wins"
+
+
+def sweep(points: dict[float, tuple[float, bool]]) -> list[RegimeSample]:
+    """The technique takes 1 s at each point and the baseline ``ratio`` s; ``valid``: both met the constraint."""
+    return [RegimeSample(value=v, samples={"tech": [1.0], "base": [r]}, kind="counted", valid=ok,
+                         invalid="" if ok else "base broke the error bound (0.026 > 0.02)")
+            for v, (r, ok) in points.items()]
+
+
+def test_the_crossover_never_rests_on_a_point_where_a_side_broke_its_constraint():
+    points = {1.0: (1.5, True), 2.0: (0.5, False), 3.0: (1.4, True)}
+    r = report(spec(), regime=sweep(points))
+    g = r.regime
+    assert g.wins == "everywhere" and g.crossover is None  # with the invalid point: a band, two crossings
+    assert [p.valid for p in g.points] == [True, False, True] and "error bound" in g.points[1].invalid
+    assert g.points[0].verdict.exact and g.points[0].verdict.outcome == "wins"
+    curve = r.curves[-1]
+    assert curve.hollow == [next(n for n in curve.series if "broke its constraint" in n)]
+    assert curve.series[curve.hollow[0]] == ([2.0], [0.5])
+    undecided = report(spec(), regime=sweep({1.0: (1.5, False), 2.0: (0.5, False)})).regime
+    assert undecided.crossover is None and undecided.wins.startswith("undecided")
+
+
+def test_a_report_made_before_v4_is_judged_by_the_same_rules_when_shown():
+    fresh = report(spec()).model_dump(mode="json")
+    old = {**fresh, "headline": {**fresh["headline"], "verdict": None,
+                                 "vs_strongest": {**fresh["headline"]["vs_strongest"], "verdict": None}}}
+    assert of_report(old) == of_report(fresh)
+    assert of_report({**old, "samples": {}}).why == "one sample"
+    assert verdict_text(fresh).startswith("wins 2.0") and verdict_text(fresh).endswith("vs base")
+
+
+def test_the_verdict_comes_first_in_the_run_summary():
+    md = summary_markdown(report(spec(), n=3))
+    first = next(line for line in md.splitlines() if line.startswith("**"))
+    assert first.startswith("**Verdict**") and "ties" in first
