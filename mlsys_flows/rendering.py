@@ -11,15 +11,17 @@ SMOKE_NOTE = ("Smoke run: a pipeline check on a tiny workload. Its ratios are no
               "measurements of the technique; run at scale quick or full for those.")
 
 
-def verdict_of(report: dict):
-    """The headline's verdict against the strongest deployable baseline (contract v4), for a report as
-    JSON: recorded, or judged by the same rules for a report made before it (``verdict.of_report``)."""
+def verdict_of(report: dict, ratio: dict | None = None):
+    """The verdict of one comparison of a report (both as JSON; by default the headline against the
+    strongest deployable baseline, contract v4): recorded, or judged by the same rules for a report
+    made before it (``verdict.of_ratio``)."""
     from mlsys_flows import registry
-    from mlsys_flows.systems.common.verdict import of_report
+    from mlsys_flows.systems.common.verdict import of_ratio
 
     name = report.get("system")
     pairing = registry.get(name).pairing if name in registry.names() else "repeats"
-    return of_report(report, independent=pairing != "turns")
+    h = report["headline"]
+    return of_ratio(report, ratio or h.get("vs_strongest") or h, independent=pairing != "turns")
 
 
 def verdict_text(report: dict) -> str:
@@ -35,19 +37,34 @@ def ratio_label(r: Ratio) -> str:
 
 
 def regime_phrase(regime: dict | None) -> str:
-    """A regime (a report's ``regime``, as JSON) in a few words: where the technique wins."""
+    """A regime (a report's ``regime``, as JSON) in a few words: where the ratio against the strongest
+    deployable baseline is above 1, over the points where both sides met their constraint, and how many
+    of those points a verdict decided (contract v4: a ratio above 1 is not yet a win)."""
     if not regime:
         return ""
     unit = f" {regime['unit']}" if regime.get("unit") else ""
-    if regime["wins"] in ("everywhere", "nowhere"):
-        lo, hi = regime["points"][0]["value"], regime["points"][-1]["value"]
-        return f"wins {regime['wins']} over {regime['parameter']} {fmt.number(lo)}-{fmt.number(hi)}{unit}"
-    if regime["wins"] in ("between", "outside", "mixed"):
+    param, points = regime["parameter"], regime["points"]
+    valid = sorted((p for p in points if p.get("valid", True)), key=lambda p: p["value"])
+    broke = len(points) - len(valid)
+    left_out = f"; {broke} of {len(points)} points left out: a side broke its constraint" if broke else ""
+    wins = regime["wins"]
+    if wins == "undecided" or len(valid) < 2:
+        return f"undecided over {param}: fewer than 2 points where both sides met their constraint{left_out}"
+    if wins in ("everywhere", "nowhere"):
+        lo, hi = valid[0]["value"], valid[-1]["value"]
+        span = f"{param} {fmt.number(lo)}-{fmt.number(hi)}{unit}"
+        core = f"ratio > 1 over all of {span}" if wins == "everywhere" else f"ratio > 1 nowhere over {span}"
+    elif wins in ("between", "outside", "mixed"):
         lo, hi = fmt.number(regime["crossover"], 3), fmt.number(regime["crossover_end"], 3)
-        where = "wins between" if regime["wins"] == "between" else \
-            "wins outside" if regime["wins"] == "outside" else "crosses 1 several times between"
-        return f"{where} {regime['parameter']} = {lo} and {hi}{unit}"
-    return f"wins {regime['wins']} {regime['parameter']} = {fmt.number(regime['crossover'], 3)}{unit}"
+        where = "ratio crosses 1 several times between" if wins == "mixed" else f"ratio > 1 {wins}"
+        core = f"{where} {param} = {lo} and {hi}{unit}"
+    else:
+        core = f"ratio > 1 {wins} {param} = {fmt.number(regime['crossover'], 3)}{unit}"
+    verdicts = [p["verdict"] for p in valid if p.get("verdict")]
+    if verdicts and len(verdicts) == len(valid):
+        decided = sum(v["outcome"] != "ties" for v in verdicts)
+        core += f" ({decided} of {len(valid)} points decided)" if decided else " (every point a tie)"
+    return core + left_out
 
 
 def v3_cells(report: dict) -> dict[str, str]:
@@ -55,8 +72,8 @@ def v3_cells(report: dict) -> dict[str, str]:
     the regime and the projection ('' where the report has none)."""
     h = report["headline"]
 
-    def vs(r):
-        return f"{fmt.ratio(r['ratio'])} vs {r['baseline']}" if r else ""
+    def vs(r):  # contract v4: the verdict, not the bare ratio
+        return f"{verdict_of(report, r).label()} vs {r['baseline']}" if r else ""
     p = report.get("projection")
     return {"mechanism": vs(h.get("mechanism")), "oracle": vs(h.get("vs_oracle")),
             "regime": regime_phrase(report.get("regime")),
@@ -172,7 +189,7 @@ def regime_sentence(report: RunReport) -> str:
     unit = f" {g.unit}" if g.unit else ""
     paper = f"; the paper's setting: {fmt.number(g.paper_value)}{unit}" if g.paper_value is not None else ""
     return (f"Regime over **{g.parameter}** (ratio against the strongest deployable baseline at each value: "
-            f"{pts}): the technique {regime_phrase(g.model_dump())}{paper}.")
+            f"{pts}): {regime_phrase(g.model_dump())}{paper}.")
 
 
 def table_rows(report: RunReport) -> list[dict[str, str]]:
@@ -182,7 +199,8 @@ def table_rows(report: RunReport) -> list[dict[str, str]]:
     rows = []
     for name, r in claim_rows(report.model_dump(mode="json")):
         base, tech = fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]])
-        rows.append({"claim": name, "paper": fmt.ratio(r.get("paper")), "this run": fmt.ratio(r["ratio"]),
+        rows.append({"claim": name, "verdict": verdict_of(report.model_dump(mode="json"), r).label(),
+                     "paper": fmt.ratio(r.get("paper")), "this run": fmt.ratio(r["ratio"]),
                      "kind": r["kind"], "range": fmt.ratio_range(r.get("range"), r["kind"]),
                      "baseline value": base, "technique value": tech})
     return rows
@@ -192,7 +210,8 @@ def table_description(report: RunReport) -> str:
     """The table artifact's description: the headline in words; a smoke run says its ratios are
     not measurements."""
     h = report.headline
-    text = f"{report.title}: {h.metric} {h.technique} vs {h.baseline} = {ratio_label(h)} (paper {fmt.ratio(h.paper)})"
+    text = (f"{report.title}: {h.technique} {verdict_text(report.model_dump(mode='json'))}; headline {h.metric} "
+            f"vs {h.baseline} = {ratio_label(h)} (paper {fmt.ratio(h.paper)})")
     return f"{SMOKE_NOTE} {text}" if report.scale == "smoke" else text
 
 

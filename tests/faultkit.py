@@ -214,17 +214,20 @@ class DaskProcesses:
             c.wait_for_workers(n, timeout=timeout)
 
     def __exit__(self, *exc) -> None:
-        for proc in [*self.workers, self.scheduler]:
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-        for proc in [*self.workers, self.scheduler]:
-            if proc is None:
-                continue
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        # workers first, while their scheduler still answers: a worker whose scheduler is gone spends
+        # its close retrying it (about 10 s for two), one that can say goodbye exits at once
+        for group in (self.workers, [self.scheduler]):
+            for proc in group:
+                if proc is not None and proc.poll() is None:
+                    proc.terminate()
+            for proc in group:
+                if proc is None:
+                    continue
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

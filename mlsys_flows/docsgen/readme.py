@@ -56,7 +56,7 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     h, env = r["headline"], r["environment"]
     load = f", load {env['load_before'][0]:.2f} -> {env['load_after'][0]:.2f}" if env.get("load_before") else ""
     lines = [f"**Verdict: {h['technique']} {verdict_text(r)}**, the strongest deployable baseline of this run "
-             "(a win or a loss only when a 95% bootstrap interval over at least 6 independent pairs excludes 1, "
+             "(a win or a loss only when a 95% interval over at least 6 independent pairs excludes 1, "
              "or when the result is exact).", "",
              f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
              f"{env.get('usable_cores') or env['cores']} usable cores{load}, headline over {_samples(h)}, "
@@ -79,7 +79,7 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     g = r.get("regime")
     if g:
         unit = f" {g['unit']}" if g.get("unit") else ""
-        lines += ["", f"Regime over `{g['parameter']}`: the technique {v3_cells(r)['regime']}"
+        lines += ["", f"Regime over `{g['parameter']}` (against the strongest deployable baseline): {v3_cells(r)['regime']}"
                   + (f" (the paper's setting: {g['paper_value']:g}{unit}; {g['paper_source']})" if g.get("paper_value")
                      is not None else "") + ".", "",
                   f"| {g['parameter']} | ratio vs the strongest deployable baseline | kind | that baseline |",

@@ -124,7 +124,7 @@ def _rivals(spec: SystemSpec, present) -> tuple[list[str], list[str]]:
     return deployable, oracles
 
 
-def _regime(spec: SystemSpec, result: SystemResult) -> tuple[RegimeReport, Curve]:
+def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> tuple[RegimeReport, Curve]:
     head = spec.headline
     independent = spec.pairing != "turns"
     points = []
@@ -140,13 +140,13 @@ def _regime(spec: SystemSpec, result: SystemResult) -> tuple[RegimeReport, Curve
         points.append(RegimePoint(value=sample.value, ratio=oriented_ratio(med[best], med[head.technique], head.better),
                                   range=_ratio_range(bs, ts, head.better), kind=sample.kind, baseline=best,
                                   repeats=min(len(bs), len(ts)), valid=sample.valid, invalid=sample.invalid,
-                                  verdict=judge(bs, ts, head.better, deterministic=sample.kind == "counted",
+                                  verdict=judge(bs, ts, head.better, deterministic=head.metric in deterministic,
                                                 independent=independent)))
     valid = [p for p in points if p.valid]
-    if valid:
+    if len(valid) >= 2:  # one valid point says nothing about where the ratio crosses 1
         cross, wins, cross_end = crossover([(p.value, p.ratio) for p in valid])
     else:
-        cross, wins, cross_end = None, "undecided: no point where both sides met their constraint", None
+        cross, wins, cross_end = None, "undecided", None
     r = spec.regime
     report = RegimeReport(parameter=r.parameter, unit=r.unit, points=points, crossover=cross, wins=wins,
                           crossover_end=cross_end,
@@ -208,7 +208,7 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     if spec.regime is not None and result.regime:
         if len(result.regime) < 2:
             raise ContractError(f"{spec.name}: a regime needs at least 2 points (got {len(result.regime)})")
-        regime, curve = _regime(spec, result)
+        regime, curve = _regime(spec, result, deterministic)
         curves.append(curve)
     projection = None
     if result.projection is not None:

@@ -39,14 +39,15 @@ Outcome = Literal["wins", "loses", "ties"]
 
 class Verdict(BaseModel):
     """What a comparison decides (contract v4; ``verdict.py`` computes it): ``wins`` or ``loses`` only
-    when a 95% bootstrap interval of the median paired ratio excludes 1 over enough independent pairs,
-    or when the result is deterministic (``exact``); otherwise ``ties``, whatever the median says."""
+    when a 95% interval of the median paired ratio (order statistics) excludes 1 over enough
+    independent pairs, or when the result is deterministic (``exact``); otherwise ``ties``."""
 
     outcome: Outcome
     ratio: float | None = Field(description="Median of the paired ratios (>1: the technique is better); the "
                                             "ratio itself when exact; None when a side is zero.")
-    interval: tuple[float, float] | None = Field(None, description="95% bootstrap interval of that median; None "
-                                                 "when exact or when too few pairs decide nothing.")
+    interval: tuple[float, float] | None = Field(None, description="95% interval of that median (the sign "
+                                                 "test's, from order statistics); None when exact or when too "
+                                                 "few pairs decide nothing.")
     pairs: int = Field(1, description="Independent pairs behind it.")
     exact: bool = Field(False, description="A deterministic result: no sampling error, no interval.")
     why: str = ""
@@ -172,7 +173,8 @@ class RegimeReport(BaseModel):
                                                 "around it): the technique stops (or starts) beating the "
                                                 "strongest deployable baseline; None when it never crosses.")
     wins: str = Field(description="'above' or 'below' the crossover; 'between' or 'outside' the crossover and "
-                                  "crossover_end; 'everywhere' or 'nowhere' in the range; 'mixed' (more crossings).")
+                                  "crossover_end; 'everywhere' or 'nowhere' in the range; 'mixed' (more crossings); "
+                                  "'undecided' when fewer than 2 points are valid.")
     crossover_end: float | None = Field(None, description="Where the ratio crosses 1 again (wins 'between', "
                                                           "'outside' or 'mixed'); None with one crossing or none.")
     headline_value: float | None = Field(None, description="The parameter's value in the headline's workload.")

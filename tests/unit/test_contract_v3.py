@@ -88,7 +88,7 @@ def test_regime_points_take_the_strongest_deployable_baseline_at_each_value():
     curve = next(c for c in r.curves if c.title.startswith("regime"))
     assert set(curve.series) == {"tech vs strongest deployable", "parity (1.0)", "crossover",
                                  "paper's claim at its setting"}
-    assert "wins above skew = 0.75" in summary_markdown(r)
+    assert "ratio > 1 above skew = 0.75" in summary_markdown(r)
     assert RunReport.model_validate(json.loads(json.dumps(r.model_dump(mode="json")))) == r
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlsys_flows.rendering import summary_markdown, verdict_text
+from mlsys_flows.rendering import (regime_phrase, summary_markdown, table_description, table_rows, v3_cells,
+                                   verdict_of, verdict_text)
 from mlsys_flows.systems.common.report import (Assumption, ContractError, RegimeSample, SystemResult, build_report)
 from mlsys_flows.systems.common.runreport import Environment
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
@@ -79,7 +80,7 @@ def sweep(points: dict[float, tuple[float, bool]]) -> list[RegimeSample]:
 
 def test_the_crossover_never_rests_on_a_point_where_a_side_broke_its_constraint():
     points = {1.0: (1.5, True), 2.0: (0.5, False), 3.0: (1.4, True)}
-    r = report(spec(), regime=sweep(points))
+    r = report(spec(), kind="counted", regime=sweep(points))
     g = r.regime
     assert g.wins == "everywhere" and g.crossover is None  # with the invalid point: a band, two crossings
     assert [p.valid for p in g.points] == [True, False, True] and "error bound" in g.points[1].invalid
@@ -87,8 +88,44 @@ def test_the_crossover_never_rests_on_a_point_where_a_side_broke_its_constraint(
     curve = r.curves[-1]
     assert curve.hollow == [next(n for n in curve.series if "broke its constraint" in n)]
     assert curve.series[curve.hollow[0]] == ([2.0], [0.5])
-    undecided = report(spec(), regime=sweep({1.0: (1.5, False), 2.0: (0.5, False)})).regime
-    assert undecided.crossover is None and undecided.wins.startswith("undecided")
+    phrase = regime_phrase(g.model_dump())
+    assert phrase.startswith("ratio > 1 over all of skew 1-3") and "1 of 3 points left out" in phrase
+    assert "(2 of 2 points decided)" in phrase
+    for broken in ({1.0: (1.5, False), 2.0: (0.5, False)}, {1.0: (1.5, True), 2.0: (0.5, False), 3.0: (0.4, False)}):
+        undecided = report(spec(), regime=sweep(broken)).regime  # one valid point says nothing of a crossover
+        assert undecided.crossover is None and undecided.wins == "undecided"
+        assert regime_phrase(undecided.model_dump()).startswith("undecided over skew")
+
+
+def test_a_regime_of_ties_says_so():
+    r = report(spec(), regime=sweep({1.0: (1.5, True), 2.0: (0.5, True)}))  # measured, one sample a point
+    assert r.regime.wins == "below" and regime_phrase(r.regime.model_dump()).endswith("(every point a tie)")
+
+
+def test_a_zero_on_the_better_side_is_an_exact_win_not_a_missing_ratio():
+    v = judge([3.0], [0.0], "lower", deterministic=True)  # the technique stalls 0 s, the baseline 3 s
+    assert v.exact and v.outcome == "wins" and v.ratio is None and "technique's value is 0" in v.why
+    assert judge([0.0], [0.0], "lower", deterministic=True).outcome == "ties"
+
+
+def test_the_mechanism_and_the_table_artifact_show_verdicts_not_bare_ratios():
+    r = report(spec(), n=3)
+    cells = v3_cells(r.model_dump(mode="json"))
+    assert cells["mechanism"].startswith("ties ") and cells["mechanism"].endswith("vs no_trick")
+    rows = table_rows(r)
+    assert all(row["verdict"].startswith("ties") for row in rows)
+    assert "ties" in table_description(r).split(";")[0]
+
+
+def test_a_report_made_before_v4_of_a_system_with_turns_never_wins_when_shown():
+    import json
+    from pathlib import Path
+
+    committed = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/recd-quick.json").read_text())
+    for r in (committed.get("headline") or {}, (committed.get("headline") or {}).get("vs_strongest") or {}):
+        r.pop("verdict", None)
+    v = verdict_of(committed)
+    assert v.outcome == "ties" and v.why == "pairs not independent"
 
 
 def test_a_report_made_before_v4_is_judged_by_the_same_rules_when_shown():

@@ -143,9 +143,10 @@ def test_smoke_takes_one_repeat_and_other_scales_three():
     assert Demo.for_scale("smoke", repeats=2).repeats == 2
 
 
-def test_table_artifact_leads_with_claim_paper_and_this_run_formatted():
+def test_table_artifact_leads_with_claim_verdict_paper_and_this_run_formatted():
     rows = table_rows(_report())
-    assert list(rows[0])[:4] == ["claim", "paper", "this run", "kind"]
+    assert list(rows[0])[:5] == ["claim", "verdict", "paper", "this run", "kind"]
+    assert rows[0]["verdict"].startswith("ties 2.")  # a few repeats decide nothing (contract v4)
     assert rows[0]["claim"] == "t: tech vs base (headline)" and rows[0]["paper"] == "1.50x"
     assert rows[0]["this run"] == "2.00x" and rows[0]["range"] == "2.00-3.00x"
     assert rows[0]["baseline value"] == "4" and rows[0]["technique value"] == "2"  # "t" names no unit
