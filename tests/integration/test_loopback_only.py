@@ -7,36 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import os
-import time
 
 import httpx
 import psutil
 import pytest
 from distributed import Client
-from test_platform import ServerCLI  # `mlsys-flows server` started as a user starts it
 
 from mlsys_flows.platform.server import WARM_WORKERS
-from mlsys_flows.systems.common.net import free_port
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("loopback") / ".mlsys-flows"
-    cli = ServerCLI(root, free_port())
-    try:
-        deadline = time.monotonic() + 300  # a hang guard only: server.json is written once all is up
-        while not cli.state.exists():
-            assert cli.proc.poll() is None and time.monotonic() < deadline, cli.log.read_text()[-3000:]
-            time.sleep(0.2)
-        yield cli, json.loads(cli.state.read_text())
-    finally:
-        if cli.proc.poll() is None:
-            _, strays = cli.ctrl_c()
-            assert not strays, [p.cmdline() for p in strays]
+@pytest.fixture
+def server(user_server):
+    """The session's `mlsys-flows server` (tests/integration/conftest.py), as a user started it."""
+    return user_server.cli, user_server.info
 
 
 def _loopback(ip: str) -> bool:

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -21,17 +20,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
-import psutil
 import pytest
 import yaml
-from faultkit import survivors
 from webhook_fixtures import ServerThread
 
 from mlsys_flows import flow_params, registry
 from mlsys_flows.platform import deploy
 from mlsys_flows.platform.prefect_rest import PrefectREST
-from mlsys_flows.platform.server import WORK_POOL, state_file
-from mlsys_flows.systems.common.net import free_port
+from mlsys_flows.platform.server import WORK_POOL
 from mlsys_flows.integrations.webhooks import WebhookConfig, create_app, signed_headers
 
 pytestmark = pytest.mark.integration
@@ -44,66 +40,11 @@ def system() -> str:
     return "recd" if "recd" in names else names[0]
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class ServerCLI:
-    """`mlsys-flows server` started the way a CI runner, a supervisor or `cmd &` in a script starts
-    it: SIGINT ignored (inherited across exec), in a process group of its own so that a SIGINT to
-    the group reaches it alone, like Ctrl-C at its terminal."""
-
-    def __init__(self, root: Path, port: int):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env["MLSYS_FLOWS_HOME"] = str(root)
-        root.mkdir(parents=True, exist_ok=True)
-        self.log = root.parent / "server-cli.log"
-        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "mlsys-flows"), "server", "--port", str(port),
-                                      "--worker-query-seconds", "1"], env=env, stdout=open(self.log, "wb"),
-                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_ignore_sigint)
-        self.state = state_file(root)
-
-    def family(self) -> list[psutil.Process]:
-        return psutil.Process(self.proc.pid).children(recursive=True)
-
-    def ctrl_c(self) -> tuple[float, list[psutil.Process]]:
-        """SIGINT to the group, as Ctrl-C sends it; (seconds until the command exited, every process it
-        had started that is still alive then). Kills what is left after 90 s, and fails."""
-        family = self.family()
-        started = time.monotonic()
-        os.killpg(self.proc.pid, signal.SIGINT)
-        try:
-            self.proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:  # a failed stop: clean up, then fail
-            for p in [psutil.Process(self.proc.pid), *family]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    p.kill()
-            self.proc.wait(timeout=10)
-            raise AssertionError(f"SIGINT did not stop `mlsys-flows server` in 90 s:\n{self.log.read_text()[-3000:]}")
-        elapsed = time.monotonic() - started
-        strays = survivors(family)
-        return elapsed, strays
-
-
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory):
-    """`mlsys-flows server` as a user starts it, with SIGINT ignored as a background job starts it;
-    stopped with Ctrl-C (SIGINT) at the end (or by the last test), after which no process it
-    started may remain."""
-    root = tmp_path_factory.mktemp("platform") / ".mlsys-flows"
-    cli = ServerCLI(root, free_port())
-    deadline = time.monotonic() + 300
-    while not cli.state.exists():
-        assert cli.proc.poll() is None and time.monotonic() < deadline, cli.log.read_text()[-3000:]
-        time.sleep(0.5)
-    info = json.loads(cli.state.read_text())
-    assert len(cli.family()) >= 2  # server and worker (and their children)
-    yield SimpleNamespace(api_url=info["api_url"], ui_url=info["ui_url"], root=root, cli=cli)
-    if cli.proc.poll() is None:
-        _, strays = cli.ctrl_c()
-        assert not strays, [p.cmdline() for p in strays]
-    assert cli.proc.returncode == 0, cli.log.read_text()[-3000:]
-    assert not cli.state.exists()
+def platform(user_server):
+    """The session's `mlsys-flows server` (tests/integration/conftest.py): its Ctrl-C is the last test
+    of the session, after which no process it started may remain."""
+    return user_server
 
 
 @pytest.fixture(scope="module")
@@ -412,8 +353,9 @@ def test_report_finds_the_running_server(platform, cli_run, tmp_path):
     assert cli_run.report["run_id"] in pages
 
 
+@pytest.mark.stops_the_session_server
 def test_ctrl_c_stops_everything_with_a_run_in_flight(platform, deployed):
-    """Last in this module: Ctrl-C to a server started with SIGINT ignored, while a deployment run
+    """Last of the session (tests/integration/conftest.py moves it there): Ctrl-C to a server started with SIGINT ignored, while a deployment run
     is in flight on the worker (its flow process and its Dask LocalCluster's worker processes up)
     and another process keeps a core busy. Within 10 s the command exits 0, no process it started
     is left, and the run reads Crashed or Cancelled in the API, not Running."""

@@ -12,18 +12,16 @@ import pytest
 from distributed import Client
 
 from mlsys_flows import registry
-from mlsys_flows.platform.server import WARM_WORKERS, LocalPlatform
+from mlsys_flows.platform.server import WARM_WORKERS
 from mlsys_flows.settings import warm_cluster_address
-from mlsys_flows.systems.common.net import free_port
 
 SYSTEM = "moetuner"  # a short smoke flow
 
 
-@pytest.fixture(scope="module")
-def platform(tmp_path_factory):
-    root = tmp_path_factory.mktemp("warm") / ".mlsys-flows"
-    with LocalPlatform(port=free_port(), root=root, worker=False) as p:
-        yield p
+@pytest.fixture
+def platform(user_server):
+    """The session's `mlsys-flows server` (tests/integration/conftest.py) and its warm cluster."""
+    return user_server
 
 
 def _scheduler_state(address: str) -> tuple[set[str], set[str]]:
