@@ -40,14 +40,14 @@ def system() -> str:
     return "recd" if "recd" in names else names[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def platform(user_server):
     """The session's `mlsys-flows server` (tests/integration/conftest.py): its Ctrl-C is the last test
     of the session, after which no process it started may remain."""
     return user_server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # the Ctrl-C test, last of the session, uses the deployments too
 def deployed(platform):
     started = time.perf_counter()
     names = deploy.deploy(platform.api_url)
@@ -196,7 +196,7 @@ def test_the_run_the_user_started_holds_every_task_and_the_resolved_parameters(r
     assert "](data:image/png;base64," in summary
     table = arts[f"{runs['system']}-report"]["data"]
     rows = json.loads(table) if isinstance(table, str) else table
-    assert list(rows[0])[:3] == ["claim", "paper", "this run"] and rows[0]["claim"].endswith("(headline)")
+    assert list(rows[0])[:4] == ["claim", "verdict", "paper", "this run"] and rows[0]["claim"].endswith("(headline)")
 
 
 def test_airflow_operator_runs_the_deployment(runs, platform):
