@@ -4,8 +4,9 @@ headline against the strongest deployable baseline, its oracle and ablation, the
 The schema itself is ``runreport.py``."""
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -47,12 +48,13 @@ def crossover(points: list[tuple[float, float]]) -> tuple[float | None, str, flo
 
 @dataclass
 class SystemResult:
-    """What a system body computed. ``variants`` maps each variant (technique and baselines) to its
-    metrics; ``kinds`` says what every metric is. A metric in ``samples`` was repeated (variants
-    interleaved): the report keeps each sample and uses the median as the variant's value."""
+    """What a system's pure package assembled from its tasks' outputs. ``variants`` maps each variant
+    (technique and baselines) to its metrics; the spec declares what every metric is (``kinds`` here
+    overrides a metric whose kind this run's parameters decide). A metric in ``samples`` was repeated
+    (variants interleaved): the report keeps each sample and uses the median as the variant's value."""
 
     variants: dict[str, dict[str, float]]
-    kinds: dict[str, Kind]
+    kinds: dict[str, Kind] = field(default_factory=dict)
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     assumptions: dict[str, dict[str, Assumption]] = field(default_factory=dict)
     curves: list[Curve] = field(default_factory=list)
@@ -66,6 +68,9 @@ class SystemResult:
     regime: list["RegimeSample"] = field(default_factory=list)
     regime_headline_value: float | None = None
     projection: "Projection | None" = None
+    # Contract v4: the metrics (and "regime" for the regime's points) whose values this run took over
+    # an injected cost (a sleep, a replayed delay) -> what it emulates. Such a value is never measured.
+    emulated: dict[str, str] = field(default_factory=dict)
 
     def medians(self) -> dict[str, dict[str, float]]:
         out = {v: dict(m) for v, m in self.variants.items()}
@@ -148,6 +153,12 @@ def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> 
     else:
         cross, wins, cross_end = None, "undecided", None
     r = spec.regime
+    at_paper = r.paper_value is None or (result.regime_headline_value is not None
+                                          and math.isclose(result.regime_headline_value, r.paper_value))
+    if not at_paper and not r.operating_point_reason:
+        raise ContractError(f"{spec.name}: the headline is measured at {r.parameter} = {result.regime_headline_value}, "
+                            f"not at the paper's {r.paper_value:g}; the spec's regime must say why "
+                            "(operating_point_reason) and which reachable point stands in")
     report = RegimeReport(parameter=r.parameter, unit=r.unit, points=points, crossover=cross, wins=wins,
                           crossover_end=cross_end,
                           headline_value=result.regime_headline_value, paper_value=r.paper_value,
@@ -170,18 +181,34 @@ def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> 
                          y_label=f"{head.technique} / strongest deployable (>1 wins)", series=series, hollow=hollow)
 
 
+def _check_emulated(spec: SystemSpec, result: SystemResult) -> None:
+    """A value taken over an injected cost is ``emulated`` (or modelled/simulated on top), never measured."""
+    def measured(m: str) -> bool:
+        if m == "regime":
+            return any(p.kind == "measured" for p in result.regime)
+        return result.kinds.get(m) == "measured"
+
+    wrong = sorted(m for m in result.emulated if measured(m))
+    if wrong:
+        raise ContractError(f"{spec.name}: {', '.join(wrong)} took an injected cost ("
+                            + "; ".join(result.emulated[m] for m in wrong) + ") and are labelled measured; "
+                            "label them emulated")
+
+
 def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResult, run_id: str,
                  environment: Environment, wall_time_s: float) -> RunReport:
     """The RunReport of one run: every claim of ``spec`` computed from ``result``, the headline with
     its ratio against the strongest baseline present. Raises ContractError on an unlabelled metric."""
     variants = result.medians()
     metrics = {m for ms in variants.values() for m in ms}
+    result = replace(result, kinds={**spec.kinds, **result.kinds})
     unlabelled = sorted(metrics - set(result.kinds))
     if unlabelled:
         raise ContractError(f"{spec.name}: metrics without a kind: {', '.join(unlabelled)}")
     bad = {m: k for m, k in result.kinds.items() if k not in KINDS}
     if bad:
         raise ContractError(f"{spec.name}: unknown kinds {bad}; use one of {', '.join(KINDS)}")
+    _check_emulated(spec, result)
 
     deterministic = set(result.deterministic_metrics(variants))
 

@@ -102,6 +102,10 @@ class SystemSpec:
     hardware: tuple[str, ...] = field(default=())
     # Contract v4: how the i-th samples of the technique and of a baseline pair up (see Pairing).
     pairing: "Pairing" = "repeats"
+    # Contract v4: what every metric is (metric -> Kind), declared here and never in a flow. A
+    # system's result may override a metric whose kind depends on a parameter (a replayed model is
+    # ``emulated``, the real one ``measured``); the override is made by its pure package.
+    kinds: dict[str, "Kind"] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         heads = [c for c in self.claims if c.headline]
@@ -119,6 +123,9 @@ class SystemSpec:
         if "oracle" in self.roles.get(heads[0].baseline, ()):
             raise ValueError(f"{self.name}: the headline's baseline {heads[0].baseline!r} is an oracle (chosen in "
                              "hindsight): it may stand beside the headline (vs_oracle), never as its denominator")
+        bad = {m: k for m, k in self.kinds.items() if k not in KINDS}
+        if bad:
+            raise ValueError(f"{self.name}: unknown kinds {bad}; use one of {', '.join(KINDS)}")
         if self.pairing not in PAIRINGS:
             raise ValueError(f"{self.name}: pairing must be one of {', '.join(PAIRINGS)} (got {self.pairing!r})")
         if self.mechanism is not None and self.mechanism.ablation == heads[0].technique:

@@ -141,3 +141,55 @@ def test_the_verdict_comes_first_in_the_run_summary():
     md = summary_markdown(report(spec(), n=3))
     first = next(line for line in md.splitlines() if line.startswith("**"))
     assert first.startswith("**Verdict**") and "ties" in first
+
+
+# --- item 2 and item 6: kinds declared by the spec; an injected cost is never measured ---
+
+def _spec_with_kinds(**kinds):
+    return SystemSpec(name="toy", title="t", paper="p", family="f",
+                      claims=(Claim("time_s", "base", "tech", "lower", headline=True),), kinds=kinds)
+
+
+def _result(**kw):
+    return SystemResult(variants={"base": {"time_s": 2.0}, "tech": {"time_s": 1.0}}, **kw)
+
+
+def test_the_spec_declares_the_kinds_and_a_result_may_override_one():
+    report = build_report(_spec_with_kinds(time_s="measured"), params={"scale": "smoke"}, result=_result(),
+                          run_id="r", environment=ENV, wall_time_s=1.0)
+    assert report.metric_kinds == {"time_s": "measured"}
+    spec = _spec_with_kinds(time_s="measured")
+    over = _result(kinds={"time_s": "emulated"}, assumptions={"time_s": {"llm": Assumption(value=1.0, source="x")}})
+    report = build_report(spec, params={"scale": "smoke"}, result=over, run_id="r", environment=ENV, wall_time_s=1.0)
+    assert report.metric_kinds == {"time_s": "emulated"}
+    with pytest.raises(ContractError, match="without a kind: time_s"):
+        build_report(_spec_with_kinds(), params={"scale": "smoke"}, result=_result(), run_id="r", environment=ENV,
+                     wall_time_s=1.0)
+    with pytest.raises(ValueError, match="unknown kinds"):
+        _spec_with_kinds(time_s="timed")
+
+
+def test_a_measured_label_on_an_emulated_path_fails():
+    spec = _spec_with_kinds(time_s="measured")
+    with pytest.raises(ContractError, match="time_s took an injected cost .*slow tier.*labelled measured"):
+        build_report(spec, params={"scale": "smoke"}, result=_result(emulated={"time_s": "a slow tier (sleep)"}),
+                     run_id="r", environment=ENV, wall_time_s=1.0)
+    points = [RegimeSample(value=v, samples={"base": [2.0], "tech": [1.0]}, kind="measured") for v in (1, 2)]
+    with pytest.raises(ContractError, match="regime took an injected cost"):
+        build_report(spec, params={"scale": "smoke"}, result=_result(regime=points, emulated={"regime": "sleep"}),
+                     run_id="r", environment=ENV, wall_time_s=1.0)
+
+
+def test_a_headline_off_the_papers_operating_point_must_say_why():
+    points = [RegimeSample(value=v, samples={"base": [2.0], "tech": [1.0]}, kind="counted") for v in (1, 2)]
+    kw = dict(params={"scale": "smoke"}, run_id="r", environment=ENV, wall_time_s=1.0)
+    claims = (Claim("time_s", "base", "tech", "lower", headline=True),)
+    off = SystemSpec(name="toy", title="t", paper="p", family="f", claims=claims, kinds={"time_s": "counted"},
+                     regime=Regime("skew", paper_value=3.0))
+    with pytest.raises(ContractError, match="not at the paper's 3; the spec's regime must say why"):
+        build_report(off, result=_result(regime=points, regime_headline_value=1.0), **kw)
+    build_report(off, result=_result(regime=points, regime_headline_value=3.0), **kw)
+    said = SystemSpec(name="toy", title="t", paper="p", family="f", claims=claims, kinds={"time_s": "counted"},
+                      regime=Regime("skew", paper_value=3.0, operating_point_reason="3 needs a GPU; 1 stands in"))
+    assert build_report(said, result=_result(regime=points, regime_headline_value=1.0), **kw) \
+        .regime.operating_point_reason.startswith("3 needs")
