@@ -18,10 +18,13 @@ def verdict_of(report: dict, ratio: dict | None = None):
     from mlsys_flows import registry
     from mlsys_flows.systems.common.verdict import of_ratio
 
+    h = report["headline"]
+    ratio = ratio or h.get("vs_strongest") or h
+    if ratio.get("verdict"):  # recorded: no need for the system's spec
+        return of_ratio(report, ratio)
     name = report.get("system")
     pairing = registry.get(name).pairing if name in registry.names() else "repeats"
-    h = report["headline"]
-    return of_ratio(report, ratio or h.get("vs_strongest") or h, independent=pairing != "turns")
+    return of_ratio(report, ratio, independent=pairing != "turns")
 
 
 def verdict_text(report: dict) -> str:

@@ -89,13 +89,11 @@ def prefect_api(tmp_path_factory):
     os.environ["PREFECT_HOME"] = str(home)
     from prefect.testing.utilities import prefect_test_harness
 
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from mlsys_flows.platform.runner import no_flow_heartbeats
 
-    # No flow-run heartbeats in this process: Prefect's heartbeat thread sleeps in 1 s steps and every
-    # flow and subflow run joins it as it ends (up to 1 s each, idle), and nothing here watches for the
-    # crashed runs heartbeats exist to detect (the crash tests resume by run key).
-    with prefect_test_harness(server_startup_timeout=120), \
-            temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    # Nothing here watches for the crashed runs heartbeats exist to detect (the crash tests resume by
+    # run key), and each would cost up to 1 s idle at every flow run's end.
+    with prefect_test_harness(server_startup_timeout=120), no_flow_heartbeats():
         yield
         from faultkit import close_warm_cluster
 

@@ -133,16 +133,20 @@ def _start(name: str, flow, parameters: dict[str, Any], tags: tuple[str, ...]):
 
 
 @contextlib.contextmanager
-def _no_heartbeats_on_the_embedded_api():
-    """Flow-run heartbeats off while the API is the embedded one: they let a server notice a run whose
-    process died, and this API dies with the process. Each flow and subflow run would otherwise join
-    Prefect's heartbeat thread as it ends, which sleeps in 1 s steps: up to 1 s per run, idle."""
-    if embedded_api() is None:
-        yield
-        return
+def no_flow_heartbeats():
+    """No flow-run heartbeats in this process. They let a server notice a run whose process died; each
+    flow and subflow run joins Prefect's heartbeat thread as it ends, which sleeps in 1 s steps: up to
+    1 s per run, idle."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
+
+
+@contextlib.contextmanager
+def _no_heartbeats_on_the_embedded_api():
+    """Heartbeats off while the API is the embedded one, which dies with the process: nobody watches them."""
+    with no_flow_heartbeats() if embedded_api() is not None else contextlib.nullcontext():
         yield
 
 

@@ -51,9 +51,20 @@ def paired(baseline: Sequence[float], technique: Sequence[float], better: Better
     samples as one pair: a tie."""
     if len(baseline) != len(technique) or not baseline:
         raise ValueError(f"paired samples need the same, non-zero length (got {len(baseline)} and {len(technique)})")
+    ratios = _pair_ratios(baseline, technique, better)
+    if ratios is None:
+        raise ValueError("a pair has no finite, positive ratio: "
+                         f"{[oriented_ratio(b, t, better) for b, t in zip(baseline, technique)]}")
+    return _of_ratios(ratios, independent)
+
+
+def _pair_ratios(baseline: Sequence[float], technique: Sequence[float], better: Better) -> list[float] | None:
+    """Each pair's oriented ratio; None when a pair has none (a zero on one side)."""
     ratios = [oriented_ratio(b, t, better) for b, t in zip(baseline, technique)]
-    if any(math.isnan(r) or math.isinf(r) or r <= 0 for r in ratios):
-        raise ValueError(f"a pair has no finite, positive ratio: {ratios}")
+    return ratios if all(math.isfinite(r) and r > 0 for r in ratios) else None
+
+
+def _of_ratios(ratios: list[float], independent: bool) -> Verdict:
     logs = [math.log(r) for r in ratios]
     median = math.exp(statistics.median(logs))
     pairs = len(ratios) if independent else 1
@@ -92,10 +103,10 @@ def judge(baseline: Sequence[float], technique: Sequence[float], better: Better,
         except ValueError:
             return Verdict(outcome="ties", ratio=None, pairs=0, exact=True, why="both values are 0")
     if len(bs) == len(ts) and len(bs) >= 2:
-        ratios = [oriented_ratio(b, t, better) for b, t in zip(bs, ts)]
-        if not all(math.isfinite(r) and r > 0 for r in ratios):  # a zero on one side: no ratio to pair
+        ratios = _pair_ratios(bs, ts, better)
+        if ratios is None:  # a zero on one side: no ratio to pair
             return Verdict(outcome="ties", ratio=None, pairs=0, why="a pair has no finite ratio")
-        return paired(bs, ts, better, independent=independent)
+        return _of_ratios(ratios, independent)
     ratio = oriented_ratio(statistics.median(bs), statistics.median(ts), better)
     ratio_or_none = ratio if math.isfinite(ratio) and ratio > 0 else None
     why = "one sample" if len(bs) == len(ts) == 1 else f"samples not paired ({len(ts)} against {len(bs)})"
