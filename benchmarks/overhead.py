@@ -100,6 +100,20 @@ def busy_time(intervals: Iterable[tuple[float, float]], window: tuple[float, flo
     return total
 
 
+def idle_gaps(runs: Sequence[tuple[str, float, float]], top: int = 3) -> list[dict[str, Any]]:
+    """The longest stretches between a flow's first task start and last task end when none of its task
+    runs (``(name, start, end)``) was running, longest first: where orchestration's seconds between
+    tasks go (the API, waiting on a result, work the flow body does itself), with the task that ended
+    before each and the one that started after it."""
+    gaps, open_until, last = [], None, None
+    for name, s, e in sorted(runs, key=lambda r: r[1]):
+        if open_until is not None and s > open_until:
+            gaps.append({"s": s - open_until, "after": last, "before": name})
+        if open_until is None or e > open_until:
+            open_until, last = e, name
+    return sorted(gaps, key=lambda g: -g["s"])[:top]
+
+
 def max_concurrency(intervals: Iterable[tuple[float, float]]) -> int:
     """Most intervals open at one instant (an end and a start at the same instant do not overlap)."""
     events = sorted([(float(s), 1) for s, _ in intervals] + [(float(e), -1) for _, e in intervals],
@@ -673,7 +687,8 @@ def _share_of_run(run_id: str, t0: float, t1: float, body_s: float) -> dict[str,
     return {"run_id": run_id, "wall_s": t1 - t0, "body_s": body_s, "task_runs": len(runs), **share,
             "body_share": body["share"], "first_task_s": (runs[0][1] - t0) if runs else None,
             "after_last_task_s": (t1 - max(e for _, _, e in runs)) if runs else None,
-            "stages": stage_table(runs)}
+            "between_tasks_s": (max(e for _, _, e in runs) - runs[0][1] - busy_time([(s, e) for _, s, e in runs]))
+            if runs else None, "gaps": idle_gaps(runs), "stages": stage_table(runs)}
 
 
 def recorded_shares(systems: Sequence[str], scale: str, results: Path, log=print) -> dict[str, Any]:
@@ -776,6 +791,9 @@ def shares_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
         x = ok[0] if len(ok) == 1 else None  # the breakdown of a single run
         detail = (f"; {x['first_task_s']:.1f} s before the first task, {x['after_last_task_s']:.1f} s after the last"
                   if x and x["first_task_s"] is not None else "")
+        if x and x.get("gaps"):  # where the seconds between tasks go
+            detail += (f", {x['between_tasks_s']:.1f} s between tasks, longest " +
+                       ", ".join(f"{g['s']:.1f} s after {g['after']} before {g['before']}" for g in x["gaps"]))
         rows.append(row("4 shares", f"{name} at {d['scale']}: orchestration seconds (wall "
                         f"{statistics.median(x['wall_s'] for x in ok):.1f} s, {ok[0]['task_runs']} task runs{detail})",
                         "measured", "s", [x["orchestration_s"] for x in ok], digits=3))

@@ -164,3 +164,11 @@ def test_floor_reads_the_embedded_runs_from_its_sqlite_database(tmp_path):
     fr, runs = ov._db_run(db, "r1")
     assert fr["end"] - fr["created"] == pytest.approx(9.0)
     assert [(n, e - s) for n, s, e in runs] == [("solve", 3.0)]
+
+
+def test_idle_gaps_name_the_tasks_around_the_longest_stretches_without_work():
+    runs = [("make", 0.0, 1.0), ("train", 3.0, 10.0), ("eval", 4.0, 5.0), ("report", 10.5, 11.0)]
+    gaps = ov.idle_gaps(runs)
+    assert gaps == [{"s": 2.0, "after": "make", "before": "train"},
+                    {"s": 0.5, "after": "train", "before": "report"}]
+    assert ov.idle_gaps([("a", 0, 2), ("b", 1, 3)]) == []
