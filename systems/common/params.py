@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic.fields import FieldInfo
 
 from mlsys_flows.errors import MlsysError
@@ -118,3 +118,26 @@ class SystemParams(BaseModel):
             fields[name] = (info.annotation | None, optional)
         return create_model(f"{cls.SYSTEM.capitalize()}Overrides", __config__=ConfigDict(extra="forbid"), **fields)
 
+
+
+class AdaptiveRepeatParams(SystemParams):
+    """Parameters of a system whose measured headline may keep repeating until its verdict decides
+    (contract v4; ``systems/common/repeats.py``)."""
+
+    max_repeats: int = Field(0, ge=0, le=200, description="Most repeats of the timed headline when they adapt: "
+                             "after `repeats`, more run (interleaved) until the verdict against the strongest "
+                             "deployable baseline decides, this many ran or `repeat_budget_s` is spent; 0: exactly "
+                             "`repeats`.")
+    repeat_budget_s: float = Field(0.0, ge=0, le=7 * 86400, description="Seconds the adaptive repeats may take "
+                                   "before they stop undecided (0: no limit but max_repeats).")
+
+    @model_validator(mode="after")
+    def _at_least_repeats(self):
+        if self.max_repeats and self.max_repeats < self.repeats:
+            raise FieldValueError("max_repeats", f"must be 0 or at least repeats = {self.repeats}")
+        return self
+
+    def adaptive_repeats(self):
+        from .repeats import AdaptiveRepeats
+
+        return AdaptiveRepeats(self.repeats, self.max_repeats or self.repeats, self.repeat_budget_s)

@@ -71,6 +71,9 @@ class SystemResult:
     # Contract v4: the metrics (and "regime" for the regime's points) whose values this run took over
     # an injected cost (a sleep, a replayed delay) -> what it emulates. Such a value is never measured.
     emulated: dict[str, str] = field(default_factory=dict)
+    # Contract v4: ``AdaptiveRepeats.summary()`` when the repeats adapted (systems/common/repeats.py);
+    # every sampled verdict is then judged at the level of its planned looks.
+    repeats: dict[str, Any] | None = None
 
     def medians(self) -> dict[str, dict[str, float]]:
         out = {v: dict(m) for v, m in self.variants.items()}
@@ -214,7 +217,8 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
 
     def ratio(claim: Claim) -> Ratio:
         return Ratio.of(variants, claim, result.kinds, result.samples, result.assumptions,
-                        deterministic=claim.metric in deterministic, independent=spec.pairing != "turns")
+                        deterministic=claim.metric in deterministic, independent=spec.pairing != "turns",
+                        looks=(result.repeats or {}).get("looks", 1))
 
     head = spec.headline
     headline = ratio(head)
@@ -249,7 +253,7 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
                            assumptions=pr.assumptions)
     kinds = {m: k for m, k in result.kinds.items() if m in metrics}
     return RunReport(system=spec.name, title=spec.title, paper=spec.paper, scale=str(params.get("scale")),
-                     run_id=run_id, parameters=params, variants=variants, metric_kinds=kinds,
+                     run_id=run_id, parameters=params, variants=variants, metric_kinds=kinds, repeats=result.repeats,
                      samples=result.samples, assumptions=result.assumptions, headline=headline,
                      ratios=[ratio(c) for c in spec.claims if not c.headline], curves=curves,
                      roles={b: list(r) for b, r in spec.roles.items()}, regime=regime, projection=projection,

@@ -51,6 +51,8 @@ class Verdict(BaseModel):
     pairs: int = Field(1, description="Independent pairs behind it.")
     exact: bool = Field(False, description="A deterministic result: no sampling error, no interval.")
     why: str = ""
+    looks: int = Field(1, description="Planned looks of adaptive repeats: the interval is taken at "
+                                      "1 - 0.05 / looks (1: a fixed count of repeats).")
 
     def label(self) -> str:
         """``wins 1.12x (1.05-1.20, 8 pairs)``, ``ties 1.04x (3 pairs: fewer than 6)``, ``wins 1.30x (exact)``."""
@@ -98,7 +100,7 @@ class Ratio(BaseModel):
     def of(cls, variants: dict[str, dict[str, float]], claim: Claim, kinds: dict[str, str],
            samples: dict[str, dict[str, list[float]]] | None = None,
            assumptions: dict[str, dict[str, Assumption]] | None = None, *,
-           deterministic: bool = False, independent: bool = True) -> "Ratio":
+           deterministic: bool = False, independent: bool = True, looks: int = 1) -> "Ratio":
         """The comparison and its verdict: ``deterministic`` when the metric depends only on the
         parameters and seed, ``independent`` when the i-th samples of different i are independent."""
         from .verdict import judge
@@ -120,7 +122,8 @@ class Ratio(BaseModel):
                    baseline_value=b, technique_value=t, ratio=oriented_ratio(b, t, claim.better),
                    range=_ratio_range(bs, ts, claim.better), repeats=min(len(bs), len(ts)),
                    paper=claim.paper, statement=claim.statement, assumptions=used,
-                   verdict=judge(bs, ts, claim.better, deterministic=deterministic, independent=independent))
+                   verdict=judge(bs, ts, claim.better, deterministic=deterministic, independent=independent,
+                                 looks=looks))
 
 
 class ContractError(MlsysError, ValueError):
@@ -217,6 +220,9 @@ class RunReport(BaseModel):
     parameters: dict[str, Any]
     variants: dict[str, dict[str, float]] = Field(description="variant -> metric -> value (median of the samples "
                                                   "where the metric was repeated)")
+    repeats: dict[str, Any] | None = Field(None, description="Adaptive repeats (contract v4): how many ran, the "
+                                           "planned looks and why they stopped (decided, maximum, budget); None: "
+                                           "a fixed count.")
     metric_kinds: dict[str, Kind] = Field(description="metric -> measured | counted | modelled | simulated | emulated")
     samples: dict[str, dict[str, list[float]]] = Field(default_factory=dict, description="variant -> metric -> "
                                                        "every repeat's value, for repeated (timed) metrics")

@@ -45,7 +45,7 @@ def exact(baseline: float, technique: float, better: Better) -> Verdict:
 
 
 def paired(baseline: Sequence[float], technique: Sequence[float], better: Better, *,
-           independent: bool = True) -> Verdict:
+           independent: bool = True, looks: int = 1) -> Verdict:
     """The verdict of sampled results paired by repeat or seed (``baseline[i]`` ran beside
     ``technique[i]``). ``independent=False`` (e.g. consecutive turns of one training run) counts the
     samples as one pair: a tie."""
@@ -55,7 +55,7 @@ def paired(baseline: Sequence[float], technique: Sequence[float], better: Better
     if ratios is None:
         raise ValueError("a pair has no finite, positive ratio: "
                          f"{[oriented_ratio(b, t, better) for b, t in zip(baseline, technique)]}")
-    return _of_ratios(ratios, independent)
+    return _of_ratios(ratios, independent, looks)
 
 
 def _pair_ratios(baseline: Sequence[float], technique: Sequence[float], better: Better) -> list[float] | None:
@@ -64,7 +64,7 @@ def _pair_ratios(baseline: Sequence[float], technique: Sequence[float], better: 
     return ratios if all(math.isfinite(r) and r > 0 for r in ratios) else None
 
 
-def _of_ratios(ratios: list[float], independent: bool) -> Verdict:
+def _of_ratios(ratios: list[float], independent: bool, looks: int = 1) -> Verdict:
     logs = [math.log(r) for r in ratios]
     median = math.exp(statistics.median(logs))
     pairs = len(ratios) if independent else 1
@@ -72,24 +72,26 @@ def _of_ratios(ratios: list[float], independent: bool) -> Verdict:
         why = "pairs not independent" if not independent else \
             f"{pairs} pair{'s' if pairs != 1 else ''}: fewer than {MIN_PAIRS}"
         return Verdict(outcome="ties", ratio=median, pairs=pairs, why=why)
-    lo, hi = median_interval(logs)
+    lo, hi = median_interval(logs, 1 - (1 - CONFIDENCE) / looks)
     outcome: Outcome = "wins" if lo > 1 else "loses" if hi < 1 else "ties"
     why = "the interval excludes 1" if outcome != "ties" else "the interval contains 1"
-    return Verdict(outcome=outcome, ratio=median, interval=(lo, hi), pairs=pairs, why=why)
+    if looks > 1:
+        why += f" (at {1 - (1 - CONFIDENCE) / looks:.1%}: {looks} planned looks of adaptive repeats)"
+    return Verdict(outcome=outcome, ratio=median, interval=(lo, hi), pairs=pairs, why=why, looks=looks)
 
 
-def median_interval(logs: Sequence[float]) -> tuple[float, float]:
-    """The distribution-free ``CONFIDENCE`` interval of the median ratio, from the order statistics of
+def median_interval(logs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free ``confidence`` interval of the median ratio, from the order statistics of
     the log ratios (the sign test's interval), as ratios; (0, inf) when too few pairs bound it."""
     import numpy as np
     from scipy.stats import quantile_test
 
-    ci = quantile_test(np.asarray(logs, dtype=float), q=0.0, p=0.5).confidence_interval(CONFIDENCE)
+    ci = quantile_test(np.asarray(logs, dtype=float), q=0.0, p=0.5).confidence_interval(confidence)
     return float(np.exp(ci.low)), float(np.exp(ci.high))
 
 
 def judge(baseline: Sequence[float], technique: Sequence[float], better: Better, *, deterministic: bool,
-          independent: bool = True) -> Verdict:
+          independent: bool = True, looks: int = 1) -> Verdict:
     """The verdict of one comparison from each side's samples (a single value when not repeated).
     A deterministic metric whose samples all agree on each side is exact. Samples paired by repeat or
     seed (equal lengths, at least 2) give a paired verdict. Anything else (one sample of a sampled
@@ -106,7 +108,7 @@ def judge(baseline: Sequence[float], technique: Sequence[float], better: Better,
         ratios = _pair_ratios(bs, ts, better)
         if ratios is None:  # a zero on one side: no ratio to pair
             return Verdict(outcome="ties", ratio=None, pairs=0, why="a pair has no finite ratio")
-        return _of_ratios(ratios, independent)
+        return _of_ratios(ratios, independent, looks)
     ratio = oriented_ratio(statistics.median(bs), statistics.median(ts), better)
     ratio_or_none = ratio if math.isfinite(ratio) and ratio > 0 else None
     why = "one sample" if len(bs) == len(ts) == 1 else f"samples not paired ({len(ts)} against {len(bs)})"

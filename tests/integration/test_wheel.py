@@ -75,8 +75,13 @@ def test_the_installed_package_is_the_wheel_with_its_project_files(wheel_venv):
     assert (Path(root) / "benchmarks" / "results" / f"{SYSTEM}-quick.json").is_file()
 
 
-def test_run_and_bench_in_an_empty_folder(wheel_venv):
+def test_run_and_bench_in_an_empty_folder(wheel_venv, prefect_api):
+    """Against a running API (the session's), as with `mlsys-flows server` up: the embedded API's first
+    run is test_standalone's, and each command here would boot one (about 7 s each)."""
+    from prefect.settings import PREFECT_API_URL
+
     venv, work, env = wheel_venv
+    env = {**env, "PREFECT_API_URL": PREFECT_API_URL.value()}
     cli = str(venv / "bin" / "mlsys-flows")
     _run([cli, "run", SYSTEM, "--scale", "smoke", "--json", "run.json"], cwd=work, env=env)
     assert json.loads((work / "run.json").read_text())["system"] == SYSTEM

@@ -1,0 +1,100 @@
+"""Repeats that adapt (contract v4, issue 43 item 1; pure): a measured comparison keeps repeating, its
+variants interleaved, until its verdict decides, a maximum of repeats is reached or a time budget is
+spent, and says which.
+
+Looking at the interval after every repeat and stopping when it excludes 1 would decide far more
+often than 5% with no true difference (optional stopping). So the looks are planned before the first
+repeat (``schedule``: the first at the minimum of repeats, at least ``MIN_PAIRS``, then growing by half
+up to the maximum), and every look's interval is taken at ``1 - 0.05 / looks`` (Bonferroni over the
+planned looks, whether or not they all happen): the final verdict is judged the same way, so its
+level holds however early the repeats stopped.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Literal, Sequence
+
+from .spec import Better
+from .verdict import MIN_PAIRS, judge
+
+Stopped = Literal["fixed", "decided", "maximum", "budget"]
+
+
+def schedule(minimum: int, maximum: int) -> list[int]:
+    """The planned look sizes between ``minimum`` and ``maximum`` repeats: the first at
+    max(minimum, MIN_PAIRS), then each about 1.5 times the last, the maximum always one."""
+    if maximum <= minimum:
+        return [minimum]
+    looks, n = [], max(minimum, MIN_PAIRS)
+    while n < maximum:
+        looks.append(n)
+        n = max(n + 1, math.ceil(n * 1.5))
+    return looks + [maximum]
+
+
+@dataclass
+class AdaptiveRepeats:
+    """Iterate repeat indices; after each repeat, ``record`` the headline's samples so far.
+
+        reps = AdaptiveRepeats(p.repeats, p.max_repeats, p.repeat_budget_s)
+        for rep in reps:
+            ... run every variant once (interleaved) ...
+            reps.record(samples["baseline"], samples["technique"], "higher")
+
+    With ``maximum <= minimum`` it is the fixed count of repeats. ``summary()`` goes into the
+    SystemResult (``repeats``) so that the report judges the comparison at the planned looks' level."""
+
+    minimum: int
+    maximum: int | None = None
+    budget_s: float = 0.0            # 0: no time budget, only the maximum
+    clock: Callable[[], float] = time.perf_counter
+    done: int = 0
+    stopped: Stopped | None = None
+    _decided: bool = False
+    _looks: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.minimum < 1:
+            raise ValueError(f"repeats must be at least 1 (got {self.minimum})")
+        self.maximum = max(self.minimum, self.maximum or self.minimum)
+        self._looks = schedule(self.minimum, self.maximum)
+
+    @property
+    def looks(self) -> int:
+        """Planned looks (1 for a fixed count): the Bonferroni divisor of every interval."""
+        return len(self._looks) if self.adaptive else 1
+
+    @property
+    def adaptive(self) -> bool:
+        return self.maximum > self.minimum
+
+    def record(self, baseline: Sequence[float], technique: Sequence[float], better: Better) -> None:
+        """The samples of the comparison that decides when to stop, after the repeat just run."""
+        n = min(len(baseline), len(technique))
+        if self.adaptive and n in self._looks:
+            v = judge(list(baseline[:n]), list(technique[:n]), better, deterministic=False, looks=self.looks)
+            self._decided = v.outcome != "ties"
+
+    def __iter__(self) -> Iterator[int]:
+        start = self.clock()
+        while True:
+            if self.done >= self.minimum:
+                if not self.adaptive:
+                    self.stopped = "fixed"
+                elif self._decided:
+                    self.stopped = "decided"
+                elif self.done >= self.maximum:
+                    self.stopped = "maximum"
+                elif self.budget_s and self.clock() - start >= self.budget_s:
+                    self.stopped = "budget"
+                if self.stopped:
+                    return
+            yield self.done
+            self.done += 1
+
+    def summary(self) -> dict:
+        return {"repeats": self.done, "minimum": self.minimum, "maximum": self.maximum, "looks": self.looks,
+                "planned": list(self._looks) if self.adaptive else [self.minimum], "stopped": self.stopped,
+                "budget_s": self.budget_s}

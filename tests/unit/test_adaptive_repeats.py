@@ -1,0 +1,80 @@
+"""Contract v4 item 1: repeats that adapt, at planned looks, judged at the looks' Bonferroni level."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from mlsys_flows.systems.common.repeats import AdaptiveRepeats, schedule
+from mlsys_flows.systems.common.verdict import judge
+
+
+def test_the_looks_are_planned_from_the_minimum_to_the_maximum():
+    assert schedule(3, 3) == [3]
+    assert schedule(3, 12) == [6, 9, 12]
+    assert schedule(8, 30) == [8, 12, 18, 27, 30]
+
+
+def run(reps: AdaptiveRepeats, draw) -> list[tuple[float, float]]:
+    pairs = []
+    for _ in reps:
+        pairs.append(draw())
+        reps.record([b for b, _ in pairs], [t for _, t in pairs], "lower")
+    return pairs
+
+
+def test_a_clear_difference_stops_at_the_first_look_that_decides():
+    reps = AdaptiveRepeats(3, 30)
+    pairs = run(reps, lambda: (2.0 + random.random() * 0.1, 1.0 + random.random() * 0.1))
+    # looks at 6, 9, 14, 21, 30: 6 pairs at 1 - 0.05/5 cannot decide (the sign test needs 2/2^n <= 0.01); 9 can
+    assert reps.stopped == "decided" and len(pairs) == 9 and reps.summary()["looks"] == 5
+    v = judge([b for b, _ in pairs], [t for _, t in pairs], "lower", deterministic=False, looks=reps.looks)
+    assert v.outcome == "wins" and v.looks == 5 and "5 planned looks" in v.why
+
+
+def test_no_difference_runs_to_the_maximum_or_the_budget():
+    rng = random.Random(1)
+    reps = AdaptiveRepeats(3, 12)
+    run(reps, lambda: (1.0 + rng.gauss(0, 0.05), 1.0 + rng.gauss(0, 0.05)))
+    assert reps.stopped in ("maximum", "decided") and reps.done in (6, 9, 12)
+    ticks = iter(range(1000))
+    reps = AdaptiveRepeats(3, 100, budget_s=5, clock=lambda: float(next(ticks)))
+    run(reps, lambda: (1.0, 1.0 + 1e-9 * rng.random()))
+    assert reps.stopped == "budget" and reps.done < 100
+    fixed = AdaptiveRepeats(3)
+    assert len(run(fixed, lambda: (2.0, 1.0))) == 3 and fixed.stopped == "fixed" and fixed.looks == 1
+
+
+def test_stopping_early_keeps_the_false_decision_rate_under_five_percent():
+    rng = random.Random(7)
+    decided, trials = 0, 400
+    for _ in range(trials):
+        reps = AdaptiveRepeats(3, 30)
+        pairs = run(reps, lambda: (math.exp(rng.gauss(0, 0.1)), math.exp(rng.gauss(0, 0.1))))
+        v = judge([b for b, _ in pairs], [t for _, t in pairs], "lower", deterministic=False, looks=reps.looks)
+        decided += v.outcome != "ties"
+    assert decided / trials <= 0.05, decided
+
+
+def test_the_looks_reach_the_report(tmp_path):
+    from mlsys_flows.systems.common.report import SystemResult, build_report
+    from mlsys_flows.systems.common.runreport import Environment
+    from mlsys_flows.systems.common.spec import Claim, SystemSpec
+
+    spec = SystemSpec(name="toy", title="t", paper="p", family="f", kinds={"t": "measured"},
+                      claims=(Claim("t", "base", "tech", "lower", headline=True),))
+    reps = AdaptiveRepeats(3, 30)
+    pairs = run(reps, lambda: (2.0 + random.random() * 0.1, 1.0 + random.random() * 0.1))
+    result = SystemResult(variants={}, samples={"base": {"t": [b for b, _ in pairs]}, "tech": {"t": [t for _, t in pairs]}},
+                          repeats=reps.summary())
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="a", git_dirty=False, code_hash="c")
+    report = build_report(spec, params={"scale": "quick"}, result=result, run_id="r", environment=env, wall_time_s=1)
+    assert report.repeats["stopped"] == "decided" and report.headline.verdict.looks == 5
+    assert report.headline.verdict.outcome == "wins"
+
+
+@pytest.mark.parametrize("bad", [dict(minimum=0)])
+def test_bad_counts_are_refused(bad):
+    with pytest.raises(ValueError, match="at least 1"):
+        AdaptiveRepeats(**bad)
