@@ -12,26 +12,35 @@ level holds however early the repeats stopped.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, Sequence
 
 from .spec import Better
-from .verdict import MIN_PAIRS, judge
+from .verdict import CONFIDENCE, MIN_PAIRS, judge
 
 Stopped = Literal["fixed", "decided", "maximum", "budget"]
 
 
 def schedule(minimum: int, maximum: int) -> list[int]:
-    """The planned look sizes between ``minimum`` and ``maximum`` repeats: the first at
-    max(minimum, MIN_PAIRS), then each about 1.5 times the last, the maximum always one."""
+    """The planned look sizes between ``minimum`` and ``maximum`` repeats: the first at the fewest
+    pairs that can decide at the looks' level (at least ``MIN_PAIRS`` and ``minimum``), then each about
+    1.5 times the last, the maximum always one."""
     if maximum <= minimum:
         return [minimum]
-    looks, n = [], max(minimum, MIN_PAIRS)
-    while n < maximum:
-        looks.append(n)
-        n = max(n + 1, math.ceil(n * 1.5))
-    return looks + [maximum]
+    first = max(minimum, MIN_PAIRS)
+    while True:
+        looks, n = [], first
+        while n < maximum:
+            looks.append(n)
+            n = max(n + 1, math.ceil(n * 1.5))
+        looks.append(maximum)
+        # the sign test decides n pairs at level a only when all n fall on one side: 2 / 2**n <= a
+        decidable = math.ceil(math.log2(2 * len(looks) / (1 - CONFIDENCE)))
+        if first >= min(decidable, maximum):
+            return looks
+        first = min(decidable, maximum)
 
 
 @dataclass
@@ -76,6 +85,19 @@ class AdaptiveRepeats:
         if self.adaptive and n in self._looks:
             v = judge(list(baseline[:n]), list(technique[:n]), better, deterministic=False, looks=self.looks)
             self._decided = v.outcome != "ties"
+
+    def record_headline(self, spec, samples: dict[str, list[float]]) -> None:
+        """``record`` the spec's headline technique against its strongest deployable baseline so far
+        (the best median among the deployable baselines in ``samples``: variant -> the headline
+        metric's samples), the comparison the report shows first."""
+        head = spec.headline
+        rivals = [b for b in spec.baselines if b in samples and samples[b]
+                  and ("deployable" in spec.role(b) if spec.roles else "oracle" not in spec.role(b))]
+        if head.technique not in samples or not rivals:
+            return
+        sign = 1 if head.better == "higher" else -1
+        best = max(rivals, key=lambda b: sign * statistics.median(samples[b]))
+        self.record(samples[best], samples[head.technique], head.better)
 
     def __iter__(self) -> Iterator[int]:
         start = self.clock()
