@@ -87,7 +87,8 @@ def field_limits(model: type[SystemParams]) -> list[FieldLimit]:
                 upper = m.le
             elif isinstance(m, at.Lt):
                 upper, upper_strict = m.lt, True
-        presets = {s: model.preset(s).get(name, f.default) for s in SCALES}
+        default = f.get_default(call_default_factory=True)  # a list field's default comes from its factory
+        presets = {s: model.preset(s).get(name, default) for s in SCALES}
         out.append(FieldLimit(name, kind, optional, lower, lower_strict, upper, upper_strict, choices,
                               f.description or "", presets))
     return out

@@ -33,3 +33,11 @@ def test_check_fails_on_a_hand_edited_file_and_generate_repairs_it(tmp_path, mon
     assert result.exit_code != 0 and "docs/limits.md" in result.output
     assert sorted(generate.write()) == ["docs/limits.md", "prefect.yaml"]
     assert generate.stale() == [] and CliRunner().invoke(app, ["generate", "--check"]).exit_code == 0
+
+
+def test_the_limits_page_shows_every_presets_value():
+    from mlsys_flows.docsgen import limits
+
+    page = limits.render_markdown()
+    assert "PydanticUndefined" not in page
+    assert "| `workers_grid` |" in page  # a list field (default_factory) with its values per scale
