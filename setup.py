@@ -16,7 +16,10 @@ LAYERS = ("systems", "tasks", "flows", "blocks")
 # MANIFEST.in puts the same files in the sdist, which `python -m build` builds the wheel from
 PROJECT_FILES = ("flows/*.py", "infra/**/*", "benchmarks/results/*.json")
 
-packages = ["mlsys_flows"] + [f"mlsys_flows.{p}" for p in find_packages("mlsys_flows")]
+# the catalogue's templates folder holds no Python, yet setuptools counts a folder of package data as a
+# package: listed (a namespace package), so that its files install without an "absent from packages" warning
+packages = ["mlsys_flows"] + [f"mlsys_flows.{p}" for p in find_packages("mlsys_flows")] + \
+    ["mlsys_flows.docsgen.templates", "mlsys_flows.docsgen.templates.catalogue"]
 package_dir = {"mlsys_flows": "mlsys_flows"}
 for layer in LAYERS:
     packages.append(f"mlsys_flows.{layer}")
@@ -38,5 +41,5 @@ class BuildWithProjectFiles(build_py):
 
 
 setup(packages=packages, package_dir=package_dir, include_package_data=True,
-      package_data={"mlsys_flows.docsgen": ["templates/**/*"]},  # the catalogue's Jinja2 templates
+      package_data={"mlsys_flows.docsgen.templates.catalogue": ["*"]},  # the catalogue's Jinja2 templates
       cmdclass={"build_py": BuildWithProjectFiles})

@@ -39,7 +39,10 @@ def wheel_venv(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
     # not from the checkout: its ignored build/ folder would shadow the `build` package
-    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], cwd=base, env=dict(os.environ))
+    built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], cwd=base,
+                           env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
+    assert "absent from the `packages`" not in built.stdout + built.stderr  # every folder of package data listed
     wheels = sorted(dist.glob("mlsys_flows-*.whl"))
     assert len(wheels) == 1, wheels
     venv = base / "venv"
