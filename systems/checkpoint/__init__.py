@@ -78,6 +78,10 @@ SPEC = SystemSpec(
                   statement="a synchronous checkpoint stalls for state size / write bandwidth; the lazy snapshot "
                             "stalls only when the host copy outlasts the next forward and backward pass, or the "
                             "previous flush outlasts the checkpoint interval, so the gap grows with the state"),
+    kinds={"iter_time_s": "measured", "stall_s_per_iter": "measured", "stall_s_per_checkpoint": "measured",
+           "drain_s": "measured", "overhead_s_per_iter": "measured", "flush_mb_s": "measured",
+           "copy_gb_s": "measured", "weights_digest": "counted", "final_loss": "counted",
+           "checkpoints_per_run": "counted", "checkpoint_mb": "counted", "checkpoint_equals_sync": "counted"},
     claims=(
         Claim("stall_s_per_checkpoint", "sync", "async", "lower", 48.0,
               "up to 48x faster checkpointing than state-of-the-art approaches (time checkpointing blocks "

@@ -83,6 +83,12 @@ SPEC = SystemSpec(
                   statement="retraining is triggered by inserts: at a low insert share it rarely limits throughput, "
                             "and the faster retrain matters only once the inserts fill the delta buffers faster "
                             "than a full retrain completes"),
+    # the board is a software stand-in doing the real QR work: its timings are measured (the FPGA is projected)
+    kinds={**{m: "measured" for m in ("ops_per_s", "lookup_p50_us", "lookup_p99_us", "retrain_ms",
+                                      "retrain_turnaround_ms", "stall_share", "submit_share")},
+           **{m: "counted" for m in ("submit_mb", "merged_rows", "retrains", "qr_rows", "stalls", "misses", "ops",
+                                     "inserts", "lookup_errors", "weight_rel_diff_max", "weight_diff_over_bound",
+                                     "rebuilds")}},
     claims=(
         # The paper's 2.6x / 3.4x are against ALEX, LIPP and SIndex, learned indexes: they stand beside the
         # learned-index baseline that retrains like SIndex, never beside the non-learned containers.
