@@ -31,7 +31,7 @@ from mlsys_flows import registry
 from mlsys_flows.errors import MlsysError
 from mlsys_flows.flow_params import PARAMETERS, RUN_KEY, schema_signature
 from mlsys_flows.blocks import CheckpointStore, DaskCluster, ObjectStorage, ResourcePool
-from mlsys_flows.runtime import shared_api, warm_workers
+from mlsys_flows.runtime import quick_exit, shared_api, warm_workers
 from mlsys_flows.settings import warm_cluster_address
 from mlsys_flows.systems.common.environment import capture, load_average
 from mlsys_flows.systems.common.params import ParamsError, SystemParams
@@ -222,6 +222,7 @@ def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: Ob
             update={"result_storage": results, "metadata_storage": None})}
     runner = cluster.task_runner(prepare_task=functools.partial(with_policy, timeout_s=task_timeout_s))
     with runner, run_context.model_copy(update={"task_runner": runner, **update}):
+        quick_exit(runner.client)
         if pool is not None:
             check_workers_have(runner, pool, cluster)
         if warm and cluster.warm_workers:  # every worker imports in parallel now, not when its first task comes

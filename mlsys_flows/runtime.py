@@ -58,6 +58,25 @@ class WarmImports(WorkerPlugin):
                                                 self.module, worker.address, exc)
 
 
+class QuickExit(WorkerPlugin):
+    """Frees a closing worker process from the interpreter's final garbage collections: they traverse
+    every object its imports made (Prefect, pydantic, torch), which on a loaded machine took past the
+    nanny's 4 s, so the nanny killed the process ("Worker process still alive after 4.0 seconds,
+    killing") at the end of every local run. Frozen objects are skipped by those collections."""
+
+    name = "mlsys-quick-exit"
+
+    def teardown(self, worker) -> None:
+        import gc
+
+        gc.freeze()
+
+
+def quick_exit(client) -> None:
+    """Register :class:`QuickExit` on every worker of ``client``'s cluster (once per name)."""
+    client.register_plugin(QuickExit(), name=QuickExit.name)
+
+
 def warm_workers(client, module: str) -> None:
     """Register :class:`WarmImports` for ``module``: the workers present import it now, in parallel."""
     plugin = WarmImports(module)
