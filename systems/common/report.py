@@ -102,6 +102,9 @@ class RegimeSample:
     # constraint here (accuracy target, error bound, SLO attainment); ``invalid`` says who broke which.
     valid: bool = True
     invalid: str = ""
+    # Contract v4: what this point's values took as an injected cost (a sleep, a replayed delay);
+    # such a point is never ``measured``. Empty: none.
+    emulated: str = ""
 
 
 @dataclass
@@ -192,6 +195,10 @@ def _check_emulated(spec: SystemSpec, result: SystemResult) -> None:
         return result.kinds.get(m) == "measured"
 
     wrong = sorted(m for m in result.emulated if measured(m))
+    points = [p for p in result.regime if p.emulated and p.kind == "measured"]
+    if points:
+        raise ContractError(f"{spec.name}: regime point(s) {', '.join(f'{p.value:g}' for p in points)} took an "
+                            f"injected cost ({points[0].emulated}) and are labelled measured; label them emulated")
     if wrong:
         raise ContractError(f"{spec.name}: {', '.join(wrong)} took an injected cost ("
                             + "; ".join(result.emulated[m] for m in wrong) + ") and are labelled measured; "

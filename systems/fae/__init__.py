@@ -9,7 +9,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from mlsys_flows.systems.common.spec import Claim, Mechanism, SystemSpec
-from mlsys_flows.systems.recsys_embeddings.params import FULL, SMOKE, HarnessParams, slow_tier_regime
+from mlsys_flows.systems.recsys_embeddings.params import FULL, METRIC_KINDS, SMOKE, HarnessParams, slow_tier_regime
 
 # the variants trained in the flow (interleaved repeats), and those run at each regime point
 VARIANTS = ("hybrid", "fae", "cache")
@@ -45,6 +45,7 @@ SPEC = SystemSpec(
         "classification and its phase schedule: batches in arrival order, each batch's cold rows gathered from the "
         "slow tier before it trains, no syncs (hybrid with FAE's hot set)"),
     regime=slow_tier_regime(),
+    kinds=METRIC_KINDS,
     hardware=("HBM-resident hot tier, host-memory cold tier over PCIe",),
     claims=(
         Claim("time_to_logloss_s", "hybrid", "fae", "lower", 2.34,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from mlsys_flows.systems.common.spec import Claim, Mechanism, SystemSpec
-from mlsys_flows.systems.recsys_embeddings.params import FULL, SMOKE, HarnessParams, slow_tier_regime
+from mlsys_flows.systems.recsys_embeddings.params import FULL, METRIC_KINDS, SMOKE, HarnessParams, slow_tier_regime
 
 # the variants trained in the flow (interleaved repeats), and those run at each regime point
 VARIANTS = ("hybrid", "fae", "hotline", "hotline_sync")
@@ -32,6 +32,7 @@ SPEC = SystemSpec(
         "update per step) with the non-popular micro-batch's cold rows gathered inline, before the popular "
         "micro-batch trains: only the overlap is removed"),
     regime=slow_tier_regime(),
+    kinds=METRIC_KINDS,
     hardware=("HBM-resident hot tier, host-memory cold tier over PCIe",),
     claims=(
         Claim("samples_per_s", "hybrid", "hotline", "higher", 2.2,

@@ -73,6 +73,16 @@ FULL = dict(samples=2_000_000, test_samples=200_000, rows_max=2_000_000, embeddi
             hot_budget_mb=64.0, fae_phase_batches=32, regime_samples=262_144)
 
 
+# What every metric of the family's trainer is (the specs of FAE, Hotline and Slipstream declare these):
+# wall-clock times of this run, and exact values of the same run (losses, counts of rows and inputs).
+METRIC_KINDS = {
+    **dict.fromkeys(("time_to_logloss_s", "train_time_s", "samples_per_s", "gather_overlap", "slow_tier_share"),
+                    "measured"),
+    **dict.fromkeys(("test_logloss", "test_auc", "logloss_gap", "hot_input_fraction", "hot_rows", "rows_gathered",
+                     "rows_sent", "syncs", "sync_rows", "skipped_fraction"), "counted"),
+}
+
+
 def slow_tier_regime() -> Regime:
     """The family's regime (FAE, Hotline, Slipstream): the slow tier's added cost per row moved."""
     return Regime(
@@ -85,4 +95,4 @@ def slow_tier_regime() -> Regime:
                   "nothing added the slow tier is a small share of a step on this CPU, which caps any gain")
 
 
-__all__ = ["HarnessParams", "SMOKE", "FULL", "slow_tier_regime"]
+__all__ = ["HarnessParams", "SMOKE", "FULL", "METRIC_KINDS", "slow_tier_regime"]

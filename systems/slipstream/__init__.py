@@ -11,7 +11,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from mlsys_flows.systems.common.spec import Claim, Mechanism, SystemSpec
-from mlsys_flows.systems.recsys_embeddings.params import FULL, SMOKE, HarnessParams, slow_tier_regime
+from mlsys_flows.systems.recsys_embeddings.params import FULL, METRIC_KINDS, SMOKE, HarnessParams, slow_tier_regime
 
 # the variants trained in the flow (interleaved repeats), and those run at each regime point
 VARIANTS = ("hybrid", "fae", "hotline", "slipstream")
@@ -53,6 +53,7 @@ SPEC = SystemSpec(
         "Slipstream without skipping is Hotline's pipeline with the same hot rows, run beside it on the same inputs: "
         "the only difference is the skipping (and its snapshots)"),
     regime=slow_tier_regime(),
+    kinds=METRIC_KINDS,
     hardware=("HBM-resident hot tier, host-memory cold tier over PCIe",),
     claims=(
         Claim("time_to_logloss_s", "fae", "slipstream", "lower", 1.2,

@@ -30,10 +30,14 @@ def test_hotline_smoke_report(prefect_api):
     assert v["hotline_sync"]["rows_gathered"] == v["hotline"]["rows_gathered"]
     assert abs(v["hotline_sync"]["test_logloss"] - v["hotline"]["test_logloss"]) < 1e-3
     assert "gather_overlap" not in report["samples"]["hotline_sync"]  # nothing gathered in the background
-    # the regime: the slow tier slowed per row, measured at the smoke preset's points
+    # the regime: the slow tier slowed per row at the smoke preset's points
     r = report["regime"]
     assert r["parameter"] == "slow_row_us" and [pt["value"] for pt in r["points"]] == [0.0, 10.0]
-    assert all(pt["kind"] == "measured" and pt["ratio"] > 0 for pt in r["points"]) and r["headline_value"] == 0.0
+    assert all(pt["ratio"] > 0 for pt in r["points"]) and r["headline_value"] == 0.0
+    # the tier sleeps at an added cost: that point is emulated, and says what it stands for
+    assert [pt["kind"] for pt in r["points"]] == ["measured", "emulated"]
+    assert "sleeps" in report["assumptions"]["regime"]["slow_row_us"]["source"]
+    assert all(pt["valid"] or "parity gap" in pt["invalid"] for pt in r["points"])
     pr = report["projection"]
     assert pr["kind"] == "modelled" and pr["ratio"] > 0 and {"pcie_gb_s", "host_row_us"} <= set(pr["assumptions"])
     assert storage.exists(f"reports/hotline/{report['run_id']}.json")

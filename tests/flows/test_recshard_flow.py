@@ -4,7 +4,7 @@ import math
 
 from faultkit import reference_run
 
-from mlsys_flows.flows.recshard import BANDWIDTH_MODELLED, COUNTED, LOOKUP_COUNTED, LOOKUP_TIMED, RUN_SCORED
+from mlsys_flows.systems.recshard import BANDWIDTH_MODELLED, COUNTED, LOOKUP_COUNTED, LOOKUP_TIMED, RUN_SCORED
 
 GREEDY = ("greedy_size", "greedy_lookup", "greedy_size_lookup")
 

@@ -193,3 +193,14 @@ def test_a_headline_off_the_papers_operating_point_must_say_why():
                       regime=Regime("skew", paper_value=3.0, operating_point_reason="3 needs a GPU; 1 stands in"))
     assert build_report(said, result=_result(regime=points, regime_headline_value=1.0), **kw) \
         .regime.operating_point_reason.startswith("3 needs")
+
+
+def test_a_regime_point_over_an_injected_cost_is_never_measured():
+    spec = _spec_with_kinds(time_s="measured")
+    kw = dict(params={"scale": "smoke"}, run_id="r", environment=ENV, wall_time_s=1.0)
+    points = [RegimeSample(value=0, samples={"base": [2.0], "tech": [1.0]}, kind="measured"),
+              RegimeSample(value=3, samples={"base": [2.0], "tech": [1.0]}, kind="measured", emulated="3 us per row")]
+    with pytest.raises(ContractError, match="regime point.s. 3 took an injected cost .3 us per row."):
+        build_report(spec, result=_result(regime=points), **kw)
+    points[1].kind = "emulated"
+    build_report(spec, result=_result(regime=points), **kw)

@@ -100,7 +100,7 @@ def test_params_reject_bad_values_by_name():
 
 def test_regime_sweep_runs_every_variant_at_every_cost_on_the_same_inputs():
     """The regime's points: each variant once per added cost, on the first regime_samples inputs; the
-    counted traffic does not depend on the tier's speed, and each point becomes a measured sample."""
+    counted traffic does not depend on the tier's speed; a point with an added cost is emulated."""
     from mlsys_flows.systems.fae import Params
     from mlsys_flows.systems.recsys_embeddings import experiment as ex
 
@@ -117,6 +117,11 @@ def test_regime_sweep_runs_every_variant_at_every_cost_on_the_same_inputs():
         assert sweep[0.0][name]["samples"] == sweep[5.0][name]["samples"] == 512
         assert sweep[0.0][name]["rows_gathered"] == sweep[5.0][name]["rows_gathered"] > 0
     assert sweep[0.0]["cache"]["rows_gathered"] < sweep[0.0]["hybrid"]["rows_gathered"]
-    samples, note = ex.regime_result(sweep, "train_time_s", p)
-    assert [s.value for s in samples] == [0.0, 5.0] and all(s.kind == "measured" for s in samples)
+    samples, note, assumed = ex.regime_result(sweep, "train_time_s", p, "cache", ("hybrid",))
+    # the tier sleeps at an added cost: that point is emulated, the tier as it is measured
+    assert [s.value for s in samples] == [0.0, 5.0] and [s.kind for s in samples] == ["measured", "emulated"]
+    assert [bool(s.emulated) for s in samples] == [False, True]  # the harness refuses such a point labelled measured
     assert samples[1].samples["hybrid"] == [sweep[5.0]["hybrid"]["train_time_s"]] and "512" in note
+    assert assumed["slow_row_us"].value == "5" and "sleeps" in assumed["slow_row_us"].source
+    # the cache trains hybrid's update, so both keep the parity at every point
+    assert all(s.valid and not s.invalid for s in samples)

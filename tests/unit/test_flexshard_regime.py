@@ -8,6 +8,7 @@ import pytest
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.flexshard import (ABLATION, FULL, NODE, REGIME_VARIANTS, SPEC, VARIANTS, Params,
                                            access_estimates, flexshard, make_plans, regime_point)
+from mlsys_flows.systems.flexshard.result import regime_sample
 
 
 def test_the_ablation_is_flexshard_without_the_node_tier_in_the_same_memory():
@@ -35,6 +36,7 @@ def test_regime_point_sets_batch_seq_over_rows_and_equal_memory():
         assert out["rowwise"]["fetched_per_lookup"] == pytest.approx((p.devices - 1) / p.devices, abs=0.02)
         assert out["rowwise_cache"]["memory_vs_rowwise"] == pytest.approx(out["flexshard"]["memory_vs_rowwise"], abs=0.01)
         assert out["rowwise_dedup"]["alltoall_bytes"] <= out["rowwise"]["alltoall_bytes"]
+        assert regime_sample(p, x, out).valid  # equal memory by construction
     lo, hi = (regime_point(p, x) for x in p.regime_lookups_per_row)
     # more lookups per row: a deduplicating all-to-all collapses more repeats
     assert hi["rowwise_dedup"]["alltoall_bytes"] < 0.5 * lo["rowwise_dedup"]["alltoall_bytes"]
@@ -51,3 +53,15 @@ def test_regime_parameters_and_spec():
         Params.for_scale("smoke", regime_lookups_per_row=[0.03, 100.0])  # 41 rows: too few
     assert SPEC.contract_v3 and SPEC.mechanism.ablation == ABLATION
     assert not any("oracle" in SPEC.role(b) for b in SPEC.baselines)
+
+
+def test_a_regime_point_off_equal_memory_is_invalid():
+    p = Params.for_scale("smoke")
+    at = {v: {"comm_bytes": 1.0, "memory_vs_rowwise": 1.0} for v in REGIME_VARIANTS}
+    at["flexshard"]["memory_vs_rowwise"] = 1.04
+    assert regime_sample(p, 1.0, at).valid
+    at["rowwise_cache"]["memory_vs_rowwise"] = 1.05
+    point = regime_sample(p, 1.0, at)
+    assert not point.valid and "rowwise_cache holds 1.0500x" in point.invalid and point.kind == "counted"
+    at["rowwise_cache"]["memory_vs_rowwise"], at["flexshard"]["memory_vs_rowwise"] = 1.0, 1 + p.memory_headroom + 0.01
+    assert "above its budget" in regime_sample(p, 1.0, at).invalid

@@ -144,6 +144,14 @@ def test_parity_check_fails_a_variant_that_trains_worse():
         ex.check_parity(runs, 0.002)
 
 
+def test_a_regime_point_is_invalid_where_a_compared_variant_breaks_parity():
+    runs = {"hybrid": {"test_logloss": 0.50}, "fae": {"test_logloss": 0.5015}, "hotline": {"test_logloss": 0.504},
+            "hotline_sync": {"test_logloss": 0.60}}
+    assert ex.parity_break(runs, 0.003, ("fae",)) == ""  # the ablation is not compared: its miss does not count
+    broke = ex.parity_break(runs, 0.003, ("hotline", "fae"))
+    assert "hotline 0.5040" in broke and "fae" not in broke and "0.5000" in broke
+
+
 def test_time_to_target_interpolates_between_evaluations():
     curve = [(0.0, 0, 0.70, 0.5), (1.0, 10, 0.60, 0.6), (2.0, 20, 0.50, 0.7)]
     assert ex.time_to_target(curve, 0.55) == pytest.approx(1.5)

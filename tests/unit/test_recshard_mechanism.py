@@ -60,4 +60,6 @@ def test_regime_parameters_and_spec():
         Params.for_scale("smoke", regime_cost_ratios=[0.5, 2.0])
     assert SPEC.contract_v3 and SPEC.mechanism.ablation == ABLATION and SPEC.hardware
     assert not any("oracle" in SPEC.role(b) for b in SPEC.baselines)
+    # contract v4: the headline times the worker's own tiers, not the paper's 56x: the spec says why
+    assert SPEC.regime.paper_value == 56.0 and "56x" in SPEC.regime.operating_point_reason
     assert Costs(np.ones(2), np.ones(2)).uvm.shape == (2,) and isinstance(Plan(np.zeros(1, int), np.zeros(1, int)), Plan)

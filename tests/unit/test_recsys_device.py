@@ -230,7 +230,7 @@ def test_runs_and_report_notes_record_the_device(setup):
     assert ex.devices_of(runs) == "cpu" and ex.devices_of({0.0: {"a": {"device": "cuda:0"}}}) == "cuda:0"
     data = {"total_rows": ds.total_rows, "hot_share": ds.hot_share, "positive_rate": float(ds.labels.mean()),
             "bayes_logloss": ds.bayes_logloss}
-    result, _ = ex.build_result(runs, q, data, 1)
+    result, _ = ex.training_result(runs, q, data, 1)
     notes = " ".join(result.notes)
     assert "every variant trained on cpu" in notes and "no-op copies" in notes
     assert "pinned" not in notes  # the CUDA wording only where CUDA ran
