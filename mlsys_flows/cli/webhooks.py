@@ -28,7 +28,8 @@ def webhooks_serve(config: Path = typer.Option(None, help="Hook config (YAML/JSO
 
     from mlsys_flows.platform.prefect_rest import PrefectREST
     from mlsys_flows.platform.server import PlatformError, check_binding
-    from mlsys_flows.integrations.webhooks import MIN_SECRET_CHARS, WebhookConfig, check as check_hooks, create_app, weak_secrets
+    from mlsys_flows.integrations.webhooks import (MIN_SECRET_CHARS, WebhookConfig, check as check_hooks,
+                                                   configure_logging, create_app, weak_secrets)
 
     path = config or home() / "hooks.yaml"
     try:
@@ -45,6 +46,7 @@ def webhooks_serve(config: Path = typer.Option(None, help="Hook config (YAML/JSO
     except (ValueError, PlatformError) as exc:
         fail(str(exc))
     print_serving(list(cfg.hooks), host, port, api.api_url)
+    configure_logging()
     uvicorn.run(create_app(cfg, api), host=host, port=port, log_level="info")
 
 

@@ -388,6 +388,28 @@ class WebhookService:
                      "parameters": params}
 
 
+def delivery_line(hook: str, delivery: str, status: int, payload: dict[str, Any]) -> str:
+    """The operator's log line of one request: ``hook=... delivery=... status=... run=... reason=...``.
+    The reason is the answer's detail (a bad signature, a stale timestamp and a missing header read
+    apart), never a secret: the details name headers and limits, not values."""
+    reason = payload.get("detail", "accepted" if status == 202 else "")
+    if isinstance(reason, (list, dict)):
+        reason = json.dumps(reason)[:300]
+    return (f"hook={hook} delivery={delivery or '-'} status={status} run={payload.get('flow_run_id') or '-'} "
+            f"reason={str(reason)[:300]!r}")
+
+
+def configure_logging() -> logging.Logger:
+    """The delivery lines on stderr beside uvicorn's own (uvicorn configures only its loggers)."""
+    if not any(getattr(h, "_mlsys_webhooks", False) for h in log.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        handler._mlsys_webhooks = True
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return log
+
+
 def create_app(config: WebhookConfig, api: PrefectREST):
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
@@ -415,10 +437,9 @@ def create_app(config: WebhookConfig, api: PrefectREST):
         delivery = request.headers.get(DELIVERY_HEADER, "-")[:128]
         wait_s = limiter.wait_s(name)
         if wait_s:
-            log.info("hook %s delivery %s -> 429", name, delivery)
-            return JSONResponse({"detail": f"rate limit: {config.rate_per_s:g} requests/s per hook, burst "
-                                           f"{config.rate_burst}"}, status_code=429,
-                                headers={"Retry-After": str(max(1, math.ceil(wait_s)))})
+            payload = {"detail": f"rate limit: {config.rate_per_s:g} requests/s per hook, burst {config.rate_burst}"}
+            log.info(delivery_line(name, delivery, 429, payload))
+            return JSONResponse(payload, status_code=429, headers={"Retry-After": str(max(1, math.ceil(wait_s)))})
         try:
             body = await read_body(request)
             status, payload = await run_in_threadpool(service.handle, name, request.headers, body)
@@ -429,7 +450,7 @@ def create_app(config: WebhookConfig, api: PrefectREST):
         except Exception as exc:  # never echo internals (they could hold a secret)
             log.exception("hook %s delivery %s: internal error %s", name, delivery, type(exc).__name__)
             status, payload = 500, {"detail": "internal error"}
-        log.info("hook %s delivery %s -> %s %s", name, delivery, status, payload.get("flow_run_id", ""))
+        log.info(delivery_line(name, delivery, status, payload))
         return JSONResponse(payload, status_code=status)
 
     async def health(_: Request) -> JSONResponse:

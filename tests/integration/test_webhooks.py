@@ -273,3 +273,29 @@ def test_a_failed_run_creation_releases_the_delivery(hook_env):
     finally:
         receiver.stop()
     assert statuses == [502, 502]
+
+
+def test_the_log_tells_an_operator_each_delivery_its_status_reason_and_run(hook_env, caplog):
+    """Issue 52 item 6: one line per request with hook, delivery id, status, reason and run id; a bad
+    signature, a stale timestamp and a missing header read apart."""
+    env, hook = hook_env, first(hook_env)
+    caplog.set_level(logging.INFO, logger="mlsys_flows.integrations.webhooks")
+    rejections = _rejections(env, hook)
+    lines = {}
+    for case in ("bad signature", "stale timestamp", "missing signature"):
+        caplog.clear()
+        rejections[case][1]()
+        (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("hook=")]
+        lines[case] = line
+        assert f"hook={hook} " in line and " status=401 " in line and " run=- " in line, line
+    assert "signature" in lines["bad signature"] and "tolerance" in lines["stale timestamp"] \
+        and "missing" in lines["missing signature"]
+    assert len({line.split("reason=")[1] for line in lines.values()}) == 3
+    caplog.clear()
+    r = post(env, hook, {"scale": "smoke"}, delivery="ops-log-1")
+    assert r.status_code == 202, r.text
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("hook=")]
+    assert f"delivery=ops-log-1 status=202 run={r.json()['flow_run_id']} reason='accepted'" in line
+    from mlsys_flows.integrations.webhooks import configure_logging
+
+    assert configure_logging().level == logging.INFO and configure_logging().handlers  # `webhooks serve` shows them
