@@ -3,50 +3,20 @@ on the simulated clock (plan) and for real on Dask (every LLM call generated on 
 model behind a batching server, or slept through)."""
 from __future__ import annotations
 
-import statistics
 import time
 
-from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Assumption, Curve, Projection, RegimeSample, param_assumptions
+from mlsys_flows.flows.common import RunContext, system_flow
 from mlsys_flows.systems.metropolis import POLICIES
+from mlsys_flows.systems.metropolis.result import build_result
 from mlsys_flows.tasks import metropolis as t
-
-COUNTED = ("llm_calls", "cluster_steps", "conversations", "state_matches_global")
-SIMULATED = ("sim_makespan_s", "sim_max_clock_spread", "sim_utilization")
-MEASURED = ("makespan_s", "utilization", "orchestration_overhead_s", "max_clock_spread", "prefect_task_overhead_s")
-
-
-def llm_note(p, runs: dict) -> str:
-    """What answered the LLM calls of the timed runs, in words and the server's counts."""
-    shape = (f"each call's latency is drawn lognormal (median {p.latency_median_s} s, sigma {p.latency_sigma}) from a "
-             "key of (agent, step, call)")
-    if p.llm == "sleep":
-        return (f"LLM calls are not a model: {shape} and really slept by a thread holding one of {p.llm_slots} priority "
-                "slots (lagging agents first). makespan_s is therefore the wall clock (measured) of a real-time replay "
-                "of a simulated workload: what is measured is the scheduler and its threads, what is slept stands for "
-                "the LLM; sim_makespan_s is the same schedule on a discrete-event clock with no orchestration cost "
-                "(simulated).")
-    batch = {name: statistics.median(x["served_mean_batch"] for x in runs[name]) for name in POLICIES}
-    first = runs["global_sync"][0]
-    return (f"LLM calls run a real model: all-MiniLM-L6-v2's pretrained weights as a causal decoder (the radix "
-            f"system's model, KV pool and batched decode), one server thread on one torch thread, up to {p.llm_slots} "
-            "requests active at once, admitted lagging agents first; each decode step advances every active request "
-            f"by one token. A call prefills a {p.prompt_tokens}-token prompt and generates its length in tokens: {shape}, "
-            f"and a call at the median generates {p.tokens_median} tokens, the others in proportion (at most "
-            f"{p.max_new_tokens}); {first['served_tokens']:.0f} tokens per run (counted). makespan_s is the wall clock "
-            "(measured) of the whole simulation with that generation; utilization is the server's busy slot-seconds "
-            "(active requests x step time) over K x makespan. Median requests per decode step: "
-            + ", ".join(f"{n} {b:.1f}" for n, b in batch.items()) + " (counted per run). sim_makespan_s is the same "
-            "schedule on a discrete-event clock with the drawn latencies (simulated), not the model's.")
 
 
 @system_flow("metropolis")
-def metropolis(ctx: RunContext) -> SystemResult:
+def metropolis(ctx: RunContext):
     p = ctx.params
     truth_key = ctx.key("true_clusters.json")
     sweep = t.regime.submit(p)  # the radius sweep on the simulated clock, beside the plan
     planned = t.plan.submit(p, ctx.storage, truth_key).result()
-    sims = planned["policies"]
 
     # the cost of one Prefect task on this runner: why cluster steps are not Prefect tasks
     probe = []
@@ -61,104 +31,4 @@ def metropolis(ctx: RunContext) -> SystemResult:
         order = POLICIES[r % len(POLICIES):] + POLICIES[:r % len(POLICIES)]
         for name in order:
             runs[name].append(t.run_schedule.submit(p, name, ctx.storage, truth_key, r).result())
-
-    variants, samples = {}, {}
-    for name in POLICIES:
-        sim, real = sims[name], runs[name]
-        matches = sim["digest"] == planned["digest"] and sim["steps_match_global"] == 1.0 and \
-            all(x["digest"] == planned["digest"] for x in real)
-        variants[name] = {"llm_calls": sim["llm_calls"], "cluster_steps": sim["cluster_steps"],
-                          "conversations": sim["conversations"], "state_matches_global": float(matches),
-                          "sim_makespan_s": sim["makespan_s"], "sim_max_clock_spread": sim["max_clock_spread"],
-                          "sim_utilization": sim["utilization"]}
-        samples[name] = {"makespan_s": [x["makespan_s"] for x in real],
-                         "utilization": [x["utilization"] for x in real],
-                         "max_clock_spread": [float(x["max_clock_spread"]) for x in real]}
-        if p.llm == "sleep":  # the slept calls are the simulated ones: the difference is orchestration
-            samples[name]["orchestration_overhead_s"] = [x["makespan_s"] - sim["makespan_s"] for x in real]
-    # not a repeat of the variants' run: the median of its own probe tasks (overhead_probe_tasks)
-    variants["out_of_order"]["prefect_task_overhead_s"] = statistics.median(probe)
-    measured = MEASURED if p.llm == "sleep" else tuple(m for m in MEASURED if m != "orchestration_overhead_s")
-    kinds = dict.fromkeys(COUNTED, "counted") | dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(measured, "measured")
-    latency = param_assumptions(p, "latency_median_s", "latency_sigma", "llm_slots", "act_prob", "talk_prob", "max_turns")
-    assumptions = {m: latency for m in SIMULATED}
-    if p.llm == "sleep":
-        assumptions |= {m: latency for m in ("makespan_s", "utilization")}
-
-    curves = [Curve(title="simulated progress", x_label="simulated time (s)", y_label="mean agent clock (steps)",
-                    series={name: ([x for x, _ in sims[name]["progress"]], [y for _, y in sims[name]["progress"]])
-                            for name in POLICIES})]
-    if p.llm == "minilm":
-        curves.append(Curve(title="decode batch of the model server", x_label="repeat", y_label="mean requests per decode step",
-                            series={name: (list(range(len(runs[name]))), [x["served_mean_batch"] for x in runs[name]])
-                                    for name in POLICIES}))
-    if any(planned["sweep"].values()):
-        curves.append(Curve(title="simulated makespan vs LLM slots", x_label="concurrent LLM calls (K)",
-                            y_label="makespan (s)", series={name: ([k for k, _ in pts], [m for _, m in pts])
-                                                            for name, pts in planned["sweep"].items()}))
-    med = {name: statistics.median(samples[name]["makespan_s"]) for name in POLICIES}
-    # the regime: the simulated makespan (the same schedules without orchestration cost) at each radius
-    regime = [RegimeSample(value=float(r), samples={name: [m[name]] for name in POLICIES}, kind="simulated")
-              for r, m in sweep.result().items()]
-    notes = [
-        f"Workload: {p.agents} agents for {p.steps} steps on a {p.map_size}x{p.map_size} grid, interaction radius "
-        f"{p.radius}, speed <= {p.max_speed} cell/step, {p.hotspots} hotspots; {sims['global_sync']['cluster_steps']:.0f} "
-        f"cluster steps making {sims['global_sync']['llm_calls']:.0f} LLM calls ({sims['global_sync']['conversations']:.0f} "
-        "conversations), the same in every policy (counted).",
-        llm_note(p, runs),
-        "Mechanism: the ablation is global_sync itself (the same engine, slots and priority with only the "
-        "dependency rule replaced by a per-step barrier), so the mechanism ratio is the headline. Regime: the "
-        f"interaction radius, radii {', '.join(map(str, p.regime_radius))} (the headline runs at {p.radius}), every "
-        "policy simulated once per radius on the simulated clock (kind simulated), the oracle with that radius's "
-        "true clusters.",
-        f"Equivalence: every run's final world (positions, goals, memories, cooldowns of all agents) "
-        f"{'equals' if all(v['state_matches_global'] == 1.0 for v in variants.values()) else 'DOES NOT equal'} "
-        f"global synchronization's (digest {planned['digest']}), and each policy stepped exactly the same clusters.",
-        f"Granularity: one Prefect task on this runner took {statistics.median(probe) * 1e3:.0f} ms (median of "
-        f"{len(probe)} no-op tasks, measured) against a median LLM call of {p.latency_median_s * 1e3:.0f} ms. Every "
-        f"agent's {p.steps} steps form a chain, so a Prefect task per cluster step would put at least "
-        f"{p.steps} x {statistics.median(probe):.2f} s = {p.steps * statistics.median(probe):.1f} s of dispatch on the "
-        "critical path of every policy; each run of a policy is therefore one Prefect task on a Dask worker, and its "
-        "cluster steps go to a worker-side thread executor"
-        + (" whose whole cost is orchestration_overhead_s (wall clock minus the simulated clock of the same "
-           "schedule)." if p.llm == "sleep" else " (microseconds per dispatch)."),
-        f"Median makespans: global_sync {med['global_sync']:.2f} s, out_of_order {med['out_of_order']:.2f} s, oracle "
-        f"{med['oracle']:.2f} s. The oracle knows the clusters of the finished run (hindsight); it is a bound, not a "
-        "baseline a user can run: its role is oracle (vs_oracle), never the headline's denominator.",
-        "The paper ran LLM-driven generative agents on GPU serving engines; here the agents' decisions are seeded "
-        "rules (the model's output does not steer them), so the speedup reflects the scheduling and how it fills "
-        "the serving engine: it grows with the calls' length spread, the agents' spread over the map and the free "
-        "LLM slots, and shrinks when the slots are saturated (see the slot sweep, simulated).",
-    ]
-    projection = None
-    if p.llm == "minilm":
-        a = statistics.median(x["served_step_fixed_s"] for name in POLICIES for x in runs[name])
-        b = statistics.median(x["served_step_per_request_s"] for name in POLICIES for x in runs[name])
-        busy = {name: (statistics.median(x["served_prefill_s"] for x in runs[name]),
-                       statistics.median(x["served_decode_s"] for x in runs[name]),
-                       statistics.median(x["makespan_s"] for x in runs[name])) for name in POLICIES}
-        notes.append(
-            "Where the time went (medians over repeats, measured): the model server's thread spent "
-            + "; ".join(f"{n} {pf:.1f} s prefilling + {dc:.1f} s decoding of a {mk:.1f} s makespan"
-                        for n, (pf, dc, mk) in busy.items())
-            + f". A decode step cost {a * 1e3:.2f} ms + {b * 1e3:.2f} ms per request in the batch (least-squares "
-            "fit over every step of every run, median over runs). The measured ratio is what fuller batches save "
-            "on this server after the prefills (one request at a time) and the time the server waits for the "
-            "schedule; the projection is the same schedules on an engine whose step stays flat in the batch up to K.")
-        step = a + b   # one request's step: on a flat engine, every step of a batch up to K costs this
-        scale = step * p.tokens_median / p.latency_median_s
-        projection = Projection(
-            baseline_value=sims["global_sync"]["makespan_s"] * scale,
-            technique_value=sims["out_of_order"]["makespan_s"] * scale,
-            assumptions={
-                "step_s": Assumption(value=step, unit="s", source="measured in this run: a one-request decode step "
-                                     "of the model server (fit a + b x 1)"),
-                "flat_batch": Assumption(value=p.llm_slots, unit="requests", source="assumed: a serving engine whose "
-                                         "step costs the same for any batch up to K (a GPU below saturation)"),
-                **param_assumptions(p, "tokens_median", "latency_median_s", "llm_slots")},
-            statement="makespan of the same schedules on an engine whose decode step is flat in the batch up to K: "
-                      "each call's tokens x this run's one-request step time, on the simulated clock")
-    deterministic = set(COUNTED) | {"sim_makespan_s", "sim_max_clock_spread", "sim_utilization"}
-    return SystemResult(variants=variants, kinds=kinds, samples=samples, assumptions=assumptions, curves=curves,
-                        notes=notes, deterministic=deterministic, regime=regime,
-                        regime_headline_value=float(p.radius), projection=projection)
+    return build_result(p, planned, probe, runs, sweep.result())

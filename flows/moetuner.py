@@ -1,18 +1,13 @@
 """MoETuner flow: ILP expert placement vs contiguous and greedy placement, on one and two nodes."""
 from __future__ import annotations
 
-from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
+from mlsys_flows.flows.common import RunContext, system_flow
+from mlsys_flows.systems.moetuner.result import SUFFIX, build_result
 from mlsys_flows.tasks import moetuner as t
-
-SUFFIX = {"1node": "", "2node": "_2node"}
-# times from the serving model in docs/moetuner.md, evaluated on held-out tokens of the trace
-MODELLED = ("end_to_end_time_s", "moe_compute_s", "communication_s", "non_moe_s", "token_p99_latency_s",
-            "token_p50_latency_s")
 
 
 @system_flow("moetuner")
-def moetuner(ctx: RunContext) -> SystemResult:
+def moetuner(ctx: RunContext):
     p = ctx.params
     trace = t.make_trace.submit(p, ctx.storage, ctx.key("trace.npz"))
     # timed first, alone: the expert kernel on this machine (its cost per token prices the *_kernel variants)
@@ -23,73 +18,4 @@ def moetuner(ctx: RunContext) -> SystemResult:
                                               kern["us_per_token"] if s == "1node" else None, s == "2node")
                for s in SUFFIX}
     done = {s: f.result() for s, f in futures.items()}
-    results = {s: d["variants"] for s, d in done.items()}
-    variants = {name + SUFFIX[s]: r["metrics"] for s, res in results.items() for name, r in res.items()}
-    kinds = {m: "counted" for metrics in variants.values() for m in metrics}
-    kinds |= dict.fromkeys(MODELLED, "modelled") | {"ilp1_solve_s": "measured", "ilp2_solve_s": "measured"}
-    variants["kernel"] = {"expert_us_per_token": kern["us_per_token"], "kernel_gflop_s": kern["gflop_s"]}
-    samples = {"kernel": {"expert_us_per_token": kern["samples_us"]}}
-    kinds |= {"expert_us_per_token": "measured", "kernel_gflop_s": "measured"}
-    serving_model = param_assumptions(p, "expert_us_per_token", "non_moe_us_per_token", "token_bytes",
-                                      "batch_tokens", "intra_node_gb_s", "inter_node_gb_s")
-    measured_kernel = {"expert_us_per_token_measured": Assumption(
-        value=round(kern["us_per_token"], 3), unit="us", source=(
-            f"measured in this run: median of {len(kern['samples_us'])} timings of one SwiGLU expert "
-            f"(d_model {kern['d_model']}, d_ff {kern['d_ff']}, timed on a {kern['d_ff_slice']}-column slice x "
-            f"{kern['tokens']} tokens, fp32, {kern['threads']} torch threads, scaled by d_ff / slice); prices the "
-            "*_kernel variants in place of expert_us_per_token"))}
-    regime = [RegimeSample(value=r, samples={n: [v] for n, v in times.items()}, kind="modelled")
-              for r, times in done["2node"]["regime"].items()]
-    curves = [
-        Curve(title=f"token latency CDF, {s}", x_label="token latency (ms)", y_label="fraction of tokens",
-              series={name + SUFFIX[s]: ([v * 1e3 for v in r["latency_quantiles_s"]], t.LATENCY_QUANTILES.tolist())
-                      for name, r in results[s].items()})
-        for s in SUFFIX
-    ] + [
-        Curve(title="mean layer time, 2 nodes", x_label="MoE layer", y_label="time per batch (ms)",
-              series={name + "_2node": (list(range(len(r["layer_time_s"]))), [v * 1e3 for v in r["layer_time_s"]])
-                      for name, r in results["2node"].items()})
-    ]
-    m1, m2 = variants["moetuner"], variants["moetuner_2node"]
-    notes = [
-        "Times come from the serving model in docs/moetuner.md (slowest GPU + worst GPU pair + non-MoE "
-        "time per layer) evaluated on held-out tokens of the routing trace; the placements come from "
-        f"HiGHS ILPs solved in this run on a {p.profile_fraction:.0%} profile.",
-        f"ILP 2 (cluster->GPU) gap: {m1['ilp2_gap']:.1%} (1 node), {m2['ilp2_gap']:.1%} (2 nodes); "
-        f"profiled objective (best simple mapping, i.e. moetuner_ilp1 -> after the exact one-layer sweeps "
-        f"-> after the ILP windows): "
-        f"{m1['ilp2_heuristic_objective']:.4g} -> {m1['ilp2_sweep_objective']:.4g} -> {m1['ilp2_objective']:.4g} (1 node), "
-        f"{m2['ilp2_heuristic_objective']:.4g} -> {m2['ilp2_sweep_objective']:.4g} -> {m2['ilp2_objective']:.4g} (2 nodes); "
-        f"ILP windows that improved on their warm start: {m1['ilp2_windows_improved']:.0f}/{m1['ilp2_windows']:.0f} "
-        f"(1 node), {m2['ilp2_windows_improved']:.0f}/{m2['ilp2_windows']:.0f} (2 nodes), "
-        f"{m2['ilp2_time_limited_windows']:.0f} of the 2-node ones stopped at the time limit. "
-        f"ILP 1 largest gap: {max(m1['ilp1_max_gap'], m2['ilp1_max_gap']):.2%}.",
-        "Workload: " + (f"recorded trace {p.trace_key}" if p.trace_key else
-                        f"synthetic top-{p.top_k} routing, {p.num_experts} experts x {p.layers} layers, Zipf "
-                        f"s={p.zipf_s}, {p.fanout} successors per expert with affinity {p.affinity}") +
-        f"; in the profile, {m1['successor_top2_share']:.0%} of an expert's layer-to-layer transitions go to "
-        "its 2 most frequent successors" + ("" if p.trace_key else f" (uniform routing: {2 / p.num_experts:.0%})") +
-        "; the paper measured Mixtral-8x7B on real GPUs, so the size of the gain "
-        "depends on how skewed and how layer-dependent this routing is.",
-    ]
-    # time-limited ILP solves may stop at different incumbents; the trace-derived non-MoE time does not
-    notes += [
-        f"Expert kernel measured on this machine: {kern['us_per_token']:.1f} us per token and expert "
-        f"({kern['gflop_s']:.1f} GFLOP/s), against the stated {p.expert_us_per_token:g} us of an H100-class GPU "
-        "that prices the headline. contiguous_kernel and moetuner_kernel are the one-node plans priced with the "
-        "measured value: there compute dwarfs the transfers and only load balance counts.",
-        "Mechanism: moetuner_ilp1 is ILP 1's clusters on the best simple mapping, without the ILP 2 stage; on one "
-        "node the links are uniform and the ratio is 1 by construction, so the regime carries the mechanism. "
-        "Regime: the two-node setup at intra/inter bandwidth ratios " + ", ".join(f"{r:g}" for r in
-                                                                              p.regime_bandwidth_ratios)
-        + f" (inter-node link = {p.intra_node_gb_s:g} GB/s / ratio), every variant re-evaluated on the held-out "
-        "tokens; contiguous and greedy placements and ILP 1's clusters do not depend on the links and are reused, "
-        f"ILP 2 is re-solved at each ratio with a twentieth of ilp2_time_limit_s ({p.ilp2_time_limit_s / 20:g} s; the "
-        "run's own ratio reuses the two-node result). The regime's variant names are those of the headline; their "
-        "values are the two-node setup's.",
-    ]
-    assumptions = dict.fromkeys(MODELLED, serving_model)
-    return SystemResult(variants=variants, kinds=kinds, samples=samples,
-                        assumptions=assumptions | {"end_to_end_time_s": serving_model | measured_kernel},
-                        curves=curves, notes=notes, deterministic={"non_moe_s"}, regime=regime,
-                        regime_headline_value=None)
+    return build_result(p, kern, done)

@@ -5,120 +5,19 @@ from __future__ import annotations
 
 import time
 
-from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, param_assumptions
-from mlsys_flows.systems.phaze import SIZES, TECH_FIELDS, area_mm2, pick, regime_pick, tpuv4_like
+from mlsys_flows.flows.common import RunContext, system_flow
+from mlsys_flows.systems.phaze.result import build_result
 from mlsys_flows.tasks import phaze as t
-
-MODELLED = ("train_throughput", "iteration_s", "peak_hbm_gib", "area_mm2", "peak_tflops",
-            "single_chip_samples_per_s")
-COUNTED = ("tensor_cores", "tc_dim", "vector_cores", "sram_mib", "hbm_gib", "tp", "pp", "dp", "micro_batch",
-           "recompute_stages", "ilps", "ilp_max_gap", "configs_tried", "designs_searched")
-MEASURED = ("search_s", "fanout_span_s", "candidate_task_s_sum", "candidate_task_s_max", "parallel_speedup")
-
-
-def _variant(design: dict, size: str, tech) -> dict[str, float]:
-    r, a = design["results"][size], design["arch"]
-    plan = r.get("plan") or dict(tp=0, pp=0, dp=0, micro_batch=0)
-    return {"train_throughput": r["train_throughput"], "iteration_s": r.get("iteration_s", float("inf")),
-            "peak_hbm_gib": r.get("peak_hbm_gib", 0.0), "area_mm2": r["area_mm2"],
-            "peak_tflops": 2 * a["tensor_cores"] * a["tc_dim"] ** 2 * tech.clock_ghz / 1e3,
-            "single_chip_samples_per_s": r["single_chip_samples_per_s"],
-            "tensor_cores": a["tensor_cores"], "tc_dim": a["tc_dim"], "vector_cores": a["vector_cores"],
-            "sram_mib": a["sram_mib"], "hbm_gib": a["hbm_stacks"] * tech.hbm_gib_per_stack,
-            "tp": plan["tp"], "pp": plan["pp"], "dp": plan["dp"], "micro_batch": plan["micro_batch"],
-            "recompute_stages": r.get("recompute_stages", 0), "ilps": r["ilps"], "ilp_max_gap": r["ilp_max_gap"],
-            "configs_tried": r["configs_tried"]}
-
-
-def _saved(r: dict, pas: str) -> float:
-    serial = r[f"block_{pas}_serial_s"]
-    return 1 - r[f"block_{pas}_s"] / serial if serial else 0.0
 
 
 @system_flow("phaze")
-def phaze(ctx: RunContext) -> SystemResult:
+def phaze(ctx: RunContext):
     p = ctx.params
-    tech, designs = p.tech(), p.designs()
+    designs = p.designs()
     # the fan-out: one task per candidate design, all submitted before any result is awaited
     started = time.perf_counter()
     futures = {a.name: t.evaluate_candidate.submit(p, a, ctx.storage, ctx.key("designs", f"{a.name}.json"))
                for a in designs}
     results = {name: f.result() for name, f in futures.items()}
     search_s = time.perf_counter() - started
-    task_s = [r["task_s"] for r in results.values()]
-    # from the first task's start to the last one's end (worker start-up and imports excluded)
-    span = max(r["end_unix"] for r in results.values()) - min(r["start_unix"] for r in results.values())
-
-    variants: dict[str, dict[str, float]] = {}
-    chosen = {}
-    for size in SIZES:
-        chosen[size] = pick({n: r["results"] for n, r in results.items()}, size)
-        for variant, name in chosen[size].items():
-            variants[variant + size] = _variant(results[name], size, tech)
-    variants["phaze"] |= {"search_s": search_s, "fanout_span_s": span, "candidate_task_s_sum": sum(task_s),
-                          "candidate_task_s_max": max(task_s), "parallel_speedup": sum(task_s) / span,
-                          "designs_searched": len(designs)}
-    kinds = dict.fromkeys(MODELLED, "modelled") | dict.fromkeys(COUNTED, "counted") | dict.fromkeys(MEASURED, "measured")
-
-    budget = area_mm2(tpuv4_like(), tech)
-    model = param_assumptions(p, *TECH_FIELDS, "state_bytes_per_param", "chips", "global_batch", "seq_len",
-                              "block_style", "large_block_style") | {
-        "area_budget_mm2": Assumption(value=round(budget, 1), unit="mm^2",
-                                      source="area of the TPUv4-like design under the area model; every candidate spends it"),
-        "bytes_per_value": Assumption(value=2, unit="B", source="bf16 activations, weights and gradients"),
-        "activation_memory": Assumption(value="Korthikanti et al. 2022, s*b*h*(10 + 24/t + 5*a*s/(h*t)) per GPT block; "
-                                              "parallel block 6 instead of 10; Llama block s*b*(8h + (8h + 8f)/t) + "
-                                              "2*a*s^2*b/t (f = MLP width, no dropout)",
-                                        source="stashed bytes per micro-batch under tensor parallelism"),
-    }
-    assumptions = {m: model for m in MODELLED}
-
-    names = sorted(results)
-    curves = [
-        Curve(title=f"modelled training throughput of every design ({'larger' if size else 'smaller'} model)",
-              x_label="design (sorted by name; 0 = tpuv4_like)", y_label="tokens/s (modelled)",
-              series={"design": (list(range(len(names))),
-                                 [results[n]["results"][size]["train_throughput"] for n in
-                                  ["tpuv4_like", *[x for x in names if x != "tpuv4_like"]]])})
-        for size in SIZES
-    ] + [Curve(title="candidate task wall time (one Dask task per design)", x_label="design",
-               y_label="seconds (measured)",
-               series={"task": (list(range(len(names))), [results[n]["task_s"] for n in names])})]
-    workers = len({r["pid"] for r in results.values()})
-    notes = [
-        f"Searched {len(designs)} designs of equal area ({budget:.0f} mm^2 under the stated area model); for each, "
-        f"a HiGHS scheduling ILP per layer kind, pass, tensor-parallel degree and micro-batch size "
-        f"({sum(r['results'][s]['ilps'] for r in results.values() for s in SIZES)} ILPs in all, largest gap "
-        f"{max(r['results'][s]['ilp_max_gap'] for r in results.values() for s in SIZES):.2%}), then the "
-        f"placement DP over data/pipeline/tensor parallelism on {p.chips} chips.",
-        "Operator graphs with branches: " + "; ".join(
-            f"{'larger' if s else 'smaller'} model {m.style} blocks, on the co-searched design the scheduling ILPs "
-            f"shorten the block's forward by {_saved(results[chosen[s]['phaze']]['results'][s], 'fwd'):.1%} and its "
-            f"backward by {_saved(results[chosen[s]['phaze']]['results'][s], 'bwd'):.1%} against running its operators "
-            f"one at a time (summed over every tensor-parallel degree and micro-batch size)"
-            for s, m in p.models().items()) + ".",
-        "Chosen designs: " + "; ".join(
-            f"{'larger' if s else 'smaller'} model: phaze -> {chosen[s]['phaze']}, single_chip_first -> "
-            f"{chosen[s]['single_chip_first']}" for s in SIZES) + ".",
-        f"Search fan-out: {len(designs)} tasks ran on {workers} worker process(es); from the first task's start to "
-        f"the last one's end {span:.1f} s vs {sum(task_s):.1f} s summed over the tasks (what one worker running "
-        f"them back to back would need, without task overhead): parallel_speedup {sum(task_s) / span:.2f}x, "
-        f"measured once (the search is not repeated); the whole search, submit to last result, took "
-        f"{search_s:.1f} s including worker start-up and Prefect task overhead.",
-        "Throughputs are modelled (roofline latencies, an area model and link bandwidths: see assumptions), not "
-        "measured on hardware; the TPUv4-like design is one point of the search space, so phaze >= tpuv4_like "
-        "by construction and the ratio says how much better the best equal-area design is.",
-    ]
-    sweep = regime_pick({n: r["results"] for n, r in results.items()})
-    regime = [RegimeSample(value=g, samples={v: [x] for v, x in tp.items()}, kind="modelled") for g, tp in sweep.items()]
-    notes.append(
-        "Regime: HBM capacity per stack swept over " + ", ".join(f"{g:g}" for g in sweep) + " GiB (memory per chip = "
-        "stacks x capacity; the TPUv4-like design has 4 stacks): every design re-placed on the smaller model at each "
-        "capacity with the same layer costs. phaze / single_chip_first per capacity: " + ", ".join(
-            f"{g:g} GiB {tp['phaze'] / tp['single_chip_first']:.3f}x" if tp["single_chip_first"] else f"{g:g} GiB "
-            "(single_chip_first infeasible)" for g, tp in sweep.items()) + ". The co-search can differ from picking "
-        "the best single chip first only where capacity binds.")
-    return SystemResult(variants=variants, kinds=kinds, assumptions=assumptions, curves=curves, notes=notes,
-                        deterministic={"designs_searched"}, regime=regime,
-                        regime_headline_value=float(p.hbm_gib_per_stack))
+    return build_result(p, results, search_s)

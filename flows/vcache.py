@@ -3,17 +3,13 @@
 global-threshold ablation, a class-confusion sweep) and on real MiniLM embeddings of paraphrase sets."""
 from __future__ import annotations
 
-from mlsys_flows.flows.common import RunContext, SystemResult, system_flow
-from mlsys_flows.systems.common.report import Curve, RegimeSample
-from mlsys_flows.systems.vcache import CALIBRATION_OFFSET, DELTAS, REGIME_SHRINK, same_hits_static, suffix
-from mlsys_flows.systems.vcache.cache import SEPARABLE_VAR_A, SEPARABLE_VAR_B
+from mlsys_flows.flows.common import RunContext, system_flow
+from mlsys_flows.systems.vcache.result import build_result
 from mlsys_flows.tasks import vcache as t
-
-SAMPLED = ("vcache", "static_threshold", "static_oracle", "vcache_global", "static_equal_error")
 
 
 @system_flow("vcache")
-def vcache(ctx: RunContext) -> SystemResult:
+def vcache(ctx: RunContext):
     p = ctx.params
     minilm = t.minilm_stream.submit(p, ctx.storage, ctx.key("minilm.npz"))
     mini = {which: t.replay.submit(p, ctx.storage, minilm, which) for which in ("vcache", "static")}
@@ -21,85 +17,5 @@ def vcache(ctx: RunContext) -> SystemResult:
     thresholds = t.calibrate.submit(p)
     seeds = [t.sphere_seed.submit(p, i, thresholds) for i in range(p.seeds)]
     per_seed = [f.result() for f in seeds]
-
-    variants: dict[str, dict[str, float]] = {}
-    curves = []
-    # sphere: the first seed gives every variant's metrics; the headline's variants keep one sample per seed
-    sweep = per_seed[0].pop("_sweep")
-    for r in per_seed[1:]:
-        r.pop("_sweep")
-    variants.update(per_seed[0])
-    variants["static_same_hits"] = same_hits_static(sweep, variants["vcache"]["hit_rate"])
-    samples = {v: {m: [r[v][m] for r in per_seed] for m in ("hit_rate", "error_rate", "delta_met")} for v in SAMPLED}
-    series = {"static_threshold (sweep, seed 0)": (sweep["error_rate"], sweep["hit_rate"])}
-    for v in ("vcache", "vcache_global", "static_threshold"):
-        series[v] = (samples[v]["error_rate"], samples[v]["hit_rate"])
-    curves.append(Curve(title="hit rate vs error rate, sphere workload (every seed)",
-                        x_label="error rate (wrong cached answers / queries)", y_label="hit rate", series=series))
-    # MiniLM paraphrases: hindsight static thresholds only (one corpus)
-    mres = {which: f.result() for which, f in mini.items()}
-    msweep = mres["static"].pop("_sweep")
-    for which in ("vcache", "static"):
-        for v, m in mres[which].items():
-            variants[v + "_minilm"] = m
-    series = {"static_threshold_minilm": (msweep["error_rate"], msweep["hit_rate"])}
-    for lvl in DELTAS:
-        m = variants["vcache" + suffix(lvl) + "_minilm"]
-        series["vcache" + suffix(lvl) + "_minilm"] = ([m["error_rate"]], [m["hit_rate"]])
-    curves.append(Curve(title="hit rate vs error rate, MiniLM workload (static: threshold sweep)",
-                        x_label="error rate (wrong cached answers / queries)", y_label="hit rate", series=series))
-    # the regime: class confusion
-    points = {w: f.result() for w, f in sweep_regime.items()}
-    regime = [RegimeSample(value=float(w), samples={v: [r[v]["hit_rate"]] for v in ("vcache", "vcache_global",
-                                                                                     "static_threshold")},
-                           kind="counted") for w, r in points.items()]
-    kinds = {m: "counted" for ms in variants.values() for m in ms}
-
-    def met(v: str) -> str:
-        errs = samples[v]["error_rate"]
-        return (f"{int(sum(samples[v]['delta_met']))}/{p.seeds} seeds (error {min(errs):.4f}-{max(errs):.4f})")
-
-    s, sm = variants["vcache"], variants["vcache_minilm"]
-    notes = [
-        "Every metric is counted: the offline model answers a prompt with its equivalence class and the judge "
-        "compares classes, so a hit is an error exactly when the cached prompt belongs to another class. "
-        "error_rate = wrong cached answers / all queries (explorations and misses call the model and are right).",
-        f"Sphere: {p.seeds} evaluated streams (seeds {p.seed}-{p.seed + p.seeds - 1}); the headline's variants carry "
-        "one sample per seed. static_threshold (deployable) is the threshold with the most hits meeting each delta on "
-        f"a held-out calibration stream (seed {p.seed + CALIBRATION_OFFSET}, thresholds "
-        f"{variants['static_threshold_low']['threshold']:g} / {variants['static_threshold']['threshold']:g} / "
-        f"{variants['static_threshold_high']['threshold']:g}), then run unchanged on each evaluated stream; "
-        "static_oracle is the best threshold meeting delta chosen on the evaluated stream with its labels (an upper "
-        "bound a deployment cannot reach); static_equal_error is the evaluated stream's static threshold with the "
-        "most hits at vCache's realized error (the frontier, hindsight).",
-        f"Delta compliance at delta = {p.delta}: vCache met it on {met('vcache')}, the calibrated static threshold on "
-        f"{met('static_threshold')}, the global-threshold ablation on {met('vcache_global')}.",
-        f"Observed vCache error rates (seed {p.seed}): sphere {variants['vcache_low']['error_rate']:.4f} / "
-        f"{s['error_rate']:.4f} / {variants['vcache_high']['error_rate']:.4f}, MiniLM "
-        f"{variants['vcache_low_minilm']['error_rate']:.4f} / {sm['error_rate']:.4f} / "
-        f"{variants['vcache_high_minilm']['error_rate']:.4f} for delta = {p.delta_low} / {p.delta} / {p.delta_high}.",
-        f"Workloads: sphere = {p.sphere_queries} queries over {p.sphere_classes} classes in {p.sphere_dim} dims "
-        f"(topics of {p.classes_per_topic} classes, topic scales {p.scale_min}-{p.scale_max}, class spread "
-        f"within={p.within}, Zipf {p.zipf_s}; a share {p.near_dup_share:g} of the classes are near-duplicates of "
-        f"another class with a different answer, centres {p.near_dup_offset:g} x the topic scale apart); MiniLM = {sm['queries']:.0f} distinct paraphrases of "
-        f"{p.minilm_classes} question classes (no exact repeats), embedded by "
-        f"{(p.embed_model + ' at ' + p.embed_base_url) if p.embed_base_url else 'the real all-MiniLM-L6-v2 (packaged, offline)'}; "
-        "its static baselines are chosen in hindsight on that one corpus (static_oracle*_minilm).",
-        f"Regime: class confusion near_dup_share = {', '.join(f'{w:g}' for w in p.regime_near_dup)} at delta {p.delta}, each "
-        f"point a stream with 1/{REGIME_SHRINK} of the queries and classes (seed {p.seed}), its static threshold "
-        "calibrated on the held-out seed at the same confusion; vCache against that threshold. Hit rate (error rate) "
-        "per point, vcache / global / static: " + "; ".join(
-            f"{w:g}: " + " / ".join(f"{r[v]['hit_rate']:.3f} ({r[v]['error_rate']:.4f})"
-                                    for v in ("vcache", "vcache_global", "static_threshold"))
-            for w, r in points.items()) + f". The ratio counts hits only: a point whose static error exceeds delta = "
-        f"{p.delta} is one where the calibrated threshold broke the bound.",
-        "vCache, as in the authors' implementation, starts every entry with two pseudo-observations "
-        f"({'on' if p.anchor_observations else 'off in this run'}: wrong at similarity 0, right at 1) and explores it "
-        f"until it holds {p.min_observations} observations counting them; with perfectly separated observations "
-        f"Var(t) is {p.separable_var_scale:g} x our simulated calibration {SEPARABLE_VAR_A:.4f} n^-{SEPARABLE_VAR_B:.3f}; "
-        f"tau* is the minimum over {'the authors' + chr(39) + ' 50-point' if p.reference_eps_grid else 'a dense'} eps "
-        "grid. The ablation vcache_global pools every entry's observations into one fit, so it leaves the per-entry "
-        "warm-up out with the per-entry threshold.",
-    ]
-    return SystemResult(variants=variants, kinds=kinds, curves=curves, notes=notes, samples=samples, regime=regime,
-                        regime_headline_value=float(p.near_dup_share))
+    return build_result(p, per_seed, {which: f.result() for which, f in mini.items()},
+                        {w: f.result() for w, f in sweep_regime.items()})

@@ -10,8 +10,7 @@ from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.moetuner import (Params, RoutingTrace, TraceError, bandwidth_regime, check_trace_fits,
                                           plan_and_evaluate)
 from mlsys_flows.systems.moetuner.kernel import measure_expert_us_per_token
-
-LATENCY_QUANTILES = np.linspace(0.0, 1.0, 101)
+from mlsys_flows.systems.moetuner.result import LATENCY_QUANTILES
 
 
 @task(name="moetuner-trace")

@@ -119,6 +119,9 @@ SPEC = SystemSpec(
     name="bagel", title="BAGEL: budgeted retrieval by Gaussian-process search", paper="arXiv:2604.17906", family="llm-serving",
     params=Params, baselines=("rerank", "dense"),
     roles={"rerank": ("paper", "deployable"), "dense": ("deployable",)},
+    # counted against the relevance known by construction, whichever scorer (label oracle or LLM) graded
+    kinds=dict.fromkeys(("recall_at_k", "far_recall_at_k", "recall_p10", "recall_p90", "queries", "scorer_calls",
+                         "failed_scores"), "counted"),
     mechanism=Mechanism(
         "budgeted exploration beyond the retriever's top-B", "bagel_exploit",
         "bagel_exploit is BAGEL with the same seeds, GP, hyperparameter fits, budget and final ranking, but a UCB "

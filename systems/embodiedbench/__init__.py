@@ -54,10 +54,20 @@ class Params(LLMEndpointParams, SystemParams):
             raise FieldValueError("regime_rounds", f"round budgets must be distinct, each from 1 to max_rounds ({self.max_rounds})")
         return self
 
+# Every metric is counted on the episodes, whichever agent plays them (the scripted planner or an LLM:
+# its replies are what they are, nothing is timed). The six capability subsets are those of
+# systems/embodied/core.SUBSETS, written out here so the spec loads without numpy (a test checks them).
+SUBSET_METRICS = tuple(f"success_{s}" for s in ("base", "common_sense", "complex_instruction", "spatial",
+                                                 "visual_appearance", "long_horizon"))
+KINDS = dict.fromkeys(("success_rate", "episodes", "invalid_plans", "invalid_plan_episodes",
+                       "invalid_actions_per_episode", "steps_per_episode", "plans_per_episode", *SUBSET_METRICS),
+                      "counted")
+
 
 SPEC = SystemSpec(
     name="embodiedbench", title="EmbodiedBench: embodied agent benchmark", paper="arXiv:2502.09560", family="embodied",
     params=Params, baselines=("replan_no_feedback", "no_feedback"),
+    kinds=KINDS,
     roles={"replan_no_feedback": ("deployable",), "no_feedback": ("deployable",)},
     mechanism=Mechanism(
         "environment feedback", "replan_no_feedback",

@@ -106,12 +106,19 @@ class Params(SystemParams):
                                self.ref_gflops)
 
 
+SIMULATED = ("time_to_accuracy_s", "mean_round_s", "time_to_accuracy_raw_s")   # on the round model's clock
+COUNTED = ("final_accuracy", "accuracy_gap_pts", "rounds_to_target", "reached_target", "excluded_updates",
+           "straggler_kept_fraction", "straggler_changes", "rounds_off_profile")
+
 SPEC = SystemSpec(
     name="fluid", title="FLuID: invariant-dropout straggler mitigation in FL", paper="FLuID (NeurIPS 2023)",
     family="serverless-edge-fl", params=Params,
     baselines=("fedavg_wait", "random_dropout", "ordered_dropout"),
     roles={"fedavg_wait": ("paper", "deployable"), "random_dropout": ("paper", "deployable"),
            "ordered_dropout": ("paper", "deployable")},
+    # client_cpu_s: the clients' local training CPU time; round_wall_s: the Dask fan-out's wall clock
+    kinds=dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(COUNTED, "counted")
+    | {"client_cpu_s": "measured", "round_wall_s": "measured"},
     # fluid_static (FLuID with the stragglers and sizes fixed once from the initial profile) is the
     # re-detection's ablation, reported by its own claims; not a baseline (nobody would pick it over FLuID)
     mechanism=Mechanism(

@@ -101,9 +101,21 @@ class Params(SystemParams):
                                self.affinity, self.fanout, self.seed)
 
 
+# the times from the serving model in docs/moetuner.md, evaluated on held-out tokens of the trace
+MODELLED = ("end_to_end_time_s", "moe_compute_s", "communication_s", "non_moe_s", "token_p99_latency_s",
+            "token_p50_latency_s")
+COUNTED = ("gpu_load_max_over_mean", "successor_top2_share", "ilp1_max_gap", "ilp1_affinity_max_gap", "ilp2_gap",
+           "ilp2_objective", "ilp2_bound", "ilp2_heuristic_objective", "ilp2_sweep_objective", "ilp2_sweep_passes",
+           "ilp2_windows", "ilp2_windows_improved", "ilp2_window_gain", "ilp2_time_limited_windows")
+# the ILP solves and the expert kernel are timed in the run
+KINDS = (dict.fromkeys(COUNTED, "counted") | dict.fromkeys(MODELLED, "modelled")
+         | dict.fromkeys(("ilp1_solve_s", "ilp2_solve_s", "expert_us_per_token", "kernel_gflop_s"), "measured"))
+
+
 SPEC = SystemSpec(
     name="moetuner", title="MoETuner: ILP expert placement and routing", paper="arXiv:2502.06643", family="moe",
     params=Params, baselines=("contiguous", "greedy"),
+    kinds=KINDS,
     # contiguous needs no data; greedy packs the loads of the profiled 25% and is evaluated on the held-out rest
     roles={"contiguous": ("paper", "deployable"), "greedy": ("deployable",)},
     mechanism=Mechanism("ILP 2, the routing-aware cluster -> GPU mapping", "moetuner_ilp1",

@@ -153,9 +153,17 @@ def regime_pick(results: dict[str, dict[str, dict]]) -> dict[float, dict[str, fl
                        "tpuv4_like": small["tpuv4_like"]["regime_throughput"][g]} for g in caps}
 
 
+MODELLED = ("train_throughput", "iteration_s", "peak_hbm_gib", "area_mm2", "peak_tflops",
+            "single_chip_samples_per_s")
+COUNTED = ("tensor_cores", "tc_dim", "vector_cores", "sram_mib", "hbm_gib", "tp", "pp", "dp", "micro_batch",
+           "recompute_stages", "ilps", "ilp_max_gap", "configs_tried", "designs_searched")
+# the search's fan-out, timed once in the run
+MEASURED = ("search_s", "fanout_span_s", "candidate_task_s_sum", "candidate_task_s_max", "parallel_speedup")
+
 SPEC = SystemSpec(
     name="phaze", title="PHAZE: accelerator architecture and placement co-search", paper="PHAZE (ICML 2024)",
     family="parallelism", params=Params, baselines=("tpuv4_like", "single_chip_first"),
+    kinds=dict.fromkeys(MODELLED, "modelled") | dict.fromkeys(COUNTED, "counted") | dict.fromkeys(MEASURED, "measured"),
     # nothing is tuned on the evaluated setting: a fixed design, and the best single chip by its own score
     roles={"tpuv4_like": ("paper", "deployable"), "single_chip_first": ("deployable",)},
     mechanism=Mechanism("co-search of the architecture and the placement", "single_chip_first",

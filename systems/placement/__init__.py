@@ -140,6 +140,8 @@ def graph_label(name: str) -> str:
 SPEC = SystemSpec(
     name="placement", title="Optimal device placement by DP over downsets", paper="Tarnawski et al., NeurIPS 2020",
     family="parallelism", params=Params,
+    kinds={"max_load": "modelled", "ip_bound": "modelled", "ip_gap": "modelled", "ideals": "counted",
+           "ideal_pairs": "counted"},
     baselines=("pipedream", "greedy", "local_search", "one_accelerator"),
     # every baseline sees only the graph it places: nothing is tuned on an evaluated workload
     roles={"pipedream": ("paper", "deployable"), "greedy": ("deployable",), "local_search": ("deployable",),

@@ -110,6 +110,8 @@ SPEC = SystemSpec(
     name="radix", title="RadixAttention: KV-cache reuse with a radix tree", paper="SGLang (NeurIPS 2024)",
     family="llm-serving", params=Params, baselines=("no_cache",),
     roles={"no_cache": ("paper", "deployable")},
+    kinds=dict.fromkeys(("prefill_tokens", "prompt_tokens", "prefill_tokens_saved", "hit_rate", "evicted_tokens",
+                         "decode_steps", "output_tokens", "requests"), "counted") | {"requests_per_s": "measured"},
     mechanism=Mechanism(
         "radix-tree prefix matching (reuse the K/V of the longest cached prefix of any request, LRU eviction)",
         "exact_cache",

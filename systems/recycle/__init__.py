@@ -17,6 +17,17 @@ from .sim import Group, MicroBatch, Plan, Result, SimulationError, simulate
 
 FAILURES = (1, 2, 4)       # failure counts compared
 HEADLINE_FAILURES = 1      # one failure at a time is the common case in a large cluster
+# the policies' metrics on the simulator's clock, and the stage calibration timed with torch (metric -> phase)
+SIMULATED = ("throughput", "steady_throughput", "iteration_ms", "compute_utilization", "stall_ms")
+CALIBRATED = {"forward_ms": "forward", "backward_input_ms": "backward_input", "backward_weight_ms": "backward_weight",
+              "backward_fused_ms": "backward_fused", "optimizer_ms": "optimizer"}
+# everything timed on real ranks (restart, stage pair, failover) is measured, the simulator's predictions of
+# those runs simulated, sizes and counts counted
+KINDS = (dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(CALIBRATED, "measured")
+         | dict.fromkeys(("live_workers", "param_bytes", "activation_bytes", "restart_shard_bytes"), "counted")
+         | dict.fromkeys(("restart_ms", "pair_step_ms", "real_samples_s", "real_recover_s", "real_detection_s",
+                          "real_step_prediction_error"), "measured")
+         | dict.fromkeys(("pair_predicted_ms", "real_predicted_samples_s"), "simulated"))
 
 
 class Params(SystemParams):
@@ -130,7 +141,7 @@ _CLAIMS += [
 
 SPEC = SystemSpec(
     name="recycle", title="ReCycle: pipeline-adaptive fault-tolerant training", paper="arXiv:2405.14009",
-    family="parallelism", params=Params,
+    family="parallelism", params=Params, kinds=KINDS,
     baselines=(variant("oobleck", HEADLINE_FAILURES), variant("bamboo", HEADLINE_FAILURES),
                variant("oobleck_decoupled", HEADLINE_FAILURES)),
     # nothing is tuned on the evaluated run: Oobleck picks its plan with its own rule, Bamboo has no knob; the

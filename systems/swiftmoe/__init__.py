@@ -137,10 +137,22 @@ class Params(SystemParams):
         return MoEConfig(vocab=self.vocab, d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
                          n_experts=self.n_experts, d_ff=self.d_ff, top_k=self.top_k, seq_len=self.seq_len)
 
+# what each policy's training run reports; the times are on the simulated cluster's clock (compute measured
+# once in the run, communication over assumed links), the rest counted, and the training's wall clock timed
+RUN_METRICS = ("time_to_target_s", "reached_target", "iterations_to_target", "target_loss", "final_eval_loss",
+               "best_eval_loss", "mean_iter_time_s", "total_time_s", "tokens_dropped_frac",
+               "expert_bytes_moved_per_iter", "migration_bytes_total", "expert_state_bytes_per_worker", "train_wall_s")
+SIMULATED = ("time_to_target_s", "mean_iter_time_s", "total_time_s")
+# calibration_error and replay_iter_ms: the 2-rank gloo replay of SwiftMoE's recorded work, timed
+KINDS = (dict.fromkeys(RUN_METRICS, "counted") | dict.fromkeys(SIMULATED, "simulated")
+         | dict.fromkeys(("train_wall_s", "calibration_error", "replay_iter_ms"), "measured")
+         | {"capacity_factor": "counted"})
+
 
 SPEC = SystemSpec(
     name=SYSTEM, title="SwiftMoE: decoupled expert optimizer state, per-iteration replication",
     paper="arXiv:2504.19925", family="moe", params=Params,
+    kinds=KINDS,
     baselines=(TUNED, "deepspeed", *DEEPSPEED_SWEEP, "flexmoe"),
     # deepspeed_tuned: the capacity factor a user picks on a calibration run (another seed); deepspeed: the
     # default factor 1.0; the swept factors on the evaluated trace are hindsight choices (their best is vs_oracle)

@@ -157,6 +157,9 @@ SPEC = SystemSpec(
     name="vcache", title="vCache: verified semantic prompt caching", paper="arXiv:2502.03771", family="llm-serving",
     params=Params, baselines=("static_threshold", "static_oracle"), claims=tuple(_CLAIMS),
     roles={"static_threshold": ("deployable",), "static_oracle": ("oracle",)},
+    # every metric is counted: the offline model answers with the prompt's class and the judge compares classes
+    kinds=dict.fromkeys(("hit_rate", "error_rate", "hit_precision", "model_calls", "cache_entries", "queries", "delta",
+                         "delta_met", "logistic_fits", "threshold"), "counted"),
     mechanism=Mechanism(
         "per-embedding learned thresholds", "vcache_global",
         "vcache_global keeps vCache's whole error-bound machinery (warm-up, logistic fit, delta-method variance, "

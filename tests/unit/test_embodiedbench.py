@@ -181,3 +181,12 @@ def test_summary_counts_per_level_and_subset():
     assert s["with_feedback_high"]["success_base"] == float(hi[0]["success"])
     curve = success_by_round(eps["with_feedback"], 10)
     assert curve == sorted(curve) and curve[-1] == s["with_feedback"]["success_rate"]
+
+
+def test_the_spec_declares_every_subset_metrics_kind():
+    """The spec writes the six subsets out (it loads without numpy): they must be the environments' own."""
+    from mlsys_flows.systems.embodied.core import SUBSETS
+    from mlsys_flows.systems.embodiedbench import SUBSET_METRICS
+
+    assert SUBSET_METRICS == tuple(f"success_{s}" for s in SUBSETS)
+    assert all(SPEC.kinds[m] == "counted" for m in SUBSET_METRICS)

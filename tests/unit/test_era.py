@@ -254,3 +254,12 @@ def test_regime_budgets_are_whole_rollouts_within_the_budget():
         Params.for_scale("smoke", regime_rl_share=[0.0, 1.5])
     with pytest.raises(ParamsError, match="regime_rl_share"):
         Params.for_scale("smoke", regime_rl_share=[0.1, 0.2])   # both round down to 0 steps of the 128
+
+
+def test_the_spec_declares_every_subset_metrics_kind():
+    """The spec writes the six subsets out (it loads without numpy): they must be the environments' own."""
+    from mlsys_flows.systems.embodied.core import SUBSETS
+    from mlsys_flows.systems.era import SPEC, SUBSET_METRICS
+
+    assert SUBSET_METRICS == tuple(f"success_{s}" for s in SUBSETS)
+    assert SPEC.kinds["train_s"] == "measured" and all(SPEC.kinds[m] == "counted" for m in SUBSET_METRICS)

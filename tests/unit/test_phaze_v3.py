@@ -39,3 +39,11 @@ def test_spec_is_v3():
     assert SPEC.regime.paper_value == Params().hbm_gib_per_stack
     with pytest.raises(Exception, match="regime_gib_per_stack"):
         Params.for_scale("smoke", regime_gib_per_stack=[1.0, 1.0])
+
+
+def test_a_regime_point_where_nothing_fits_in_memory_is_invalid():
+    from mlsys_flows.systems.phaze.result import _memory_validity
+
+    assert _memory_validity(8.0, {"phaze": 2.0, "single_chip_first": 0.0, "tpuv4_like": 1.0}) == {}
+    out = _memory_validity(0.5, {"phaze": 0.0, "single_chip_first": 0.0, "tpuv4_like": 0.0})
+    assert out["valid"] is False and "phaze" in out["invalid"]

@@ -201,3 +201,20 @@ def test_capacity_choice_and_regime_params():
     assert np.allclose(mix[0], mix[2]) and not np.allclose(*regime_mix(np.array([0, 20]), 4, 2.0, 40.0))
     with pytest.raises(ParamsError):
         Params.for_scale("smoke", regime_drift_rates=[1.0, 1.0])
+
+
+def test_a_regime_point_where_a_compared_side_missed_the_target_is_invalid():
+    """Time to target is a lower bound for a policy that missed the target: such a point stays out of the
+    crossover, whether SwiftMoE or the strongest deployable baseline missed it."""
+    from mlsys_flows.systems.swiftmoe.result import _regime_point
+
+    def runs(swift_reached, flex_reached):
+        return {"deepspeed_tuned": {"time_to_target_s": 3.0, "reached_target": 1.0},
+                "flexmoe": {"time_to_target_s": 2.0, "reached_target": flex_reached},
+                "swiftmoe": {"time_to_target_s": 1.9, "reached_target": swift_reached},
+                "swiftmoe_frozen": {"time_to_target_s": 2.5, "reached_target": 0.0}}
+
+    assert _regime_point(1.0, runs(1.0, 1.0)).valid  # the ablation is not a compared baseline
+    broken = _regime_point(1.0, runs(1.0, 0.0))
+    assert not broken.valid and "flexmoe missed the target" in broken.invalid
+    assert not _regime_point(1.0, runs(0.0, 1.0)).valid
