@@ -52,8 +52,8 @@ def train_sharded_rank(info: RankInfo, checkpoints: CheckpointStore, run_key: st
 
 @task(name="checkpoint-bench")
 def bench(p: Params, storage: ObjectStorage, prefix: str) -> dict:
-    """Every variant trains the same ``p.steps`` steps from the same seed, ``p.repeats`` times,
-    interleaved; checkpoints go to ``storage`` under ``prefix`` and are deleted after each run,
+    """Every variant trains the same ``p.steps`` steps from the same seed, ``p.repeats`` times
+    (more, up to ``p.max_repeats``, until the headline's verdict decides), interleaved; checkpoints go to ``storage`` under ``prefix`` and are deleted after each run,
     except that the first repeat's last checkpoints of every mode are compared tensor by tensor."""
     import torch
 
@@ -75,11 +75,12 @@ def bench(p: Params, storage: ObjectStorage, prefix: str) -> dict:
         storage.delete(f"{prefix}/{saver.run_key}")
 
     t0 = time.perf_counter()
-    runs = run_bench(p, make_saver, done, log=log.info)
+    reps = p.adaptive_repeats()
+    runs = run_bench(p, make_saver, done, log=log.info, reps=reps)
     equal = {v: float(_same(first[v], first["sync"], torch)) for v in first}
     log.info("checkpoint bench done in %.1f s; last checkpoint equal to the synchronous one: %s",
              time.perf_counter() - t0, equal)
-    return {"runs": runs, "equal_to_sync": equal}
+    return {"runs": runs, "equal_to_sync": equal, "repeats": reps.summary()}
 
 
 def _same(a, b, torch) -> bool:

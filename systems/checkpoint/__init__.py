@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.params import AdaptiveRepeatParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 # variant -> (asynchronous, lazy) of the block's savers; "none" trains without checkpoints (the floor every
@@ -20,11 +20,12 @@ CHECKPOINTED = ("sync", "async_eager", "async_serialize", "async")
 SWEPT = CHECKPOINTED
 
 
-class Params(SystemParams):
+class Params(AdaptiveRepeatParams):
     SYSTEM: ClassVar[str] = "checkpoint"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(width=768, depth=4, batch_size=32, steps=8, every=2, regime_widths=[256, 768]),
-        "quick": dict(width=2048, depth=4, batch_size=32, steps=12, every=4, regime_widths=[256, 512, 1024, 2048]),
+        "quick": dict(width=2048, depth=4, batch_size=32, steps=12, every=4, regime_widths=[256, 512, 1024, 2048],
+                      max_repeats=12, repeat_budget_s=150),
         "full": dict(width=4096, depth=8, batch_size=64, steps=40, every=5, repeats=5,
                      regime_widths=[1024, 2048, 4096, 8192]),
     }

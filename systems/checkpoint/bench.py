@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import MODES, SWEPT, Params
+from mlsys_flows.systems.common.repeats import AdaptiveRepeats
+
+from . import MODES, SPEC, SWEPT, Params
 from .train import TrainResult, train
 
 
@@ -35,14 +37,17 @@ def summarize(result: TrainResult, flushes: list[dict[str, Any]]) -> dict[str, A
 
 
 def run_bench(p: Params, make_saver: Callable[[str, int], Any], done: Callable[[str, int, Any], None] | None = None,
-              log: Callable[[str], None] = lambda _: None) -> dict[str, list[dict[str, Any]]]:
-    """``p.repeats`` rounds of every variant of MODES (interleaved), each a full training run of
-    ``p.steps`` steps from the same seed. ``make_saver(variant, repeat)`` returns a saver (None for
+              log: Callable[[str], None] = lambda _: None,
+              reps: AdaptiveRepeats | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Rounds of every variant of MODES (interleaved), each a full training run of ``p.steps`` steps
+    from the same seed: ``p.repeats`` of them, or as many as ``reps`` (adaptive repeats: until the
+    headline's verdict decides) allows. ``make_saver(variant, repeat)`` returns a saver (None for
     "none"); ``done(variant, repeat, saver)`` runs after each (cleanup). Returns {variant: [run]}."""
+    reps = reps or AdaptiveRepeats(p.repeats)
     # warm-up (not recorded): first-touch allocations and code paths of the training loop
     train(p.width, p.depth, p.batch_size, min(2, p.steps), p.seed, threads=p.train_threads)
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in MODES}
-    for r in range(p.repeats):
+    for r in reps:
         for variant in order(r):
             saver = make_saver(variant, r)
             res = train(p.width, p.depth, p.batch_size, p.steps, p.seed, saver=saver,
@@ -53,6 +58,7 @@ def run_bench(p: Params, make_saver: Callable[[str, int], Any], done: Callable[[
                 + (f", flush {run['flush_mb_s']:.0f} MB/s" if "flush_mb_s" in run else ""))
             if done is not None:
                 done(variant, r, saver)
+        reps.record_headline(SPEC, {v: [run[SPEC.headline.metric] for run in rs] for v, rs in runs.items()})
     return runs
 
 

@@ -9,6 +9,7 @@ from mlsys_flows.systems.checkpoint import CHECKPOINTED, SWEPT
 from mlsys_flows.systems.checkpoint.bench import overheads
 from mlsys_flows.systems.checkpoint.train import digest_number, state_bytes
 from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
+from mlsys_flows.systems.common.repeats import repeats_note
 
 
 def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_url: str,
@@ -94,5 +95,8 @@ def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_
         f"{p.width} the bench's {p.repeats} repeat(s), at the others one run of {2 * p.every} steps (two "
         "checkpoints) per variant (measured, fewer repeats: noisier). Per size, async against the stronger of sync "
         "and async_eager on the in-loop stall per checkpoint.")
+    reps = measured.get("repeats")
+    if reps and reps["maximum"] > reps["minimum"]:
+        notes.append(repeats_note(reps, "the bench's rounds of every variant"))
     return SystemResult(variants=variants, samples=samples, curves=curves, notes=notes,
-                        regime=regime, regime_headline_value=p.state_mb)
+                        regime=regime, regime_headline_value=p.state_mb, repeats=reps)

@@ -120,3 +120,13 @@ class AdaptiveRepeats:
         return {"repeats": self.done, "minimum": self.minimum, "maximum": self.maximum, "looks": self.looks,
                 "planned": list(self._looks) if self.adaptive else [self.minimum], "stopped": self.stopped,
                 "budget_s": self.budget_s}
+
+
+def repeats_note(summary: dict, what: str) -> str:
+    """A report note on how adaptive repeats ran (``AdaptiveRepeats.summary()``)."""
+    why = {"decided": "the verdict decided", "maximum": f"the maximum of {summary['maximum']} was reached undecided",
+           "budget": f"the budget of {summary['budget_s']:g} s was spent undecided"}.get(summary["stopped"], "fixed")
+    return (f"Adaptive repeats: {what} ran {summary['repeats']} times (at least {summary['minimum']}, looks planned at "
+            f"{', '.join(map(str, summary['planned']))}); they stopped because {why}. Every interval of the report is "
+            f"taken at {1 - 0.05 / summary['looks']:.1%} ({summary['looks']} planned looks), so stopping early "
+            "does not make a decision likelier.")

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from mlsys_flows.systems.common.params import FieldValueError, SystemParams
+from mlsys_flows.systems.common.params import AdaptiveRepeatParams, FieldValueError
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 from mlsys_flows.systems.llm_serving.model_card import FIRST_WORD_ID, MODEL_NAME, MODEL_POSITIONS, MODEL_VOCAB, TOKEN_IDS
 
@@ -18,7 +18,7 @@ from .tree import NaivePrefixStore, RadixCache, common_prefix_len
 
 
 
-class Params(SystemParams):
+class Params(AdaptiveRepeatParams):
     SYSTEM: ClassVar[str] = "radix"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(fewshot_requests=6, fewshot_prefix=128, question_len=16, new_tokens=4, chat_sessions=2,
@@ -27,7 +27,7 @@ class Params(SystemParams):
                       noshare_prompt=64, pressure_templates=3, pressure_per_template=3, pressure_prefix=96,
                       pressure_kv_slots=200, kv_slots=2048, max_running=8, regime_shared_share=[0.0, 0.75],
                       regime_requests=6, regime_repeats=1),
-        "quick": dict(),
+        "quick": dict(max_repeats=12, repeat_budget_s=150),
         "full": dict(fewshot_requests=256, fewshot_prefix=448, question_len=48, new_tokens=16, chat_sessions=64,
                      chat_turns=6, tot_trees=16, tot_depth=3, noshare_requests=256, noshare_prompt=448,
                      pressure_templates=12, pressure_per_template=32, pressure_prefix=384, pressure_kv_slots=3072,

@@ -3,6 +3,7 @@ curves, the shared-prefix regime and the notes on what was measured (pure: the f
 from __future__ import annotations
 
 from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
+from mlsys_flows.systems.common.repeats import repeats_note
 
 from . import Params
 from .run import SUFFIX, WORKLOADS
@@ -76,5 +77,8 @@ def build_result(p: Params, results: dict[str, dict], sweep: dict[float, dict[st
         f"<= {p.max_running} and the prompts are short, so the ratio depends on the prompt/output lengths chosen "
         "(docs/radix.md); the paper measured 7B-70B models on GPUs with SGLang's full runtime.",
     ]
+    reps = results["fewshot"].get("repeats")
+    if reps and reps["maximum"] > reps["minimum"]:
+        notes.append(repeats_note(reps, "the few-shot workload's passes"))
     return SystemResult(variants=variants, samples=samples, curves=curves, notes=notes, regime=regime,
-                        regime_headline_value=headline_share)
+                        regime_headline_value=headline_share, repeats=reps)

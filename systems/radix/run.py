@@ -7,7 +7,9 @@ import json
 
 import numpy as np
 
-from . import TOKEN_IDS
+from mlsys_flows.systems.common.repeats import AdaptiveRepeats
+
+from . import SPEC, TOKEN_IDS
 from . import workloads as w
 from .engine import Engine, Request, ServeStats
 
@@ -113,7 +115,9 @@ def measure(p, workload: str, log=None) -> dict:
     rates: dict[str, list[float]] = {v: [] for v in names}
     first: dict[str, ServeStats] = {}
     digests: dict[str, set[str]] = {v: set() for v in names}
-    for rep in range(p.repeats):
+    # the headline's workload repeats until its verdict decides (within max_repeats / the budget)
+    reps = p.adaptive_repeats() if workload == "fewshot" else AdaptiveRepeats(p.repeats)
+    for rep in reps:
         order = names[rep % len(names):] + names[:rep % len(names)]
         for v in order:
             st = serve(eng, p, workload, v, requests)
@@ -123,7 +127,10 @@ def measure(p, workload: str, log=None) -> dict:
             if log:
                 log(f"{workload}/{v}: {st.requests} requests in {st.wall_s:.3f} s, prefill {st.prefill_tokens} "
                     f"of {st.prompt_tokens} prompt tokens, hit rate {st.hit_rate:.3f}")
-    out = {"workload": workload, "rates": rates, "metrics": {}, "finished_prefill": {},
+        reps.record_headline(SPEC, {v + SUFFIX[workload]: r for v, r in rates.items()})
+    if log and reps.adaptive:
+        log(f"{workload}: {reps.done} repeats, stopped: {reps.stopped}")
+    out = {"workload": workload, "rates": rates, "metrics": {}, "finished_prefill": {}, "repeats": reps.summary(),
            "digests": {v: sorted(d) for v, d in digests.items()}, "model": model_note()}
     for v, st in first.items():
         out["metrics"][v] = {

@@ -9,7 +9,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from mlsys_flows.systems.common.lazy import lazy_exports
-from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.params import AdaptiveRepeatParams
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 # the index, its training and the workloads (numpy, scipy) load on first use, not with the spec
@@ -21,12 +21,13 @@ lazy_exports(__name__, {
 })
 
 
-class Params(SystemParams):
+class Params(AdaptiveRepeatParams):
     SYSTEM: ClassVar[str] = "sia"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(loaded_keys=16_384, ops=6_000, group_size=2048, check_keys=500, regime_insert_shares=[0.05, 0.5],
                       pgm_buffer=1024),
-        "quick": dict(loaded_keys=131_072, ops=80_000, group_size=8192, check_keys=2000,
+        "quick": dict(loaded_keys=131_072, ops=80_000, group_size=8192, check_keys=2000, max_repeats=12,
+                      repeat_budget_s=150,
                       regime_insert_shares=[0.05, 0.2, 0.5, 0.8]),
         "full": dict(loaded_keys=2_000_000, ops=1_000_000, group_size=8192, check_keys=20_000, repeats=5),
     }

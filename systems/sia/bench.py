@@ -8,7 +8,9 @@ from typing import Callable
 
 import numpy as np
 
-from . import baselines, train
+from mlsys_flows.systems.common.repeats import AdaptiveRepeats
+
+from . import SPEC, baselines, train
 from .index import LearnedIndex, Server, Submit, inline_submit
 from .shared import SharedSubmit
 from .workload import make_keys, op_stream
@@ -143,7 +145,9 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
     samples: dict[str, dict[str, list[float]]] = {r.variant: {} for r in runs}
     counts: dict[str, dict[str, float]] = {}
     latency: dict[str, list[float]] = {}
-    for rep in range(p.repeats):
+    # the headline's workload repeats until its verdict decides (within max_repeats / the budget)
+    reps = p.adaptive_repeats() if workload == "ycsb" else AdaptiveRepeats(p.repeats)
+    for rep in reps:
         order = runs[rep % len(runs):] + runs[: rep % len(runs)]
         for run in order:
             ins, tgt, n_ins = streams[run.mix]
@@ -168,6 +172,9 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
                     c["weight_rel_diff_max"], c["weight_diff_over_bound"] = check_weights(index)
                 counts[run.variant] = c
                 latency[run.variant] = np.percentile(np.asarray(st.lookup_ns) / 1e3, LATENCY_QUANTILES).tolist()
+        reps.record_headline(SPEC, {v: m.get(SPEC.headline.metric, []) for v, m in samples.items()})
+    if reps.adaptive:
+        log(f"{workload}: {reps.done} repeats, stopped: {reps.stopped}")
     sweep: dict[float, dict[str, list[float]]] = {}
     for share, plan in regime_plan(p, regime, inline).items():  # one run per new point, after the repeats
         sweep[share] = {}
@@ -183,7 +190,7 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
             sweep[share][name] = [summ["ops_per_s"]]
             log(f"{workload} regime insert share {share:g} {name}: {summ['ops_per_s']:.0f} ops/s, stall share "
                 f"{summ.get('stall_share', 0.0):.3f}")
-    return {"samples": samples, "counts": counts, "latency": latency, "groups": len(base.groups),
+    return {"samples": samples, "counts": counts, "latency": latency, "groups": len(base.groups), "repeats": reps.summary(),
             "build_s": build_s, "err_median": float(np.median([g.err for g in base.groups])), "regime": sweep,
             "shared": {"calls": board_submit.calls, "bytes": board_submit.shared_bytes}
             if isinstance(board_submit, SharedSubmit) else {}}

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from mlsys_flows.systems.common.report import Assumption, Curve, Projection, RegimeSample, SystemResult
+from mlsys_flows.systems.common.repeats import repeats_note
 from mlsys_flows.systems.sia.bench import LATENCY_QUANTILES
 from mlsys_flows.systems.sia.project import FpgaCard, project_ops_per_s
 
@@ -104,6 +105,9 @@ def build_result(p: Any, results: dict[str, dict]) -> SystemResult:
     notes.append("Projection (modelled, FPGA card): " + ", ".join(f"{k} {x:g}" for k, x in asdict(card).items())
                  + f"; full_retrain {proj['full_retrain']:.0f} ops/s, sia {proj['sia']:.0f} ops/s (YCSB-style, "
                  f"{p.insert_share:g} inserts).")
+    reps = y.get("repeats")
+    if reps and reps["maximum"] > reps["minimum"]:
+        notes.append(repeats_note(reps, "the YCSB-style workload's runs"))
     return SystemResult(variants=variants, samples=samples, curves=curves, notes=notes,
                         deterministic={"ops", "inserts", "lookup_errors", "misses"}, regime=regime,
-                        regime_headline_value=p.insert_share, projection=projection)
+                        regime_headline_value=p.insert_share, projection=projection, repeats=reps)
