@@ -9,6 +9,7 @@ import time
 
 from prefect import get_run_logger, task
 
+from mlsys_flows import registry
 from mlsys_flows.blocks import ObjectStorage, ResourcePool
 from mlsys_flows.systems.recsys_embeddings import experiment as ex
 from mlsys_flows.systems.recsys_embeddings.params import HarnessParams
@@ -44,8 +45,10 @@ def train(p: HarnessParams, storage: ObjectStorage, key: str, names: list[str], 
     with pool.claim() as device:
         log.info("%s training on %s (the model and the hot rows there, the slow tier in host memory)", p.SYSTEM,
                  device)
-        runs = ex.run_interleaved(ds, p, variants, p.repeats, lambda s: log.info("%s %s", p.SYSTEM, s), str(device))
-    return {"runs": runs, "profiled": profiled, "device": ex.devices_of(runs)}
+        reps = p.adaptive_repeats()
+        runs = ex.run_interleaved(ds, p, variants, reps, lambda s: log.info("%s %s", p.SYSTEM, s), str(device),
+                                  spec=registry.get(p.SYSTEM))
+    return {"runs": runs, "profiled": profiled, "device": ex.devices_of(runs), "repeats": reps.summary()}
 
 
 @task(name="recsys-regime")

@@ -54,7 +54,7 @@ def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_
         f"{p.train_threads} torch thread(s), batch {p.batch_size}, {p.steps} steps from the same seed in every run, a "
         f"checkpoint after every {p.every}-th optimizer step, to {storage_url} (each blob written "
         "atomically and fsynced, then the manifest). Variants interleaved over "
-        f"{p.repeats} repeat(s), rotating order, after a warm-up run.",
+        f"{len(runs['sync'])} repeat(s), rotating order, after a warm-up run.",
         "none trains without checkpoints; sync calls CheckpointStore.write (torch.save, sha256, write, manifest) in "
         "the loop; async_eager copies the state into reused host buffers at save time and flushes on a background "
         "thread; async (DataStates-LLM) starts the copy on the background thread and lets the next forward and "
@@ -92,7 +92,7 @@ def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_
     notes.append(
         f"Regime: state size swept over widths {', '.join(map(str, p.regime_widths))} ("
         + ", ".join(f"{mb[w]:.0f} MB" for w in p.regime_widths) + f", depth {p.depth}); at the headline width "
-        f"{p.width} the bench's {p.repeats} repeat(s), at the others one run of {2 * p.every} steps (two "
+        f"{p.width} the bench's {len(runs['sync'])} repeat(s), at the others one run of {2 * p.every} steps (two "
         "checkpoints) per variant (measured, fewer repeats: noisier). Per size, async against the stronger of sync "
         "and async_eager on the in-loop stall per checkpoint.")
     reps = measured.get("repeats")

@@ -16,7 +16,9 @@ REGIME_VARIANTS = ("hybrid", "fae", "hotline", "hotline_sync")
 
 class Params(HarnessParams):
     SYSTEM: ClassVar[str] = "hotline"
-    PRESETS: ClassVar[dict] = {"smoke": dict(SMOKE), "quick": dict(), "full": dict(FULL)}
+    ADAPTIVE: ClassVar[bool] = True  # samples/s: each run reports it
+    PRESETS: ClassVar[dict] = {"smoke": dict(SMOKE), "quick": dict(max_repeats=12, repeat_budget_s=150),
+                               "full": dict(FULL)}
 
 
 SPEC = SystemSpec(

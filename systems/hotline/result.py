@@ -2,6 +2,7 @@
 gather's overlap, the slow-tier regime and the projection (pure)."""
 from __future__ import annotations
 
+from mlsys_flows.systems.common.repeats import repeats_note
 from mlsys_flows.systems.common.report import SystemResult
 from mlsys_flows.systems.recsys_embeddings import experiment as ex
 
@@ -28,4 +29,8 @@ def build_result(p: Params, data: dict, trained: dict, sweep: dict[float, dict[s
         "training samples per second with the hot rows in GPU HBM and the tables in host memory behind PCIe: this "
         "run's compute plus its counted rows moved at the stated per-row costs, Hotline's gather hidden behind its "
         "popular micro-batch's compute", per_second=True)
+    reps = trained.get("repeats")
+    if reps and reps["maximum"] > reps["minimum"]:
+        result.repeats = reps
+        result.notes.append(repeats_note(reps, "every variant's training"))
     return result

@@ -50,7 +50,8 @@ def build_result(p: Params, results: dict[str, dict], sweep: dict[float, dict[st
         f"served on the CPU with {p.torch_threads} torch thread(s): continuous batching of up to {p.max_running} "
         "requests over a token-slot KV pool; with the radix cache a request computes K/V only for the prompt tokens "
         "after its longest cached prefix and attends over the cached slots. requests_per_s is requests served / wall "
-        f"clock of the whole pass ({p.repeats} passes per variant, variants interleaved with a rotating order, after an "
+        f"clock of the whole pass ({len(results['fewshot']['rates']['radix'])} passes per variant on the few-shot "
+        f"workload, {p.repeats} on the others, variants interleaved with a rotating order, after an "
         "untimed warm-up); the token counts and hit rate (cached prompt tokens / prompt tokens) are exact.",
         "Generated tokens were identical with and without the cache in every workload: " +
         ", ".join(f"{w} {'yes' if ok else 'NO'}" for w, ok in same.items()) + " (greedy decoding, digests of all outputs).",

@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 from mlsys_flows.errors import MlsysError
+from mlsys_flows.systems.common.repeats import AdaptiveRepeats
 from mlsys_flows.systems.recsys_embeddings.params import HarnessParams
 from mlsys_flows.systems.recsys_embeddings.hot import budget_rows, profile_hot_rows
 from mlsys_flows.systems.recsys_embeddings.workload import Dataset, generate
@@ -98,18 +99,24 @@ def run_once(ds: Dataset, p: HarnessParams, v, cfg=None, device: str = "cpu") ->
             "slow_tier_share": (c["blocking_gather_s"] + c["gather_wait_s"]) / r.train_time_s}
 
 
-def run_interleaved(ds: Dataset, p: HarnessParams, variants: list, repeats: int,
-                    log: Callable[[str], None] = lambda s: None, device: str = "cpu") -> dict[str, list[dict]]:
-    """Every variant ``repeats`` times on ``device``, variants interleaved (rotating the order each repeat)."""
+def run_interleaved(ds: Dataset, p: HarnessParams, variants: list, reps: AdaptiveRepeats | int,
+                    log: Callable[[str], None] = lambda s: None, device: str = "cpu",
+                    spec=None) -> dict[str, list[dict]]:
+    """Every variant on ``device`` once per repeat, variants interleaved (rotating the order each
+    repeat): ``reps`` repeats, or, adaptive, until the verdict of ``spec``'s headline decides (its
+    metric must be one a run reports, e.g. samples_per_s)."""
+    reps = AdaptiveRepeats(reps) if isinstance(reps, int) else reps
     out: dict[str, list[dict]] = {v.name: [] for v in variants}
-    for r in range(repeats):
+    for r in reps:
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for v in order:
             res = run_once(ds, p, v, device=device)
             out[v.name].append(res)
-            log(f"repeat {r + 1}/{repeats} {v.name} on {res['device']}: {res['train_time_s']:.2f} s training, "
+            log(f"repeat {r + 1} {v.name} on {res['device']}: {res['train_time_s']:.2f} s training, "
                 f"{res['samples_per_s']:.0f} "
                 f"samples/s, test logloss {res['test_logloss']:.4f}, AUC {res['test_auc']:.4f}")
+        if spec is not None and reps.adaptive:
+            reps.record_headline(spec, {n: [x[spec.headline.metric] for x in rs] for n, rs in out.items()})
     return out
 
 
@@ -332,7 +339,7 @@ def training_result(runs: dict[str, list[dict]], p: HarnessParams, data: dict, p
         f"Accuracy parity (enforced): every variant's final test logloss is within {p.parity_gap} of hybrid's ("
         + ", ".join(f"{n} {g:+.4f}" for n, g in gaps.items()) + "). time_to_logloss_s is the training time until the "
         f"test logloss first reaches {target:.4f}, the worst final logloss of the variants (so every one reaches it), "
-        f"linear between the {p.evals_per_epoch} evaluations per epoch; timed metrics are medians of {p.repeats} "
+        f"linear between the {p.evals_per_epoch} evaluations per epoch; timed metrics are medians of {len(next(iter(runs.values())))} "
         "repeat(s) with the variants interleaved.",
     ]
     if hot is not None:

@@ -1,13 +1,15 @@
 """The parameters every member system shares, and their smoke and full presets (pure)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, field_validator, model_validator
 
-from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.params import AdaptiveRepeatParams, FieldValueError
 from mlsys_flows.systems.common.spec import Regime
 
 
-class HarnessParams(SystemParams):
+class HarnessParams(AdaptiveRepeatParams):
     """Parameters every member system shares (workload, model, training, parity)."""
 
     samples: int = Field(40_000, ge=256, le=50_000_000, description="Training samples (a fixed split; the test set follows them).")
@@ -54,8 +56,15 @@ class HarnessParams(SystemParams):
             raise ValueError("regime costs must be distinct, each from 0 to 1e5 microseconds per row")
         return sorted(v)
 
+    # Adaptive repeats judge the headline after every repeat: only a headline metric each run reports
+    # (samples/s) can; time to a logloss is set by every variant's runs together.
+    ADAPTIVE: ClassVar[bool] = False
+
     @model_validator(mode="after")
     def _consistent(self) -> "HarnessParams":
+        if self.max_repeats and not self.ADAPTIVE:
+            raise FieldValueError("max_repeats", f"{self.SYSTEM}'s headline (time to a logloss every variant "
+                                  "reaches) is known only once every run ended: its repeats cannot adapt; use repeats")
         if self.samples < 2 * self.batch_size:
             raise ValueError(f"samples ({self.samples}) must be at least two batches (batch_size {self.batch_size})")
         if self.profile_fraction * self.samples < 1:

@@ -38,7 +38,8 @@ def build_result(p: Any, results: dict[str, dict]) -> SystemResult:
         f"{results['twitter']['err_median']:.0f}), then serves {p.ops} operations per run: insert share "
         f"{p.insert_share:g} (the headline mix) or {p.read_heavy_insert_share:g} (the _readheavy variants); reads "
         "ask uniformly for keys present at that point. Every variant starts from the same built index and "
-        f"serves the same stream; {p.repeats} repeat(s), the order of the runs rotating each repeat.",
+        f"serves the same stream; {len(y['samples']['sia']['ops_per_s'])} repeat(s) on the YCSB-style workload, "
+        f"{p.repeats} on the other, the order of the runs rotating each repeat.",
         f"Retraining: a group retrains when its delta buffer holds {p.threshold} keys; the host keeps serving "
         "(lookups search the main array within the model's error bound, then the buffer and the buffer being "
         f"merged) and an insert waits only when its group's buffer reaches {p.buffer_cap} keys with a retrain "
