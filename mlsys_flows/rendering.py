@@ -52,7 +52,12 @@ def regime_phrase(regime: dict | None) -> str:
     left_out = f"; {broke} of {len(points)} points left out: a side broke its constraint" if broke else ""
     wins = regime["wins"]
     if wins == "undecided" or len(valid) < 2:
-        return f"undecided over {param}: fewer than 2 points where both sides met their constraint{left_out}"
+        if len(valid) < 2:
+            return f"undecided over {param}: fewer than 2 points where both sides met their constraint{left_out}"
+        decided = sum((p.get("verdict") or {}).get("outcome", "ties") != "ties" for p in valid)
+        lo, hi = valid[0]["value"], valid[-1]["value"]
+        return (f"undecided over {param} {fmt.number(lo)}-{fmt.number(hi)}{unit}: {decided} of {len(valid)} points "
+                f"decided (a crossover needs 2; the ratios are on the curve){left_out}")
     if wins in ("everywhere", "nowhere"):
         lo, hi = valid[0]["value"], valid[-1]["value"]
         span = f"{param} {fmt.number(lo)}-{fmt.number(hi)}{unit}"

@@ -38,7 +38,7 @@ class Params(LLMEndpointParams, SystemParams):
     SYSTEM: ClassVar[str] = "bagel"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(queries=4, budget=10, budget_points=2, trials=3, regime_per_cluster=[5, 20], regime_queries=4),
-        "quick": dict(queries=16, budget=30, budget_points=6, trials=3, regime_queries=8),
+        "quick": dict(queries=16, budget=30, budget_points=6, trials=6, regime_queries=8),  # 6 seeds can decide
         "full": dict(queries=200, budget=40, budget_points=8, trials=3, regime_queries=50),
     }
 

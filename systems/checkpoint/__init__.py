@@ -26,7 +26,7 @@ class Params(AdaptiveRepeatParams):
         "smoke": dict(width=768, depth=4, batch_size=32, steps=8, every=2, regime_widths=[256, 768]),
         "quick": dict(width=2048, depth=4, batch_size=32, steps=12, every=4, regime_widths=[256, 512, 1024, 2048],
                       max_repeats=12, repeat_budget_s=150),
-        "full": dict(width=4096, depth=8, batch_size=64, steps=40, every=5, repeats=5,
+        "full": dict(width=4096, depth=8, batch_size=64, steps=40, every=5, repeats=5, max_repeats=20,
                      regime_widths=[1024, 2048, 4096, 8192]),
     }
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from mlsys_flows.errors import MlsysError
+from mlsys_flows.systems.common.verdict import MIN_PAIRS
 
 Scale = Literal["smoke", "quick", "full"]
 SCALES: tuple[str, ...] = get_args(Scale)
@@ -133,8 +134,9 @@ class AdaptiveRepeatParams(SystemParams):
 
     @model_validator(mode="after")
     def _at_least_repeats(self):
-        if self.max_repeats and self.max_repeats < self.repeats:
-            raise FieldValueError("max_repeats", f"must be 0 or at least repeats = {self.repeats}")
+        if self.max_repeats and self.max_repeats < max(self.repeats, MIN_PAIRS):
+            raise FieldValueError("max_repeats", f"must be 0 or at least repeats = {self.repeats} and {MIN_PAIRS} "
+                                                 "(fewer pairs never decide)")
         return self
 
     def adaptive_repeats(self):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, Sequence
 
 from .spec import Better
-from .verdict import CONFIDENCE, MIN_PAIRS, judge
+from .verdict import CONFIDENCE, MIN_PAIRS, against_strongest, judge
 
 Stopped = Literal["fixed", "decided", "maximum", "budget"]
 
@@ -97,7 +97,11 @@ class AdaptiveRepeats:
             return
         sign = 1 if head.better == "higher" else -1
         best = max(rivals, key=lambda b: sign * statistics.median(samples[b]))
-        self.record(samples[best], samples[head.technique], head.better)
+        n = min(len(samples[b]) for b in (*rivals, head.technique))
+        if self.adaptive and n in self._looks:  # the report's own rule (verdict.against_strongest)
+            v = against_strongest({b: samples[b][:n] for b in rivals}, best, samples[head.technique][:n], head.better,
+                                  deterministic=False, looks=self.looks)
+            self._decided = v.outcome != "ties"
 
     def __iter__(self) -> Iterator[int]:
         start = self.clock()
@@ -109,8 +113,8 @@ class AdaptiveRepeats:
                     self.stopped = "decided"
                 elif self.done >= self.maximum:
                     self.stopped = "maximum"
-                elif self.budget_s and self.clock() - start >= self.budget_s:
-                    self.stopped = "budget"
+                elif self.budget_s and self.done in self._looks and self.clock() - start >= self.budget_s:
+                    self.stopped = "budget"  # only at a planned look: the verdict is judged where it was planned
                 if self.stopped:
                     return
             yield self.done

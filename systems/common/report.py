@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from .runreport import (Assumption, ContractError, Curve, Environment, Ratio, RegimePoint, RegimeReport, RunReport,
                         _ratio_range, oriented_ratio)
 from .spec import KINDS, Better, Claim, Kind, SystemSpec
-from .verdict import judge
+from .verdict import against_strongest, judge
 
 __all__ = ["Assumption", "ContractError", "Curve", "Projection", "RegimeSample", "SystemResult", "build_report",
            "crossover", "oriented_ratio", "param_assumptions"]
@@ -138,6 +138,7 @@ def _rivals(spec: SystemSpec, present) -> tuple[list[str], list[str]]:
 def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> tuple[RegimeReport, Curve]:
     head = spec.headline
     independent = spec.pairing != "turns"
+    looks = (result.repeats or {}).get("looks", 1)  # a point may reuse the headline's adaptive samples
     points = []
     for sample in sorted(result.regime, key=lambda s: s.value):
         if head.technique not in sample.samples:
@@ -151,25 +152,32 @@ def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> 
         points.append(RegimePoint(value=sample.value, ratio=oriented_ratio(med[best], med[head.technique], head.better),
                                   range=_ratio_range(bs, ts, head.better), kind=sample.kind, baseline=best,
                                   repeats=min(len(bs), len(ts)), valid=sample.valid, invalid=sample.invalid,
-                                  verdict=judge(bs, ts, head.better, deterministic=head.metric in deterministic,
-                                                independent=independent)))
+                                  verdict=against_strongest({b: sample.samples[b] for b in deployable}, best, ts,
+                                                            head.better, deterministic=head.metric in deterministic,
+                                                            independent=independent, looks=looks)))
     valid = [p for p in points if p.valid]
-    if len(valid) >= 2:  # one valid point says nothing about where the ratio crosses 1
-        cross, wins, cross_end = crossover([(p.value, p.ratio) for p in valid])
+    # the crossover rests on points whose verdict decides: a tie says nothing about which side of 1 the
+    # ratio is on, and one decided point says nothing about where it crosses
+    decided = [p for p in valid if p.verdict is not None and p.verdict.outcome != "ties"]
+    if len(decided) >= 2:
+        cross, wins, cross_end = crossover([(p.value, p.ratio) for p in decided])
     else:
         cross, wins, cross_end = None, "undecided", None
     r = spec.regime
-    at_paper = r.paper_value is None or (result.regime_headline_value is not None
-                                          and math.isclose(result.regime_headline_value, r.paper_value))
+    at_paper = r.paper_value is None or (result.regime_headline_value is not None and math.isclose(
+        result.regime_headline_value, r.paper_value, rel_tol=1e-6, abs_tol=1e-12))
     if not at_paper and not r.operating_point_reason:
         raise ContractError(f"{spec.name}: the headline is measured at {r.parameter} = {result.regime_headline_value}, "
                             f"not at the paper's {r.paper_value:g}; the spec's regime must say why "
                             "(operating_point_reason) and which reachable point stands in")
+    if not at_paper and any(math.isclose(p.value, r.paper_value, rel_tol=1e-6, abs_tol=1e-12) for p in points):
+        raise ContractError(f"{spec.name}: the paper's {r.parameter} = {r.paper_value:g} is reachable (a regime point "
+                            "ran there): measure the headline there")
     report = RegimeReport(parameter=r.parameter, unit=r.unit, points=points, crossover=cross, wins=wins,
                           crossover_end=cross_end,
                           headline_value=result.regime_headline_value, paper_value=r.paper_value,
                           paper_source=r.paper_source, statement=r.statement,
-                          operating_point_reason=r.operating_point_reason)
+                          operating_point_reason="" if at_paper else r.operating_point_reason)
     xs = [p.value for p in points]
     series = {f"{head.technique} vs strongest deployable": ([p.value for p in valid], [p.ratio for p in valid]),
               "parity (1.0)": ([xs[0], xs[-1]], [1.0, 1.0])}
@@ -211,6 +219,16 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     its ratio against the strongest baseline present. Raises ContractError on an unlabelled metric."""
     variants = result.medians()
     metrics = {m for ms in variants.values() for m in ms}
+    # a run may make a declared kind weaker (a replayed model is emulated), never measured or counted:
+    # those would let an injected cost pass as work done, or a timing as deterministic
+    upgraded = sorted(m for m, k in result.kinds.items()
+                      if m in spec.kinds and k != spec.kinds[m] and k in ("measured", "counted"))
+    if upgraded:
+        raise ContractError(f"{spec.name}: the result relabels {', '.join(upgraded)} {result.kinds[upgraded[0]]} "
+                            f"(the spec declares {spec.kinds[upgraded[0]]}); a run may only weaken a kind")
+    unknown = sorted(set(result.emulated) - metrics - {"regime"})
+    if unknown:
+        raise ContractError(f"{spec.name}: emulated names no metric of this run: {', '.join(unknown)}")
     result = replace(result, kinds={**spec.kinds, **result.kinds})
     unlabelled = sorted(metrics - set(result.kinds))
     if unlabelled:
@@ -232,9 +250,18 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     present = [v for v in variants if head.metric in variants[v]]
     deployable, oracles = _rivals(spec, present)
     at_metric = {v: variants[v][head.metric] for v in present}
-    best = _strongest(deployable or [head.baseline], at_metric, head.better)
+    rivals = deployable or [head.baseline]
+    best = _strongest(rivals, at_metric, head.better)
     headline.vs_strongest = ratio(Claim(head.metric, best, head.technique, head.better,
                                         statement=f"the strongest deployable baseline of this run on {head.metric}"))
+    if len(rivals) > 1:  # chosen as the best of several on this run's data: judged as such
+        def samples_of(v: str) -> list[float]:
+            return result.samples.get(v, {}).get(head.metric) or [variants[v][head.metric]]
+
+        headline.vs_strongest.verdict = against_strongest(
+            {b: samples_of(b) for b in rivals}, best, samples_of(head.technique), head.better,
+            deterministic=head.metric in deterministic, independent=spec.pairing != "turns",
+            looks=(result.repeats or {}).get("looks", 1))
     if oracles:
         top = _strongest(oracles, at_metric, head.better)
         headline.vs_oracle = ratio(Claim(head.metric, top, head.technique, head.better,

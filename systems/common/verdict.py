@@ -73,6 +73,9 @@ def _of_ratios(ratios: list[float], independent: bool, looks: int = 1) -> Verdic
             f"{pairs} pair{'s' if pairs != 1 else ''}: fewer than {MIN_PAIRS}"
         return Verdict(outcome="ties", ratio=median, pairs=pairs, why=why)
     lo, hi = median_interval(logs, 1 - (1 - CONFIDENCE) / looks)
+    if math.isnan(lo) or math.isnan(hi):  # too few pairs to bound the median at this level
+        return Verdict(outcome="ties", ratio=median, pairs=pairs, looks=looks,
+                       why=f"{pairs} pairs: too few to decide at {1 - (1 - CONFIDENCE) / looks:.1%}")
     outcome: Outcome = "wins" if lo > 1 else "loses" if hi < 1 else "ties"
     why = "the interval excludes 1" if outcome != "ties" else "the interval contains 1"
     if looks > 1:
@@ -114,6 +117,35 @@ def judge(baseline: Sequence[float], technique: Sequence[float], better: Better,
     why = "one sample" if len(bs) == len(ts) == 1 else f"samples not paired ({len(ts)} against {len(bs)})"
     return Verdict(outcome="ties", ratio=ratio_or_none, pairs=min(len(bs), len(ts)) if len(bs) == len(ts) else 0,
                    why=why)
+
+
+def against_strongest(baselines: dict[str, Sequence[float]], strongest: str, technique: Sequence[float],
+                      better: Better, *, deterministic: bool, independent: bool = True, looks: int = 1) -> Verdict:
+    """The verdict against ``strongest``, the best of several deployable ``baselines`` (name -> samples)
+    chosen on the same data. Picking the best of k and testing only it would call a loss too often
+    (and a win against a baseline that only looked strongest): a win must hold against every one of
+    them (an intersection-union test, each at the usual level: no correction needed), a loss against
+    the strongest at the level divided by k (Bonferroni over the candidates it was picked from)."""
+    v = judge(baselines[strongest], technique, better, deterministic=deterministic, independent=independent,
+              looks=looks)
+    k = len(baselines)
+    if k == 1 or v.exact or v.outcome == "ties":
+        return v
+    if v.outcome == "wins":
+        beaten = [judge(bs, technique, better, deterministic=deterministic, independent=independent,
+                        looks=looks).outcome == "wins" for name, bs in baselines.items() if name != strongest]
+        if all(beaten):
+            return v
+        return v.model_copy(update={"outcome": "ties", "why": f"wins against {strongest} but not against every one "
+                                                             f"of the {k} deployable baselines"})
+    w = judge(baselines[strongest], technique, better, deterministic=deterministic, independent=independent,
+              looks=looks * k)
+    level = 1 - (1 - CONFIDENCE) / (looks * k)
+    adapted = f", {looks} planned looks" if looks > 1 else ""
+    side = "excludes" if w.outcome == "loses" else "contains"
+    return w.model_copy(update={"looks": looks, "why": w.why if w.interval is None else
+                                f"the interval {side} 1 at {level:.1%} (the strongest of {k} deployable "
+                                f"baselines{adapted})"})
 
 
 def of_ratio(report: dict, ratio: dict, *, independent: bool = True) -> Verdict:

@@ -57,11 +57,12 @@ class Params(SystemParams):
                                                               "long on the trainer's core (CPU work, not a sleep); GPU: a "
                                                               "real DLRM step padded to this time.")
     mlp_width: int = Field(128, ge=4, le=8192, description="Hidden width of the trainer DLRM's bottom and top MLPs.")
-    extra_preprocess: float = Field(0.0, ge=0, le=100,
+    extra_preprocess: float = Field(PAPER_PREPROCESS_STEPS, ge=0, le=100,
                                     description="Extra preprocessing per batch, in trainer steps of CPU: rounds of "
                                                 "derived-feature generation (bigram crosses hashed, dense features "
                                                 "bucketized) calibrated on the trainer's core to cost this many "
-                                                "steps per batch. 0: the basic transforms only (about a tenth of a "
+                                                "steps per batch. Default: the paper's operating point (1.27, see "
+                                                "the regime); 0: the basic transforms only (about a hundredth of a "
                                                 "step at quick).")
     regime_extra_preprocess: list[float] = Field([0.0, 0.5, PAPER_PREPROCESS_STEPS, 2.0], min_length=2, max_length=16,
                                                  description="extra_preprocess values of the regime sweep: inline, DPP "
@@ -141,13 +142,7 @@ SPEC = SystemSpec(
                   statement="on one trainer core the step and the preprocessing add up; DPP overlaps them on other "
                             "cores, so its gain is bounded by 1 + preprocessing/step and must exceed the cost of "
                             "moving batches between processes: when preprocessing is cheap it loses, when it "
-                            "approaches a step it wins",
-                  operating_point_reason="reachable, not yet taken: the headline runs at extra_preprocess=0 (the "
-                                         "basic transforms only, about 1% of a trainer step at quick), where DPP "
-                                         "cannot win by more than that share; the regime's point at 1.27 (one run "
-                                         "each of inline, dpp and dpp_colocated on the first regime_items work "
-                                         "items) stands in for the paper's point until issue 45 moves the headline "
-                                         "there"),
+                            "approaches a step it wins"),
     # timed on the trainer's clock; on a GPU the step is padded by a sleep, and the result relabels the timed
     # metrics emulated (systems/dsi/result.py)
     kinds={"trainer_samples_per_s": "measured", "stall_fraction": "measured", "wall_s": "measured",

@@ -30,7 +30,7 @@ class Params(LLMEndpointParams, SystemParams):
     SYSTEM: ClassVar[str] = "embodiedbench"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(per_subset=2, seeds=2, chunks=1, regime_rounds=[2, 10]),
-        "quick": dict(per_subset=60, seeds=3, chunks=1),
+        "quick": dict(per_subset=60, seeds=6, chunks=1),  # 6 test sets: 6 pairs can decide
         "full": dict(per_subset=500, seeds=5, chunks=4),
     }
 

@@ -29,8 +29,8 @@ class Params(SystemParams):
     PRESETS: ClassVar[dict] = {
         "smoke": dict(clients=8, hidden=64, rounds=6, local_epochs=1, faulty_clients=3,
                       regime_straggler_slowdown=[1.0, 3.0], busy_prob=0.25, busy_slowdown=3.0, busy_rounds=3),
-        "quick": dict(clients=16, hidden=256, rounds=20, local_epochs=2, repeats=5),
-        "full": dict(clients=20, hidden=512, rounds=100, local_epochs=2, repeats=5),
+        "quick": dict(clients=16, hidden=256, rounds=20, local_epochs=2, repeats=6),  # 6 pairs can decide
+        "full": dict(clients=20, hidden=512, rounds=100, local_epochs=2, repeats=6),
     }
 
     # workload

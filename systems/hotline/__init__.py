@@ -18,7 +18,7 @@ class Params(HarnessParams):
     SYSTEM: ClassVar[str] = "hotline"
     ADAPTIVE: ClassVar[bool] = True  # samples/s: each run reports it
     PRESETS: ClassVar[dict] = {"smoke": dict(SMOKE), "quick": dict(max_repeats=12, repeat_budget_s=150),
-                               "full": dict(FULL)}
+                               "full": dict(FULL, max_repeats=20)}
 
 
 SPEC = SystemSpec(

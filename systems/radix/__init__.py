@@ -31,7 +31,8 @@ class Params(AdaptiveRepeatParams):
         "full": dict(fewshot_requests=256, fewshot_prefix=448, question_len=48, new_tokens=16, chat_sessions=64,
                      chat_turns=6, tot_trees=16, tot_depth=3, noshare_requests=256, noshare_prompt=448,
                      pressure_templates=12, pressure_per_template=32, pressure_prefix=384, pressure_kv_slots=3072,
-                     kv_slots=65_536, max_running=64, regime_requests=64, regime_repeats=3, torch_threads=4),
+                     kv_slots=65_536, max_running=64, regime_requests=64, regime_repeats=3, torch_threads=4,
+                     max_repeats=20),
     }
 
     torch_threads: int = Field(1, ge=1, le=256, description="torch CPU threads of the serving task (1 is steadier on a shared 2-core machine).")

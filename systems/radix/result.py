@@ -64,7 +64,7 @@ def build_result(p: Params, results: dict[str, dict], sweep: dict[float, dict[st
         "everything. Regime: the share of every prompt that is one common prefix, "
         f"{', '.join(f'{x:g}' for x in p.regime_shared_share)}, at the few-shot prompt length "
         f"({p.fewshot_prefix + p.question_len} tokens, {p.new_tokens} new tokens), {p.regime_requests} requests and "
-        f"{p.regime_repeats} timed pass(es) per variant and point (measured, fewer than the headline's {p.repeats}); "
+        f"{p.regime_repeats} timed pass(es) per variant and point (measured, fewer than the headline's); "
         f"the headline's few-shot workload sits at share {headline_share:.3g}.",
         f"Workloads: few-shot {p.fewshot_requests} requests behind one {p.fewshot_prefix}-token prefix "
         f"(+{p.question_len}-token question, {p.new_tokens} new tokens); chat {p.chat_sessions} sessions x {p.chat_turns} "

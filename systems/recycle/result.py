@@ -37,7 +37,7 @@ def build_result(p, repeats: int, calib: list[dict], restart: dict | None, sims:
     calibration = {f"stage_{m}": Assumption(value=round(v, 4), unit="ms", source=(
         f"measured in this run: median over {repeats} calibrations of one {p.layers_per_stage}-layer transformer "
         f"stage (d={p.d_model}, {p.micro_batch}x{p.seq} tokens per micro-batch, 1 torch thread); each repeat's "
-        "simulation uses its own calibration")) for m, v in med.items() if m != "backward_fused_ms"}
+        "simulation uses its own calibration")) for m, v in med.items()}
     cluster = param_assumptions(p, "pipelines", "stages", "microbatches", "micro_batch", "p2p_gb_s", "p2p_latency_us",
                                 "allreduce_gb_s")
     placement = {f"failures_{k}": Assumption(value=v, source=f"placed by seed {p.seed}: every stage keeps a live "

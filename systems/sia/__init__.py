@@ -29,7 +29,8 @@ class Params(AdaptiveRepeatParams):
         "quick": dict(loaded_keys=131_072, ops=80_000, group_size=8192, check_keys=2000, max_repeats=12,
                       repeat_budget_s=150,
                       regime_insert_shares=[0.05, 0.2, 0.5, 0.8]),
-        "full": dict(loaded_keys=2_000_000, ops=1_000_000, group_size=8192, check_keys=20_000, repeats=5),
+        "full": dict(loaded_keys=2_000_000, ops=1_000_000, group_size=8192, check_keys=20_000, repeats=5,
+                     max_repeats=20),
     }
 
     loaded_keys: int = Field(131_072, ge=1024, le=50_000_000, description="Keys loaded into the index before serving (per workload).")

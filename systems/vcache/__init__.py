@@ -32,7 +32,7 @@ class Params(SystemParams):
         "smoke": dict(sphere_queries=2_000, sphere_classes=200, minilm_classes=12, minilm_per_class=24,
                       threshold_step=0.02, seeds=3, regime_near_dup=[0.0, 0.2]),
         "quick": dict(sphere_queries=20_000, sphere_classes=2_000, minilm_classes=102, minilm_per_class=120,
-                      threshold_step=0.01),
+                      threshold_step=0.01, seeds=6),  # 6 evaluated streams: 6 pairs can decide
         "full": dict(sphere_queries=100_000, sphere_classes=10_000, minilm_classes=102, minilm_per_class=120,
                      threshold_step=0.005),
     }

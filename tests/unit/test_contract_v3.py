@@ -80,7 +80,9 @@ def test_crossover_is_interpolated_where_the_ratio_crosses_one():
 
 
 def test_regime_points_take_the_strongest_deployable_baseline_at_each_value():
-    r = report(spec(), regime=sweep({0.5: 0.6, 1.0: 1.4, 2.0: 2.5, 4.0: 3.0}), regime_headline_value=1.0)
+    # counted points (deterministic): each point's verdict is exact, so the crossover is decided
+    r = report(spec(), regime=sweep({0.5: 0.6, 1.0: 1.4, 2.0: 2.5, 4.0: 3.0}), regime_headline_value=1.0,
+               deterministic={"t"})
     g = r.regime
     assert [p.baseline for p in g.points] == ["tuned"] * 4  # the oracle (0.1 s) is never the denominator
     assert [round(p.ratio, 3) for p in g.points] == [0.6, 1.4, 2.5, 3.0]

@@ -99,7 +99,10 @@ def test_the_crossover_never_rests_on_a_point_where_a_side_broke_its_constraint(
 
 def test_a_regime_of_ties_says_so():
     r = report(spec(), regime=sweep({1.0: (1.5, True), 2.0: (0.5, True)}))  # measured, one sample a point
-    assert r.regime.wins == "below" and regime_phrase(r.regime.model_dump()).endswith("(every point a tie)")
+    # a tie says nothing about the side of 1: no crossover from ties, the ratios stay on the curve
+    assert r.regime.wins == "undecided" and r.regime.crossover is None
+    assert regime_phrase(r.regime.model_dump()) == ("undecided over skew 1-2: 0 of 2 points decided (a crossover "
+                                                    "needs 2; the ratios are on the curve)")
 
 
 def test_a_zero_on_the_better_side_is_an_exact_win_not_a_missing_ratio():
@@ -204,3 +207,21 @@ def test_a_regime_point_over_an_injected_cost_is_never_measured():
         build_report(spec, result=_result(regime=points), **kw)
     points[1].kind = "emulated"
     build_report(spec, result=_result(regime=points), **kw)
+
+
+def test_a_reason_does_not_excuse_a_headline_off_a_paper_point_the_regime_reached():
+    claims = (Claim("time_s", "base", "tech", "lower", headline=True),)
+    kw = dict(params={"scale": "smoke"}, run_id="r", environment=ENV, wall_time_s=1.0)
+    points = [RegimeSample(value=v, samples={"base": [2.0], "tech": [1.0]}, kind="counted") for v in (1, 3)]
+    said = SystemSpec(name="toy", title="t", paper="p", family="f", claims=claims, kinds={"time_s": "counted"},
+                      regime=Regime("skew", paper_value=3.0, operating_point_reason="not yet taken"))
+    with pytest.raises(ContractError, match="paper's skew = 3 is reachable .a regime point ran there."):
+        build_report(said, result=_result(regime=points, regime_headline_value=1.0), **kw)
+
+
+def test_a_run_may_weaken_a_declared_kind_never_strengthen_it():
+    kw = dict(params={"scale": "smoke"}, run_id="r", environment=ENV, wall_time_s=1.0)
+    with pytest.raises(ContractError, match="relabels time_s measured .the spec declares emulated."):
+        build_report(_spec_with_kinds(time_s="emulated"), result=_result(kinds={"time_s": "measured"}), **kw)
+    with pytest.raises(ContractError, match="emulated names no metric of this run: tiem_s"):
+        build_report(_spec_with_kinds(time_s="measured"), result=_result(emulated={"tiem_s": "a typo"}), **kw)
