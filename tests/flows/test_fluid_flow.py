@@ -70,4 +70,4 @@ def test_fluid_flow_smoke(prefect_api):
     assert reg["parameter"] == "straggler_slowdown" and [pt["value"] for pt in reg["points"]] == [1.0, 3.0]
     assert reg["headline_value"] == params["straggler_slowdown"] == 1.5
     assert all(pt["kind"] == "simulated" and pt["repeats"] == 1 for pt in reg["points"])
-    assert reg["wins"] in ("above", "below", "everywhere", "nowhere")
+    assert reg["wins"] in ("above", "below", "everywhere", "nowhere", "undecided")  # smoke: one sample a point

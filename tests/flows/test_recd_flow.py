@@ -62,7 +62,7 @@ def test_recd_smoke_flow():
     assert values == sorted(values) and 0 < values[0] < 0.2 < 0.5 < values[1] < 1
     assert [pt["value"] for pt in g["points"]] == [v[f"ikjt@mix{s:g}"]["duplicated_share"] for s in shares]
     assert all(pt["kind"] == "measured" and pt["baseline"] in ("kjt", "kjt_clustered") for pt in g["points"])
-    assert 0.5 < g["headline_value"] < 1 and g["wins"] in ("everywhere", "nowhere", "above", "below")
+    assert 0.5 < g["headline_value"] < 1 and g["wins"] in ("everywhere", "nowhere", "above", "below", "undecided")
     assert storage.read_json(f"reports/recd/{report['run_id']}.json")["headline"] == h
 
 

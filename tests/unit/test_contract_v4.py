@@ -215,7 +215,7 @@ def test_a_reason_does_not_excuse_a_headline_off_a_paper_point_the_regime_reache
     points = [RegimeSample(value=v, samples={"base": [2.0], "tech": [1.0]}, kind="counted") for v in (1, 3)]
     said = SystemSpec(name="toy", title="t", paper="p", family="f", claims=claims, kinds={"time_s": "counted"},
                       regime=Regime("skew", paper_value=3.0, operating_point_reason="not yet taken"))
-    with pytest.raises(ContractError, match="paper's skew = 3 is reachable .a regime point ran there."):
+    with pytest.raises(ContractError, match="paper.s skew = 3 is reachable .a regime point was measured there."):
         build_report(said, result=_result(regime=points, regime_headline_value=1.0), **kw)
 
 
