@@ -13,7 +13,8 @@ from rich.table import Table
 
 from mlsys_flows import registry
 # the platform's commands as modules (`from .server import server` would shadow the submodule's name)
-from mlsys_flows.cli import deploy as deploy_commands, server as server_commands, webhooks as webhook_commands
+from mlsys_flows.cli import (deploy as deploy_commands, reproduce as reproduce_commands, server as server_commands,
+                             webhooks as webhook_commands)
 from mlsys_flows.cli.console import console, err, fail, run_errors_held, warn
 from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
@@ -268,7 +269,8 @@ def _wait_for_quiet(timeout_s: float) -> None:
 @app.command()
 def report(storage: Optional[str] = typer.Option(None, help="Also read the RunReports on this ObjectStorage block "
                                                  "(name, or a file:// URL) under reports/<system>/<run_id>.json, "
-                                                 "where every run publishes its report."),
+                                                 "where every run publishes its report; default: the storage runs "
+                                                 "use when none is named (MLSYS_FLOWS_HOME/storage)."),
            out: Path = typer.Option(Path("build/catalogue"), help="Folder of the catalogue (index.html, "
                                     "systems/, img/).")) -> None:
     """Build the static HTML results catalogue: every system's claim beside its runs, a page per
@@ -289,6 +291,15 @@ def report(storage: Optional[str] = typer.Option(None, help="Also read the RunRe
             fail(str(exc))
         except ValueError as exc:  # the block's own validation (pydantic): its first message
             fail(f"--storage {storage!r}: " + (exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)))
+    else:  # the user's own runs: those that named no storage published here
+        from mlsys_flows.blocks import ObjectStorage
+        from mlsys_flows.settings import default_storage_url
+
+        default = ObjectStorage(url=default_storage_url())
+        if default.list("reports/"):
+            store = default
+            console.print(f"with your runs' reports from {default.root_url} (another: --storage)", highlight=False,
+                          soft_wrap=True)
     with console.status("[bold]building the catalogue[/bold] (plots with matplotlib)...", spinner="dots"):
         index = catalogue.build(out, storage=store)
     console.print(f"wrote {index} (open file://{index.resolve()})", highlight=False, soft_wrap=True)
@@ -325,6 +336,7 @@ def blocks_register() -> None:
 
 app.command()(server_commands.server)
 app.command()(deploy_commands.deploy)
+app.command()(reproduce_commands.reproduce)
 app.add_typer(webhook_commands.webhooks_app, name="webhooks")
 
 
