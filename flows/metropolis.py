@@ -20,9 +20,9 @@ def metropolis(ctx: RunContext):
 
     # the cost of one Prefect task on this runner: why cluster steps are not Prefect tasks
     probe = []
-    for _ in range(p.overhead_probe_tasks):
+    for i in range(p.overhead_probe_tasks):
         t0 = time.perf_counter()
-        t.noop.submit().result()
+        t.noop.submit(i).result()
         probe.append(time.perf_counter() - t0)
 
     # the timed runs, one at a time, the policies' order rotating every repeat

@@ -88,6 +88,8 @@ def regime(p: Params) -> dict[int, dict[str, float]]:
 
 
 @task(name="metropolis-noop")
-def noop() -> float:
-    """Nothing: timed from the flow, it gives the cost of dispatching one Prefect task."""
+def noop(probe: int) -> float:
+    """Nothing: timed from the flow, it gives the cost of dispatching one Prefect task. ``probe`` makes
+    each call's inputs differ: Prefect's default cache would answer a repeat of the same inputs in one
+    flow run from the first call's result, without dispatching it."""
     return time.perf_counter()

@@ -33,7 +33,7 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "swarm"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(n_grid=[8, 32, 96], tasks_per_run=120, min_horizon_s=20.0),
-        "quick": dict(n_grid=[12, 100, 300, 1000], tasks_per_run=600, min_horizon_s=25.0, repeats=6),
+        "quick": dict(n_grid=[12, 100, 300, 1000], tasks_per_run=600, min_horizon_s=25.0, repeats=7),
         "full": dict(n_grid=[12, 100, 300, 1000, 2000], tasks_per_run=3000, min_horizon_s=90.0),
     }
 

@@ -108,3 +108,24 @@ def test_a_run_past_flow_timeout_fails_naming_the_parameter():
 
     with pytest.raises(TimeoutError, match=r"demo: the run's work exceeded flow_timeout_s=1 s \(scale quick"):
         stuck()
+
+
+@task
+def noop() -> None:
+    return None
+
+
+def test_task_runs_do_not_carry_the_runs_tags():
+    """A run started under tags (the CLI's, a webhook's) keeps them on its flow run; its task runs have
+    none, so Prefect's tag concurrency gate (an API round trip before Running that sometimes waited
+    about 2 s) is skipped for every task."""
+    import prefect
+    from prefect.client.orchestration import get_client
+
+    with prefect.tags("cli", "system:demo"):
+        state, _ = submit_one(noop)
+    with get_client(sync_client=True) as client:
+        task_run = client.read_task_run(state.state_details.task_run_id)
+        flow_run = client.read_flow_run(task_run.flow_run_id)
+    assert {"cli", "system:demo"} <= set(flow_run.tags)
+    assert task_run.tags == []
