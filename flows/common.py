@@ -40,6 +40,7 @@ from mlsys_flows.systems.common.report import SystemResult, build_report
 from mlsys_flows.systems.common.spec import SystemSpec
 from mlsys_flows.tasks.common import publish_report, report_artifacts, with_policy
 from mlsys_flows.platform.ranks import RanksFailed, RanksRun, run_ranks
+from mlsys_flows.platform.task_runs import crash_unfinished, echo_task_logs
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
 
@@ -224,13 +225,31 @@ def tasks_on(cluster: DaskCluster, pool: ResourcePool | None = None, results: Ob
     # Task runs do not inherit the run's tags ("cli", "system:<name>", a webhook's): Prefect gates a
     # task run that has tags on tag concurrency limits before it enters Running, and that gate waited
     # 2-2.5 s before about one serial task in four (measured, issue 42); the flow run keeps its tags.
-    with runner, run_context.model_copy(update={"task_runner": runner, **update}), TagsContext(current_tags=set()):
+    # workers that are not this process's children (a server's warm cluster) log to the API only: echo it
+    echo = echo_task_logs(run_context.flow_run.id if cluster.mode != "local" else None)
+    with runner, run_context.model_copy(update={"task_runner": runner, **update}), TagsContext(current_tags=set()), \
+            echo:
         quick_exit(runner.client)
         if pool is not None:
             check_workers_have(runner, pool, cluster)
         if warm and cluster.warm_workers:  # every worker imports in parallel now, not when its first task comes
             warm_workers(runner.client, warm)
-        yield runner
+        try:
+            yield runner
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # Ctrl-C, a termination signal: Prefect crashes only the flow run
+                _crash_task_runs(run_context.flow_run.id, exc)
+            raise
+
+
+def _crash_task_runs(flow_run_id, exc: BaseException) -> None:
+    try:
+        n = crash_unfinished(flow_run_id, f"the flow run stopped ({type(exc).__name__}: {exc}) while this task ran")
+    except Exception as err:  # noqa: BLE001 - the API may be going down too; the interrupt still propagates
+        _log.warning("could not mark the run's unfinished task runs Crashed: %s", err)
+        return
+    if n:
+        _log.info("marked %d unfinished task run(s) of the stopped flow run Crashed", n)
 
 
 def check_workers_have(runner, pool: ResourcePool, cluster: DaskCluster | None = None) -> None:

@@ -46,7 +46,7 @@ def deployment(spec: registry.SystemSpec, schedule_hour: int | None = None, pool
         "name": spec.name,
         "entrypoint": spec.entrypoint,
         "description": f"{spec.title} ({spec.paper}). Paper: {spec.headline.statement}.",
-        "tags": ["mlsys", spec.family],
+        "tags": ["mlsys", spec.family, f"system:{spec.name}"],  # as a CLI run is tagged: the UI filters by it
         "parameters": flow_params.deployment_parameters(),  # {"scale": "quick"}
         "enforce_parameter_schema": True,
         "work_pool": {"name": pool, "work_queue_name": "default", "job_variables": {"image": image} if image else {}},

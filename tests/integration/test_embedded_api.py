@@ -45,9 +45,10 @@ def test_cli_run_starts_the_embedded_api_early_and_stops_it(tmp_path):
 
 def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
     """`mlsys-flows run` started with SIGINT ignored (as a background job of a script starts it),
-    interrupted once its flow's Dask workers are up, while another process keeps a core busy:
-    within 10 s the command, its embedded API and its Dask cluster are gone, and the run reads
-    Crashed (or Cancelled) in the API's database, not Running."""
+    interrupted once its flow's first task runs on its Dask workers, while another process keeps a core busy:
+    within 10 s the command, its embedded API and its Dask cluster are gone, and the run and the task
+    it had in flight read Crashed (or Cancelled) in the API's database, not Running."""
+    import contextlib
     import signal
     import sqlite3
     import time
@@ -63,10 +64,18 @@ def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
         return [p for p in psutil.Process(proc.pid).children(recursive=True)
                 if "spawn_main" in " ".join(p.cmdline())]
 
+    def a_task_is_running() -> bool:  # read from the embedded API's database while it writes it
+        try:
+            with contextlib.closing(sqlite3.connect(db_path, timeout=1)) as db:
+                return bool(db.execute("SELECT count(*) FROM task_run WHERE state_type = 'RUNNING'").fetchone()[0])
+        except sqlite3.Error:  # not created yet, or busy this instant
+            return False
+
+    db_path = tmp_path / "home" / "prefect" / "prefect.db"
     deadline = time.monotonic() + 300  # a hang guard, not the test's moment
-    while len(dask_workers()) < 2:  # the moment: the flow's cluster is up, its tasks about to run
+    while len(dask_workers()) < 2 or not a_task_is_running():  # the moment: a task in flight on the cluster
         assert proc.poll() is None, proc.stdout.read()[-3000:].decode(errors="replace")
-        assert time.monotonic() < deadline, "the flow's Dask workers never started"
+        assert time.monotonic() < deadline, "the flow's first task never started"
         time.sleep(0.1)
     family = psutil.Process(proc.pid).children(recursive=True)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -88,7 +97,10 @@ def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
     assert not strays, [p.cmdline() for p in strays]
     assert elapsed < 10, f"stopping took {elapsed:.1f} s:\n{out[-2000:]}"
     assert proc.returncode == 130, out[-3000:]  # interrupted, as a shell reports Ctrl-C
-    db = sqlite3.connect(tmp_path / "home" / "prefect" / "prefect.db")
-    states = [s for (s,) in db.execute("SELECT state_type FROM flow_run")]
-    db.close()
+    with contextlib.closing(sqlite3.connect(db_path)) as db:
+        states = [s for (s,) in db.execute("SELECT state_type FROM flow_run")]
+        tasks = dict(db.execute("SELECT name, state_type FROM task_run"))
     assert states and all(s in ("CRASHED", "CANCELLED") for s in states), states
+    # the task in flight is Crashed too, not Running forever (issue 52 item 2)
+    assert "CRASHED" in tasks.values() and all(s in ("COMPLETED", "CRASHED", "FAILED", "CANCELLED")
+                                               for s in tasks.values()), tasks

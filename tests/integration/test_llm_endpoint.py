@@ -178,8 +178,11 @@ def test_bagel_llm_scorer_flow(server, prefect_api, local_storage, caplog, capfd
                          p.same_aspect, p.seed)[0][1]
     _Handler.mode, _Handler.malformed_for = "grade", first
     caplog.set_level(logging.INFO)
+    from faultkit import warm_cluster
+
+    # on the session's warm cluster, as against `mlsys-flows server`: its workers have MiniLM and torch imported
     state = registry.get("bagel").load_flow()(scale="smoke", overrides={**BAGEL_OVERRIDES, "llm_base_url": server},
-                                              storage=local_storage, return_state=True)
+                                              storage=local_storage, cluster=warm_cluster(), return_state=True)
     assert state.is_completed(), state
     report = state.result()
     assert _Handler.malformed_for is None, "the malformed reply was never sent"

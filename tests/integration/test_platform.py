@@ -207,6 +207,8 @@ def test_airflow_operator_runs_the_deployment(runs, platform):
     assert result["state"] == "COMPLETED"
     run = runs["api"].read_flow_run(result["flow_run_id"])
     assert run["state"]["type"] == "COMPLETED" and "airflow" in run["tags"]
+    # a run created from the deployment (as the UI's Run button creates it) carries the system's tag
+    assert f"system:{runs['system']}" in run["tags"], run["tags"]
     # the extra link's XCom, pushed as soon as the run existed
     assert result["pushed"] == {"_link_PrefectRunLink": f"{platform.ui_url}/runs/flow-run/{run['id']}"}
 
@@ -333,7 +335,8 @@ def test_ui_shows_deployment_run_and_report(platform, runs, cli_run, tmp_path):
 def test_cli_run_is_a_run_of_the_systems_deployment(platform, runs, cli_run):
     """`mlsys-flows run` in a fresh shell (no PREFECT_* variables) finds the running server through
     its server.json, says so, and its run is a run of the system's deployment (listed in that
-    deployment's Runs tab), tagged `system:<name>` and `cli`, with its artifacts on the flow run."""
+    deployment's Runs tab), tagged `system:<name>` and `cli`, with its artifacts on the flow run; the
+    command shows its tasks' progress and where the report was saved."""
     name, run, out = runs["system"], cli_run.run, cli_run.out
     assert f"Prefect API: {platform.api_url}" in out.stdout, out.stdout
     assert cli_run.report["parameters"]["seed"] == 3 and run["parameters"]["overrides"] == {"seed": 3}
@@ -342,6 +345,11 @@ def test_cli_run_is_a_run_of_the_systems_deployment(platform, runs, cli_run):
     assert run["deployment_id"] == deployment["id"], run
     assert {f"system:{name}", "cli"} <= set(run["tags"]), run["tags"]
     _assert_flow_run_artifacts(runs["api"], run["id"], name)
+    # progress: the tasks ran on the server's warm cluster, whose workers log only to the API; the
+    # command echoes their lines (issue 52 item 4), and says where the report was saved
+    shown = out.stdout + out.stderr
+    assert re.search(r"\| INFO +\| Task run '[^']+' - ", shown), shown[-3000:]
+    assert re.search(rf"report: \S+/reports/{name}/{run['id']}\.json", out.stdout), out.stdout[-2000:]
 
 
 def test_report_finds_the_running_server(platform, cli_run, tmp_path):
@@ -358,7 +366,8 @@ def test_ctrl_c_stops_everything_with_a_run_in_flight(platform, deployed):
     """Last of the session (tests/integration/conftest.py moves it there): Ctrl-C to a server started with SIGINT ignored, while a deployment run
     is in flight on the worker (its flow process and its Dask LocalCluster's worker processes up)
     and another process keeps a core busy. Within 10 s the command exits 0, no process it started
-    is left, and the run reads Crashed or Cancelled in the API, not Running."""
+    is left, and the run reads Crashed or Cancelled in the API, not Running; so does the task run
+    that was in flight."""
     cli, name = platform.cli, system()
     with PrefectREST(platform.api_url) as api:
         dep = api.read_deployment(f"{name}/{name}")
@@ -396,4 +405,8 @@ def test_ctrl_c_stops_everything_with_a_run_in_flight(platform, deployed):
 
     with contextlib.closing(sqlite3.connect(platform.root / "server" / "prefect.db")) as db:
         (final,) = db.execute("SELECT state_type FROM flow_run WHERE id = ?", (str(run.id),)).fetchone()
+        tasks = dict(db.execute("SELECT name, state_type FROM task_run WHERE flow_run_id = ?", (str(run.id),)))
     assert final in ("CRASHED", "CANCELLED"), final
+    # the task that was in flight is Crashed too, not Running forever (issue 52 item 2)
+    assert tasks and all(s in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") for s in tasks.values()), tasks
+    assert "CRASHED" in tasks.values(), tasks

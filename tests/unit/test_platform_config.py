@@ -38,7 +38,7 @@ def test_prefect_yaml_deployments_are_runnable_as_declared():
         assert (REPO / path).exists() and func == d.name
         assert d.work_pool.name == "mlsys-process"
         spec = registry.get(d.name)
-        assert d.tags == ["mlsys", spec.family]
+        assert d.tags == ["mlsys", spec.family, f"system:{d.name}"]
         spec.params_model().for_scale(**d.parameters)  # the default parameters validate
         assert all(not s.active for s in (d.schedules or [])), "example schedules must start inactive"
     families = {registry.get(d.name).family for d in model.deployments}

@@ -1,0 +1,116 @@
+"""A flow run's task runs as its user sees them: their log lines echoed to this terminal when they run
+in worker processes that are not this process's children (a running server's warm cluster, a
+cluster at an address), and none left Running when the run stops (Ctrl-C, a termination signal).
+
+Both read and write through the Prefect API the run reports to."""
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Iterator, TextIO
+from uuid import UUID
+
+# how often the echo asks the API for new task-run log lines; a log line reaches the API within about
+# a second of being written (the worker's log handler sends in batches), so shorter buys nothing
+ECHO_INTERVAL_S = 1.0
+_LEVELS = {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR", 50: "CRITICAL"}
+
+
+def _line(when: datetime, level: int, task_run: str, message: str) -> str:
+    """The shape of Prefect's own console lines, so echoed and local runs read alike."""
+    return f"{when.astimezone():%H:%M:%S}.{when.microsecond // 1000:03d} | {_LEVELS.get(level, str(level)):<7} | " \
+           f"Task run {task_run!r} - {message}"
+
+
+class TaskLogEcho:
+    """Polls the API for the log lines of ``flow_run_id``'s task runs and writes each once to ``out``."""
+
+    def __init__(self, flow_run_id: UUID | str, out: TextIO | None = None, interval_s: float = ECHO_INTERVAL_S):
+        self.flow_run_id = UUID(str(flow_run_id))
+        self.out = out or sys.stderr
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._seen: set[UUID] = set()
+        self._since: datetime | None = None
+        self._names: dict[UUID, str] = {}
+        self._thread = threading.Thread(target=self._loop, name="mlsys-task-log-echo", daemon=True)
+
+    def poll(self, client) -> int:
+        """Write the lines not written yet; how many."""
+        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId, LogFilterTimestamp
+        from prefect.client.schemas.sorting import LogSort
+
+        written = 0
+        while True:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[self.flow_run_id]),
+                                                         timestamp=LogFilterTimestamp(after_=self._since)),
+                                    sort=LogSort.TIMESTAMP_ASC, limit=200)
+            # the flow run's own lines are this process's: already on its console
+            fresh = [log for log in logs if log.id not in self._seen and log.task_run_id is not None]
+            for log in fresh:
+                if log.task_run_id not in self._names:
+                    self._names[log.task_run_id] = client.read_task_run(log.task_run_id).name
+                self.out.write(_line(log.timestamp, log.level, self._names[log.task_run_id], log.message) + "\n")
+                self._seen.add(log.id)
+                written += 1
+            if logs:
+                self._since = logs[-1].timestamp  # inclusive: lines at this instant are told apart by id
+            self.out.flush()
+            self._seen.update(log.id for log in logs)
+            if len(logs) < 200 or not fresh:
+                return written
+
+    def _loop(self) -> None:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            while True:
+                stopping = self._stop.wait(self.interval_s)
+                try:
+                    self.poll(client)
+                except Exception:  # noqa: BLE001 - progress is a courtesy: an API hiccup must not fail the run
+                    pass
+                if stopping:
+                    return
+
+    def __enter__(self) -> "TaskLogEcho":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()  # one last poll: the lines of the tasks that just ended
+        self._thread.join(timeout=3 * self.interval_s + 5)
+
+
+@contextmanager
+def echo_task_logs(flow_run_id: UUID | str | None, out: TextIO | None = None) -> Iterator[None]:
+    if flow_run_id is None:
+        yield
+        return
+    with TaskLogEcho(flow_run_id, out):
+        yield
+
+
+UNFINISHED = ("SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING")
+
+
+def crash_unfinished(flow_run_id: UUID | str, message: str) -> int:
+    """Mark Crashed every task run of ``flow_run_id`` not yet in a final state; how many. Prefect marks
+    the flow run Crashed when its process is interrupted, but not the task runs it had in flight on
+    workers that die with it or never report again: they would read Running forever."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterState,
+                                                TaskRunFilterStateType)
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(str(flow_run_id))])),
+            task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(
+                any_=[StateType(s) for s in UNFINISHED]))))
+        for run in runs:
+            client.set_task_run_state(run.id, Crashed(message=message), force=True)
+    return len(runs)
