@@ -205,7 +205,7 @@ class ObjectStorage(WritableFileSystem):
             return key.strip("/")
         raise StorageError(f"invalid storage key {key!r} ({why}): keys are relative paths under {self.root_url}")
 
-    def url(self, key: str) -> str:
+    def url_of(self, key: str) -> str:
         """Where ``key`` lies, as a URL a user can open or pass to another tool."""
         return f"{self.root_url}/{self._key(key)}"
 

@@ -86,7 +86,7 @@ def _run_one(name: str, scale: str, params: list[str], storage: Optional[str], c
     from mlsys_flows.flows.common import resolve_storage
     from mlsys_flows.tasks.common import report_key
 
-    console.print(f"report: {resolve_storage(storage).url(report_key(report))}.json (plot: .png)", highlight=False,
+    console.print(f"report: {resolve_storage(storage).url_of(report_key(report))}.json (plot: .png)", highlight=False,
                   soft_wrap=True)
     if ui:
         console.print(f"flow run: {ui}/runs/flow-run/{report.run_id}", highlight=False, soft_wrap=True)

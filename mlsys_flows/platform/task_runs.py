@@ -8,13 +8,15 @@ from __future__ import annotations
 import sys
 import threading
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Iterator, TextIO
 from uuid import UUID
 
 # how often the echo asks the API for new task-run log lines; a log line reaches the API within about
 # a second of being written (the worker's log handler sends in batches), so shorter buys nothing
 ECHO_INTERVAL_S = 1.0
+LATE_S = 15.0  # how much later than a newer line a line may reach the API (batches every 2 s by default)
+PAGE = 200
 _LEVELS = {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR", 50: "CRITICAL"}
 
 
@@ -33,34 +35,37 @@ class TaskLogEcho:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._seen: set[UUID] = set()
-        self._since: datetime | None = None
+        self._newest: datetime | None = None
         self._names: dict[UUID, str] = {}
         self._thread = threading.Thread(target=self._loop, name="mlsys-task-log-echo", daemon=True)
 
     def poll(self, client) -> int:
-        """Write the lines not written yet; how many."""
+        """Write the lines not written yet; how many. Workers send their lines in batches, so a line
+        can reach the API after a later one from another worker: each poll rereads the last
+        ``LATE_S`` seconds before the newest line seen and skips the lines already written."""
         from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId, LogFilterTimestamp
         from prefect.client.schemas.sorting import LogSort
 
-        written = 0
+        after = self._newest - timedelta(seconds=LATE_S) if self._newest else None
+        written, offset = 0, 0
         while True:
             logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[self.flow_run_id]),
-                                                         timestamp=LogFilterTimestamp(after_=self._since)),
-                                    sort=LogSort.TIMESTAMP_ASC, limit=200)
-            # the flow run's own lines are this process's: already on its console
-            fresh = [log for log in logs if log.id not in self._seen and log.task_run_id is not None]
-            for log in fresh:
+                                                         timestamp=LogFilterTimestamp(after_=after)),
+                                    sort=LogSort.TIMESTAMP_ASC, limit=PAGE, offset=offset)
+            for log in logs:
+                self._newest = max(self._newest or log.timestamp, log.timestamp)
+                # the flow run's own lines are this process's: already on its console
+                if log.id in self._seen or log.task_run_id is None:
+                    continue
                 if log.task_run_id not in self._names:
                     self._names[log.task_run_id] = client.read_task_run(log.task_run_id).name
                 self.out.write(_line(log.timestamp, log.level, self._names[log.task_run_id], log.message) + "\n")
                 self._seen.add(log.id)
                 written += 1
-            if logs:
-                self._since = logs[-1].timestamp  # inclusive: lines at this instant are told apart by id
-            self.out.flush()
-            self._seen.update(log.id for log in logs)
-            if len(logs) < 200 or not fresh:
+            if len(logs) < PAGE:
+                self.out.flush()
                 return written
+            offset += PAGE
 
     def _loop(self) -> None:
         from prefect.client.orchestration import get_client
