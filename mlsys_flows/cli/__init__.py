@@ -13,8 +13,8 @@ from rich.table import Table
 
 from mlsys_flows import registry
 # the platform's commands as modules (`from .server import server` would shadow the submodule's name)
-from mlsys_flows.cli import (deploy as deploy_commands, reproduce as reproduce_commands, server as server_commands,
-                             webhooks as webhook_commands)
+from mlsys_flows.cli import (blocks as block_commands, deploy as deploy_commands, reproduce as reproduce_commands,
+                             server as server_commands, webhooks as webhook_commands)
 from mlsys_flows.cli.console import console, err, fail, run_errors_held, warn
 from mlsys_flows.errors import MlsysError
 from mlsys_flows.platform.runner import RunError, parse_param, run_system, validate, write_report
@@ -25,8 +25,7 @@ from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, regime_sentence, v3_ce
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Published ML-systems techniques as Prefect flows: run, benchmark and deploy them.")
-blocks_app = typer.Typer(no_args_is_help=True, help="Prefect blocks of mlsys-flows.")
-app.add_typer(blocks_app, name="blocks")
+app.add_typer(block_commands.blocks_app, name="blocks")
 
 RESULTS = Path("benchmarks/results")
 
@@ -324,19 +323,6 @@ def generate(check: bool = typer.Option(False, "--check", help="Write nothing; f
         return
     written = gen.write()
     console.print("\n".join(f"wrote {p}" for p in written) or "every generated file is current")
-
-
-@blocks_app.command("register")
-def blocks_register() -> None:
-    """Register the block types with the Prefect API (like `prefect block register -m mlsys_flows.blocks`)."""
-    from mlsys_flows.settings import configure_prefect_home
-
-    configure_prefect_home()
-    from mlsys_flows.blocks import CheckpointStore, DaskCluster, ObjectStorage, ResourcePool
-
-    for block in (ObjectStorage, CheckpointStore, DaskCluster, ResourcePool):
-        block.register_type_and_schema()
-        console.print(f"registered {block.get_block_type_slug()}")
 
 
 app.command()(server_commands.server)

@@ -54,6 +54,43 @@ def connect(embedded: bool = True) -> str | None:
     return url
 
 
+def connect_session() -> str:
+    """:func:`connect` for a Python session (``mlsys_flows.connect``) and the `blocks` commands, which
+    save and load at once: waits for the embedded API when that is the one, and points prefect at the
+    API also when this process imported prefect before (then it had read its settings already). Returns
+    the API URL."""
+    url = connect() or start_embedded_api().ready()
+    _reload_prefect_settings(url)
+    return url
+
+
+def _reload_prefect_settings(url: str) -> None:
+    """Prefect reads the environment once, when ``prefect.context`` is imported: its global settings
+    context. A session that imported prefect first (``from mlsys_flows.blocks import ...`` above the
+    connect) would keep what it read then, Prefect's default profile under ``~/.prefect``. Rebuild that
+    context from the environment :func:`connect` has just set, as Prefect 3.9 does itself after its plugins
+    set variables (``refresh_global_settings_context``; a Prefect without it, the same assignment). Not a
+    ``temporary_settings`` kept entered: that is a context variable, which a thread started later (a task
+    runner's, the user's) does not inherit, and falls back to the global context."""
+    import sys
+
+    context = sys.modules.get("prefect.context")
+    if context is None:  # prefect will read the environment when it is imported
+        return
+    refresh = getattr(context, "refresh_global_settings_context", None)
+    if refresh is not None:
+        refresh()
+    else:
+        context.GLOBAL_SETTINGS_CONTEXT = context.root_settings_context()
+    from prefect.settings import get_current_settings
+
+    current = get_current_settings().api.url
+    if (current or "").rstrip("/") != url.rstrip("/"):  # a settings context entered around this call
+        raise RunError(f"connect(): Prefect's settings here point at {current or 'its ephemeral API'}, not {url}, "
+                       f"because a settings context is entered (temporary_settings, use_profile): call "
+                       f"mlsys_flows.connect() outside it")
+
+
 def run_system(name: str, scale: str = "quick", overrides: dict[str, Any] | None = None,
                storage: Any = None, cluster: Any = None, devices: Any = None, run_key: str | None = None,
                *, tags: tuple[str, ...] = ()):

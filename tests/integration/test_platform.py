@@ -7,6 +7,7 @@ and the RunReport."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 import yaml
+from doc_snippets import REPO, doc_snippets
 from webhook_fixtures import ServerThread
 
 from mlsys_flows import flow_params, registry
@@ -359,6 +361,104 @@ def test_report_finds_the_running_server(platform, cli_run, tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     pages = "".join(p.read_text() for p in (tmp_path / "catalogue").rglob("*.html"))
     assert cli_run.report["run_id"] in pages
+
+
+def _fresh_env(platform, home: Path) -> dict[str, str]:
+    """A fresh shell's environment: no PREFECT_* variable, the platform's data folder, and a HOME of
+    its own (Prefect's default profile, ~/.prefect, is where a block goes when nothing connects)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(MLSYS_FLOWS_HOME=str(platform.root), HOME=str(home))
+    return env
+
+
+@contextlib.contextmanager
+def _on(api_url: str):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        yield
+
+
+@pytest.fixture(scope="module")
+def hook_secret(platform):
+    """The webhook docs read `mlsys-hook-recd`, as `mlsys-flows webhooks init` leaves it: saved unless present."""
+    from prefect.blocks.system import Secret
+
+    with _on(platform.api_url):
+        try:
+            Secret.load("mlsys-hook-recd")
+        except ValueError:
+            Secret(value=f"whsec-{uuid.uuid4().hex}").save("mlsys-hook-recd")
+
+
+@pytest.mark.parametrize("snippet", doc_snippets(), ids=lambda s: s.id)
+def test_doc_snippet_saves_and_loads_on_the_running_server(platform, hook_secret, snippet, tmp_path):
+    """Each ```python block of README.md and docs/platform.md that saves or loads a block runs as written
+    in a fresh process (no PREFECT_* variable: `mlsys_flows.connect()` finds the server by itself) and exits
+    0; each block it saves is on the server, written by this run (without connect() Prefect saves into
+    ~/.prefect and exits 0 too)."""
+    if snippet.skip:
+        pytest.skip(snippet.skip)
+    from prefect import get_client
+
+    started = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
+    out = subprocess.run([sys.executable, "-c", snippet.code], cwd=REPO, env=_fresh_env(platform, tmp_path),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{snippet.id}:\n{snippet.code}\n{out.stdout[-2000:]}{out.stderr[-3000:]}"
+    with _on(platform.api_url), get_client(sync_client=True) as client:
+        saved = {d.name for d in client.read_block_documents(include_secrets=False) if d.updated >= started}
+    missing = [name for name in snippet.saved_names() if name not in saved]
+    assert not missing, f"{snippet.id} saved {missing} elsewhere than the running server ({platform.api_url})"
+
+
+def test_blocks_devices_saves_a_pool_the_server_loads(platform):
+    """`mlsys-flows blocks devices lab-gpus --kind gpu --device cuda:0` in a fresh shell saves into the
+    running server, which loads it back; saving the name again needs --overwrite (exit 2, one line)."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    from mlsys_flows.blocks import ResourcePool
+
+    with _on(platform.api_url), get_client(sync_client=True) as client:  # a doc snippet may have saved one
+        with contextlib.suppress(ObjectNotFound):
+            client.delete_block_document(client.read_block_document_by_name("lab-gpus", "mlsys-resource-pool").id)
+    out = _cli(platform, "blocks", "devices", "lab-gpus", "--kind", "gpu", "--device", "cuda:0")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert (f"saved mlsys-resource-pool 'lab-gpus' (gpu cuda:0, 1 per task, pool lab-gpus) to {platform.api_url}"
+            in out.stdout.splitlines()), out.stdout
+    with _on(platform.api_url):
+        pool = ResourcePool.load("lab-gpus")
+    assert (pool.kind, pool.devices, pool.name) == ("gpu", ["cuda:0"], "lab-gpus")
+    again = _cli(platform, "blocks", "devices", "lab-gpus", "--kind", "gpu", "--device", "cuda:1")
+    errors = [line for line in again.stderr.splitlines() if line.startswith("error:")]
+    assert again.returncode == 2 and len(errors) == 1 and "--overwrite" in errors[0], again.stderr
+    assert "Traceback" not in again.stderr, again.stderr
+    with _on(platform.api_url):
+        assert ResourcePool.load("lab-gpus").devices == ["cuda:0"]
+
+
+def test_blocks_storage_list_and_delete(platform, monkeypatch):
+    """`blocks storage` takes the secret key from the variable named, saves it (never printing it); `blocks
+    list` shows it beside the server's own `local` blocks; `blocks delete` removes it."""
+    from mlsys_flows.blocks import ObjectStorage
+
+    secret = f"key-{uuid.uuid4().hex}"
+    monkeypatch.setenv("T_S3_SECRET", secret)
+    out = _cli(platform, "blocks", "storage", "t-s3", "--url", "s3://lab/runs", "--endpoint-url",
+               "http://127.0.0.1:8333", "--access-key-id", "AKIA1", "--secret-access-key-env", "T_S3_SECRET",
+               "--overwrite")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert secret not in out.stdout + out.stderr and f"to {platform.api_url}" in out.stdout, out.stdout
+    with _on(platform.api_url):
+        assert ObjectStorage.load("t-s3").secret_access_key.get_secret_value() == secret
+    listed = _cli(platform, "blocks", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {tuple(line.split()) for line in listed.stdout.splitlines()}
+    assert {("storage", "t-s3"), ("storage", "local"), ("cluster", "local")} <= rows, listed.stdout
+    gone = _cli(platform, "blocks", "delete", "storage", "t-s3")
+    assert gone.returncode == 0 and f"deleted mlsys-object-storage 't-s3' from {platform.api_url}" in gone.stdout
+    with _on(platform.api_url), pytest.raises(ValueError):
+        ObjectStorage.load("t-s3")
 
 
 @pytest.mark.stops_the_session_server
