@@ -40,7 +40,7 @@ from mlsys_flows.systems.common.report import SystemResult, build_report
 from mlsys_flows.systems.common.spec import SystemSpec
 from mlsys_flows.tasks.common import publish_report, report_artifacts, with_policy
 from mlsys_flows.platform.ranks import RanksFailed, RanksRun, run_ranks
-from mlsys_flows.platform.task_runs import crash_unfinished, echo_task_logs
+from mlsys_flows.task_runs import crash_unfinished, echo_task_logs
 
 __all__ = ["RunContext", "SystemResult", "system_flow"]
 

@@ -1,4 +1,4 @@
-"""A run's task runs as its user sees them (mlsys_flows/platform/task_runs.py): their log lines echoed to
+"""A run's task runs as its user sees them (mlsys_flows/task_runs.py): their log lines echoed to
 the terminal when they ran on workers that are not the run's children, and none left unfinished when the
 run stops."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from prefect import flow, get_run_logger, task
 from prefect.client.orchestration import get_client
 
 from mlsys_flows.flows.common import tasks_on
-from mlsys_flows.platform.task_runs import TaskLogEcho, crash_unfinished
+from mlsys_flows.task_runs import TaskLogEcho, crash_unfinished
 
 LINE = re.compile(r"\d\d:\d\d:\d\d\.\d{3} \| (DEBUG|INFO|WARNING|ERROR|CRITICAL) +\| Task run '[^']+' - ")
 
