@@ -13,6 +13,7 @@ ESCAPES = ["..", "../outside.bin", "a/../../outside.bin", "/etc/passwd", "a\\..\
 
 KEY_METHODS = {
     "path": lambda s, k: s.path(k),
+    "url_of": lambda s, k: s.url_of(k),
     "write_bytes": lambda s, k: s.write_bytes(k, b"x"),
     "read_bytes": lambda s, k: s.read_bytes(k),
     "write_json": lambda s, k: s.write_json(k, {"x": 1}),
