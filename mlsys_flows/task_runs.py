@@ -5,7 +5,7 @@ cluster at an address), and none left Running when the run stops (Ctrl-C, a term
 Both read and write through the Prefect API the run reports to."""
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -31,7 +31,7 @@ class TaskLogEcho:
 
     def __init__(self, flow_run_id: UUID | str, out: TextIO | None = None, interval_s: float = ECHO_INTERVAL_S):
         self.flow_run_id = UUID(str(flow_run_id))
-        self.out = out or sys.stderr
+        self.out = out  # None: through Prefect's console handler (its level, the CLI's held errors apply)
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._seen: set[UUID] = set()
@@ -59,13 +59,29 @@ class TaskLogEcho:
                     continue
                 if log.task_run_id not in self._names:
                     self._names[log.task_run_id] = client.read_task_run(log.task_run_id).name
-                self.out.write(_line(log.timestamp, log.level, self._names[log.task_run_id], log.message) + "\n")
+                self._write(log.timestamp, log.level, self._names[log.task_run_id], log.message)
                 self._seen.add(log.id)
                 written += 1
             if len(logs) < PAGE:
-                self.out.flush()
+                if self.out is not None:
+                    self.out.flush()
                 return written
             offset += PAGE
+
+    def _write(self, when: datetime, level: int, task_run: str, message: str) -> None:
+        if self.out is not None:
+            self.out.write(_line(when, level, task_run, message) + "\n")
+            return
+        # a record of Prefect's task-run logger, kept off the API (it came from there): the console
+        # prints it in Prefect's own shape at Prefect's level, and a CLI that holds a failed run's
+        # ERROR records to print one line of its own holds these too
+        logger = logging.getLogger("prefect.task_runs")
+        if not logger.isEnabledFor(level):
+            return
+        record = logger.makeRecord(logger.name, level, __file__, 0, message, None, None,
+                                   extra={"task_run_name": task_run, "send_to_api": False})
+        record.created, record.msecs = when.timestamp(), when.microsecond // 1000
+        logger.handle(record)
 
     def _loop(self) -> None:
         from prefect.client.orchestration import get_client
