@@ -90,19 +90,22 @@ def v3_cells(report: dict) -> dict[str, str]:
 
 
 # How each comparison of a report (as JSON) is named: (where it is, words after the baseline, words in brackets)
-_ROLES = ((lambda r: r["headline"], "", "headline"),
-          (lambda r: r["headline"].get("vs_strongest"), ", the strongest deployable baseline", ""),
-          (lambda r: r["headline"].get("mechanism"), ", its ablation", "the mechanism alone"),
-          (lambda r: r["headline"].get("vs_oracle"), ", the hindsight oracle", "an upper bound"),
-          (lambda r: r.get("projection"), "", "projected at the paper's hardware"))
+# each role: where it is in a report, what follows its name, its label in words, its short tag (the
+# table artifact, whose columns the UI never wraps)
+_ROLES = ((lambda r: r["headline"], "", "headline", "headline"),
+          (lambda r: r["headline"].get("vs_strongest"), ", the strongest deployable baseline", "", "strongest"),
+          (lambda r: r["headline"].get("mechanism"), ", its ablation", "the mechanism alone", "ablation"),
+          (lambda r: r["headline"].get("vs_oracle"), ", the hindsight oracle", "an upper bound", "oracle"),
+          (lambda r: r.get("projection"), "", "projected at the paper's hardware", "projected"))
 
 
-def claim_rows(report: dict) -> list[tuple[str, dict]]:
+def claim_rows(report: dict, short: bool = False) -> list[tuple[str, dict]]:
     """Every comparison of a report (as JSON) once, headline first, each with its name: the headline,
     the strongest deployable baseline, the mechanism's ablation, the oracle, the projection and the
     spec's other claims. A comparison reached twice (the strongest baseline is also a claim, or the
-    headline's own baseline) is one row whose name says both."""
-    candidates = [(where(report), after, label) for where, after, label in _ROLES]
+    headline's own baseline) is one row whose name says both. ``short``: the roles as one-word tags."""
+    candidates = [(where(report), "" if short else after, tag if short else label)
+                  for where, after, label, tag in _ROLES]
     candidates += [(r, "", "") for r in report.get("ratios") or []]
     found: dict[tuple, tuple[dict, list[str], list[str]]] = {}
     for r, after, label in candidates:
@@ -202,10 +205,11 @@ def regime_sentence(report: RunReport) -> str:
 
 def table_rows(report: RunReport) -> list[dict[str, str]]:
     """One row per comparison, headline first, each once (``claim_rows``), every number with its
-    unit: what the paper claims beside what this run measured, narrow enough to read without
-    scrolling."""
+    unit. The UI shows the table at its widest row's width and scrolls the rest, so what a reader
+    needs first comes first and short (the claim with its role as a tag, the verdict, the paper's
+    ratio beside this run's, its kind), the spread and the raw values after."""
     rows = []
-    for name, r in claim_rows(report.model_dump(mode="json")):
+    for name, r in claim_rows(report.model_dump(mode="json"), short=True):
         base, tech = fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]])
         rows.append({"claim": name, "verdict": verdict_of(report.model_dump(mode="json"), r).label(),
                      "paper": fmt.ratio(r.get("paper")), "this run": fmt.ratio(r["ratio"]),

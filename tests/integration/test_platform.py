@@ -318,6 +318,12 @@ def test_ui_shows_deployment_run_and_report(platform, runs, cli_run, tmp_path):
             page.goto(f"{ui}/artifacts/artifact/{arts[f'{name}-report']['id']}", wait_until="domcontentloaded")
             page.locator("td").first.wait_for(timeout=60_000)
             shown = page.locator("td").evaluate_all("tds => tds.map(td => td.innerText.trim())")
+            # the claim, its verdict and the paper's ratio in view without scrolling sideways (the UI
+            # never wraps a cell; issue 52 item 7): each header's right edge against its scroll box's
+            over = page.evaluate("""() => { const t = document.querySelector('table');
+                const box = t.closest('.overflow-x-auto').getBoundingClientRect();
+                return Object.fromEntries([...t.querySelectorAll('th')].map(
+                    h => [h.innerText.trim(), Math.round(h.getBoundingClientRect().right - box.right)])) }""")
         finally:
             browser.close()
     assert width > 300, width
@@ -330,6 +336,7 @@ def test_ui_shows_deployment_run_and_report(platform, runs, cli_run, tmp_path):
     data = arts[f"{name}-report"]["data"]
     rows = json.loads(data) if isinstance(data, str) else data
     assert len(shown) > 10 and rows, shown
+    assert all(over[c] <= 0 for c in ("claim", "verdict", "paper")), over
     every = shown + [str(v) for row in rows for v in row.values()]
     assert not [c for c in every if E_NOTATION.search(c)], sorted({c for c in every if E_NOTATION.search(c)})
 
