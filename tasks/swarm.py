@@ -10,11 +10,12 @@ from mlsys_flows.systems.swarm import Params, simulate
 
 @task(name="swarm-simulate")
 def simulate_one(p: Params, n: int, policy: str, repeat: int) -> dict:
-    """Runs the event simulation of ``policy`` with ``n`` drones; the backend's assignment solves and the
-    drones' local picks really run here and their measured CPU time drives the event clock. Returns the metrics."""
+    """Runs the event simulation of ``policy`` with ``n`` drones on repeat ``repeat``'s workload; the
+    backend's assignment solves and the drones' local picks really run here and their measured CPU
+    time drives the event clock. Returns the metrics."""
     log = get_run_logger()
     t0 = time.perf_counter()
-    res = simulate(p.config(n), policy)
+    res = simulate(p.config(n, repeat), policy)
     m = res.metrics()
     log.info("N=%d %s (repeat %d): p99 decision latency %.1f ms, mean completion %.2f s, %d/%d tasks completed, "
              "compute mean %.3f ms over %d calls, %.1f s of work", n, policy, repeat, m["p99_decision_latency_s"] * 1e3,

@@ -88,15 +88,18 @@ class Params(SystemParams):
         rate = self.load * n / self.service_mean_s
         return max(self.min_horizon_s, self.tasks_per_run / rate)
 
-    def config(self, n: int) -> SimConfig:
+    def config(self, n: int, repeat: int = 0) -> SimConfig:
+        """The simulation of ``n`` drones in repeat ``repeat``: its workload (positions, arrivals,
+        failures, losses) is seed ``seed + repeat``, the same for every policy of that repeat, so
+        the repeats are independent pairs over workloads and not reruns of one."""
         from .sim import SimConfig
 
         h = self.horizon_s(n)
-        return SimConfig(n_drones=n, horizon_s=h, warmup_s=h / 3, seed=self.seed,
+        return SimConfig(n_drones=n, horizon_s=h, warmup_s=h / 3, seed=self.seed + repeat,
                          **{k: getattr(self, k) for k in MODEL_CONSTANTS})
 
 
-DETERMINISTIC = ("tasks_arrived", "drones_failed", "n_drones")   # seeded workload: equal in every run
+DETERMINISTIC = ("tasks_arrived", "drones_failed", "n_drones")   # counted: one repeat's workload, equal for every policy
 MEASURED = ("compute_s_mean", "compute_s_p99")                    # CPU time of the real solves / local picks
 # on the event clock, driven by the measured solve times and the model constants (crossover_n: where the
 # simulated p99 decision latencies cross)

@@ -25,8 +25,8 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
         for policy in POLICIES:
             per = [runs[(r, n, policy)]["metrics"] for r in range(repeats)]
             name = _name(policy, n)
-            variants[name] = {m: per[0][m] for m in DETERMINISTIC if m in per[0]} | {"n_drones": float(n)}
-            samples[name] = {m: [x[m] for x in per] for m in per[0] if m not in DETERMINISTIC}
+            variants[name] = {"n_drones": float(n)}  # the rest differ by repeat: each its own workload
+            samples[name] = {m: [x[m] for x in per] for m in per[0] if m != "n_drones"}
     largest = ns[-1]
     for policy in POLICIES:   # the claims at the largest swarm
         variants[policy] = dict(variants[_name(policy, largest)])
@@ -64,16 +64,17 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
               series={label[q]: (ns, [max(v * 1e3, 1e-4) for v in med(q, "compute_s_mean")]) for q in POLICIES}),
     ]
 
-    c = variants["centralized"]
     cm = {q: {m: statistics.median(samples[q][m]) for m in samples[q]} for q in POLICIES}
     work = sorted(((x["work_s"], k) for k, x in runs.items()), reverse=True)
     notes = [
-        f"Every (N, policy) is an event simulation with the same seeded workload per N: N drones at {p.density_per_km2:g} "
+        f"Every (N, policy) is an event simulation; repeat r draws its workload from seed {p.seed}+r, the same "
+        f"for every policy and N of that repeat: N drones at {p.density_per_km2:g} "
         f"per km^2, Poisson tasks at load {p.load} (service {p.service_mean_s:g} s mean, deadline {p.deadline_s:g} s), "
         f"failures at {p.failure_rate_per_h:g} per drone-hour, message loss {p.backhaul_loss:g} (backhaul) and "
         f"{p.radio_loss:g} (radio). Arrivals stop after the longer of {p.min_horizon_s:g} s and {p.tasks_per_run} "
         "expected arrivals, then the run drains; latency and completion statistics use requests and tasks after the first third (warm-up). "
-        f"At N={largest}: {c['tasks_arrived']:.0f} tasks arrived, {c['drones_failed']:.0f} drones failed (counted).",
+        f"At N={largest} (medians over repeats): {cm['centralized']['tasks_arrived']:.0f} tasks arrived, "
+        f"{cm['centralized']['drones_failed']:.0f} drones failed (counted).",
         "Kinds: the backend's solves and the drones' local picks really run (scipy linear_sum_assignment on the "
         "travel-time matrix of every drone not serving x every task not started) and their time is measured "
         "(compute_s_*) with the thread's CPU clock, so the other simulations sharing the machine do not inflate a "
@@ -105,10 +106,10 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
         "Mechanism: centralized_greedy is the ablation: the same greedy nearest-task rule taken on the backend "
         "instead of by radio claims (what is decided stays, where it is decided changes). Regime: the swarm size N "
         f"({', '.join(map(str, ns))}); at each N the strongest deployable baseline is the better of the two backends.",
-        f"The simulations ran as {len(runs)} Dask tasks on the cluster's workers ({repeats} repeats, the same "
-        f"workload each; only the measured compute differs); the longest was {work[0][1][2]} at N={work[0][1][1]} "
+        f"The simulations ran as {len(runs)} Dask tasks on the cluster's workers ({repeats} repeats, "
+        f"seeds {p.seed}-{p.seed + repeats - 1}); the longest was {work[0][1][2]} at N={work[0][1][1]} "
         f"({work[0][0]:.1f} s). Concurrent tasks share the machine (caches, memory bandwidth), which can still slow the measured solves a little.",
     ]
     return SystemResult(variants=variants, samples=samples, assumptions=assumptions, curves=curves,
-                        notes=notes, deterministic=set(DETERMINISTIC), regime=regime,
+                        notes=notes, deterministic={"n_drones"}, regime=regime,
                         regime_headline_value=float(largest))

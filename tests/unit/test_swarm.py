@@ -164,3 +164,13 @@ def test_decision_latency_is_one_task_side_definition_for_both_controls():
         assert sorted(res.decision_latency_s) == sorted(lat) and all(x >= 0 for x in lat)
         if policy == "distributed":  # lossy radio: some task missed its first announcement and waited >= 5 s
             assert max(lat) >= cfg.announce_interval_s > res.metrics()["p99_request_latency_s"]
+
+
+def test_each_repeat_is_a_workload_of_its_own_shared_by_every_policy():
+    """Repeat r draws its workload from seed + r: the repeats are independent pairs, not reruns of one
+    workload (whose interval would span only the measured solve times' jitter)."""
+    p = Params.for_scale("smoke")
+    assert p.config(12, 0) == p.config(12) and p.config(12, 1).seed == p.seed + 1
+    arrivals = {r: {q: simulate(p.config(12, r), q).metrics()["tasks_arrived"] for q in POLICIES} for r in range(3)}
+    assert all(len(set(by.values())) == 1 for by in arrivals.values()), arrivals  # one workload per repeat
+    assert len({by["centralized"] for by in arrivals.values()}) > 1, arrivals
