@@ -14,9 +14,11 @@ from mlsys_flows.tasks import metropolis as t
 @system_flow("metropolis")
 def metropolis(ctx: RunContext):
     p = ctx.params
-    truth_key = ctx.key("true_clusters.json")
-    sweep = t.regime.submit(p)  # the radius sweep on the simulated clock, beside the plan
-    planned = t.plan.submit(p, ctx.storage, truth_key).result()
+    # every repeat is its own town (seed + repeat): its plan on the simulated clock and its true clusters
+    truth_keys = [ctx.key(f"true_clusters-{r}.json") for r in range(ctx.repeats)]
+    sweep = t.regime.submit(p)  # the radius sweep on the simulated clock, beside the plans
+    plans = [t.plan.submit(p, ctx.storage, key, r) for r, key in enumerate(truth_keys)]
+    planned = [f.result() for f in plans]
 
     # the cost of one Prefect task on this runner: why cluster steps are not Prefect tasks
     probe = []
@@ -30,5 +32,5 @@ def metropolis(ctx: RunContext):
     for r in range(ctx.repeats):
         order = POLICIES[r % len(POLICIES):] + POLICIES[:r % len(POLICIES)]
         for name in order:
-            runs[name].append(t.run_schedule.submit(p, name, ctx.storage, truth_key, r).result())
+            runs[name].append(t.run_schedule.submit(p, name, ctx.storage, truth_keys[r], r).result())
     return build_result(p, planned, probe, runs, sweep.result())

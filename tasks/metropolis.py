@@ -27,11 +27,11 @@ def _truth_from_json(blob: bytes) -> dict:
 
 
 @task(name="metropolis-plan")
-def plan(p: Params, storage: ObjectStorage, truth_key: str) -> dict:
-    """Every policy on the simulated clock (exact, no overhead), the true clusters of the global run
-    saved at ``truth_key`` for the oracle, and the slot sweep."""
+def plan(p: Params, storage: ObjectStorage, truth_key: str, repeat: int) -> dict:
+    """Every policy on the simulated clock (exact, no overhead) in repeat ``repeat``'s town, the true
+    clusters of its global run saved at ``truth_key`` for the oracle, and the slot sweep."""
     log = get_run_logger()
-    cfg = p.config()
+    cfg = p.config(repeat=repeat)
     t0 = time.perf_counter()
     glob = simulate("global_sync", cfg, p.llm_slots)
     truth = glob.truth()
@@ -50,24 +50,24 @@ def plan(p: Params, storage: ObjectStorage, truth_key: str) -> dict:
     for k in p.sweep_slots():
         for name in POLICIES:
             result["sweep"][name].append((k, simulate(name, cfg, k, truth=truth).makespan_s))
-    log.info("metropolis plan (%.1f s): simulated makespan %s; %d cluster steps, %d LLM calls", time.perf_counter() - t0,
-             {n: round(s["makespan_s"], 3) for n, s in result["policies"].items()},
+    log.info("metropolis plan, repeat %d (%.1f s): simulated makespan %s; %d cluster steps, %d LLM calls", repeat,
+             time.perf_counter() - t0, {n: round(s["makespan_s"], 3) for n, s in result["policies"].items()},
              result["policies"]["global_sync"]["cluster_steps"], result["policies"]["global_sync"]["llm_calls"])
     return result
 
 
 @task(name="metropolis-run")
 def run_schedule(p: Params, policy: str, storage: ObjectStorage, truth_key: str, repeat: int) -> dict:
-    """One simulation under ``policy`` with real threads: every LLM call generates its tokens on the real
+    """One simulation of repeat ``repeat``'s town under ``policy`` with real threads: every LLM call generates its tokens on the real
     model's batching server (llm=minilm) or sleeps its latency holding one of the K slots (llm=sleep);
     the makespan is the wall clock of the whole simulation."""
     log = get_run_logger()
     truth = _truth_from_json(storage.read_bytes(truth_key)) if policy == "oracle" else None
     served = {}
     if p.llm == "minilm":
-        out, served = execute_model(policy, p.config(), p.llm_slots, p.serve_config(), truth=truth)
+        out, served = execute_model(policy, p.config(repeat=repeat), p.llm_slots, p.serve_config(), truth=truth)
     else:
-        out = execute(policy, p.config(), p.llm_slots, truth=truth)
+        out = execute(policy, p.config(repeat=repeat), p.llm_slots, truth=truth)
     s = out.summary() | {f"served_{k}": float(v) for k, v in served.items()}
     s["digest"] = out.digest
     s["utilization"] = utilization(out.busy_call_s, p.llm_slots, out.makespan_s)

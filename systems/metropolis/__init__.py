@@ -27,7 +27,8 @@ class Params(SystemParams):
     PRESETS: ClassVar[dict] = {
         "smoke": dict(agents=10, steps=8, map_size=24, llm_slots=4, latency_median_s=0.012, overhead_probe_tasks=2,
                       slot_sweep=False, regime_radius=[1, 6], prompt_tokens=8, tokens_median=2, max_new_tokens=8),
-        "quick": dict(agents=40, steps=30, map_size=64, llm_slots=16, latency_median_s=0.03),
+        # six repeats: the fewest paired runs that can decide a verdict (contract v4)
+        "quick": dict(agents=40, steps=30, map_size=64, llm_slots=16, latency_median_s=0.03, repeats=6),
         "full": dict(agents=200, steps=100, map_size=140, hotspots=24, llm_slots=64, latency_median_s=0.2,
                      repeats=5),
     }
@@ -94,7 +95,10 @@ class Params(SystemParams):
         return ServeConfig(prompt_tokens=self.prompt_tokens, tokens_median=self.tokens_median,
                            max_new_tokens=self.max_new_tokens)
 
-    def config(self, radius: int | None = None) -> Config:
+    def config(self, radius: int | None = None, repeat: int = 0) -> Config:
+        """The town of repeat ``repeat``: every draw (start cells, goals, calls, latencies) from seed
+        ``seed + repeat``, the same for every policy of that repeat, so the repeats are independent
+        pairs over towns and not reruns of one."""
         from .world import Config
 
         return Config(agents=self.agents, steps=self.steps, map_size=self.map_size,
@@ -102,7 +106,7 @@ class Params(SystemParams):
                       max_speed=self.max_speed, hotspots=self.hotspots, hotspot_prob=self.hotspot_prob,
                       act_prob=self.act_prob, talk_prob=self.talk_prob, max_turns=self.max_turns,
                       cooldown=self.cooldown, latency_median_s=self.latency_median_s,
-                      latency_sigma=self.latency_sigma, seed=self.seed)
+                      latency_sigma=self.latency_sigma, seed=self.seed + repeat)
 
 
 def sweep_radius(p: Params) -> dict[int, dict[str, float]]:

@@ -8,7 +8,7 @@ import statistics
 
 from mlsys_flows.systems.common.report import Assumption, Curve, Projection, RegimeSample, SystemResult, param_assumptions
 
-from . import COUNTED, SIMULATED, TIMED, Params
+from . import SIMULATED, TIMED, Params
 from .engine import POLICIES
 
 REPLAY = "an LLM serving engine's call latencies, replayed as lognormal sleeps holding one of K slots (llm=sleep)"
@@ -38,7 +38,7 @@ def llm_note(p: Params, runs: dict) -> str:
             "schedule on a discrete-event clock with the drawn latencies (simulated), not the model's.")
 
 
-def _projection(p: Params, sims: dict, runs: dict) -> tuple[Projection, str]:
+def _projection(p: Params, sim_med: dict, runs: dict) -> tuple[Projection, str]:
     """The same schedules on an engine whose decode step is flat in the batch up to K, and the note on
     where the model server's time went (llm=minilm only)."""
     a = statistics.median(x["served_step_fixed_s"] for name in POLICIES for x in runs[name])
@@ -56,8 +56,8 @@ def _projection(p: Params, sims: dict, runs: dict) -> tuple[Projection, str]:
     step = a + b   # one request's step: on a flat engine, every step of a batch up to K costs this
     scale = step * p.tokens_median / p.latency_median_s
     projection = Projection(
-        baseline_value=sims["global_sync"]["makespan_s"] * scale,
-        technique_value=sims["out_of_order"]["makespan_s"] * scale,
+        baseline_value=sim_med["global_sync"]["sim_makespan_s"] * scale,
+        technique_value=sim_med["out_of_order"]["sim_makespan_s"] * scale,
         assumptions={
             "step_s": Assumption(value=step, unit="s", source="measured in this run: a one-request decode step "
                                  "of the model server (fit a + b x 1)"),
@@ -65,30 +65,44 @@ def _projection(p: Params, sims: dict, runs: dict) -> tuple[Projection, str]:
                                      "step costs the same for any batch up to K (a GPU below saturation)"),
             **param_assumptions(p, "tokens_median", "latency_median_s", "llm_slots")},
         statement="makespan of the same schedules on an engine whose decode step is flat in the batch up to K: "
-                  "each call's tokens x this run's one-request step time, on the simulated clock")
+                  "each call's tokens x this run's one-request step time, on the simulated clock (median over the "
+                  "repeats' towns)")
     return projection, note
 
 
-def build_result(p: Params, planned: dict, probe: list[float], runs: dict[str, list[dict]],
+def _sweep_medians(planned: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """The slot sweep's simulated makespans, per policy and K the median over the repeats' towns."""
+    first = planned[0]["sweep"]
+    return {name: [(k, statistics.median(plan["sweep"][name][i][1] for plan in planned))
+                   for i, (k, _) in enumerate(pts)] for name, pts in first.items()}
+
+
+def build_result(p: Params, planned: list[dict], probe: list[float], runs: dict[str, list[dict]],
                  sweep: dict[int, dict[str, float]]) -> SystemResult:
-    """``planned``: the plan task's output; ``probe``: seconds of each no-op Prefect task; ``runs``:
-    policy -> its timed runs in repeat order; ``sweep``: radius -> policy -> simulated makespan."""
-    sims = planned["policies"]
+    """``planned``: the plan task's output per repeat (each repeat its own town); ``probe``: seconds of
+    each no-op Prefect task; ``runs``: policy -> its timed runs in repeat order; ``sweep``: radius ->
+    policy -> simulated makespan (the town of repeat 0)."""
     replay = p.llm == "sleep"
     variants, samples = {}, {}
     for name in POLICIES:
-        sim, real = sims[name], runs[name]
-        matches = sim["digest"] == planned["digest"] and sim["steps_match_global"] == 1.0 and \
-            all(x["digest"] == planned["digest"] for x in real)
-        variants[name] = {"llm_calls": sim["llm_calls"], "cluster_steps": sim["cluster_steps"],
-                          "conversations": sim["conversations"], "state_matches_global": float(matches),
-                          "sim_makespan_s": sim["makespan_s"], "sim_max_clock_spread": sim["max_clock_spread"],
-                          "sim_utilization": sim["utilization"]}
-        samples[name] = {"makespan_s": [x["makespan_s"] for x in real],
+        real = runs[name]
+        sims = [plan["policies"][name] for plan in planned]
+        matches = all(sim["digest"] == plan["digest"] and sim["steps_match_global"] == 1.0 and x["digest"] == plan["digest"]
+                      for sim, plan, x in zip(sims, planned, real, strict=True))
+        variants[name] = {"state_matches_global": float(matches)}
+        # every other metric is one sample per repeat's town, paired across policies by repeat
+        samples[name] = {"llm_calls": [s["llm_calls"] for s in sims], "cluster_steps": [s["cluster_steps"] for s in sims],
+                         "conversations": [s["conversations"] for s in sims],
+                         "sim_makespan_s": [s["makespan_s"] for s in sims],
+                         "sim_max_clock_spread": [s["max_clock_spread"] for s in sims],
+                         "sim_utilization": [s["utilization"] for s in sims],
+                         "makespan_s": [x["makespan_s"] for x in real],
                          "utilization": [x["utilization"] for x in real],
                          "max_clock_spread": [float(x["max_clock_spread"]) for x in real]}
         if replay:  # the slept calls are the simulated ones: the difference is orchestration
-            samples[name]["orchestration_overhead_s"] = [x["makespan_s"] - sim["makespan_s"] for x in real]
+            samples[name]["orchestration_overhead_s"] = [x["makespan_s"] - s["makespan_s"] for x, s in zip(real, sims)]
+    sim_med = {name: {m: statistics.median(samples[name][m]) for m in ("sim_makespan_s", "llm_calls", "cluster_steps",
+                                                                          "conversations")} for name in POLICIES}
     # not a repeat of the variants' run: the median of its own probe tasks (overhead_probe_tasks)
     variants["out_of_order"]["prefect_task_overhead_s"] = statistics.median(probe)
     latency = param_assumptions(p, "latency_median_s", "latency_sigma", "llm_slots", "act_prob", "talk_prob", "max_turns")
@@ -100,17 +114,19 @@ def build_result(p: Params, planned: dict, probe: list[float], runs: dict[str, l
         emulated = dict.fromkeys(TIMED, REPLAY)
         assumptions |= {m: latency for m in TIMED}
 
-    curves = [Curve(title="simulated progress", x_label="simulated time (s)", y_label="mean agent clock (steps)",
-                    series={name: ([x for x, _ in sims[name]["progress"]], [y for _, y in sims[name]["progress"]])
+    first = planned[0]["policies"]  # one town's progress: curves of different towns do not average
+    curves = [Curve(title=f"simulated progress (town of seed {p.seed})", x_label="simulated time (s)",
+                    y_label="mean agent clock (steps)",
+                    series={name: ([x for x, _ in first[name]["progress"]], [y for _, y in first[name]["progress"]])
                             for name in POLICIES})]
     if p.llm == "minilm":
         curves.append(Curve(title="decode batch of the model server", x_label="repeat", y_label="mean requests per decode step",
                             series={name: (list(range(len(runs[name]))), [x["served_mean_batch"] for x in runs[name]])
                                     for name in POLICIES}))
-    if any(planned["sweep"].values()):
-        curves.append(Curve(title="simulated makespan vs LLM slots", x_label="concurrent LLM calls (K)",
+    if any(planned[0]["sweep"].values()):
+        curves.append(Curve(title="simulated makespan vs LLM slots (median over towns)", x_label="concurrent LLM calls (K)",
                             y_label="makespan (s)", series={name: ([k for k, _ in pts], [m for _, m in pts])
-                                                            for name, pts in planned["sweep"].items()}))
+                                                            for name, pts in _sweep_medians(planned).items()}))
     med = {name: statistics.median(samples[name]["makespan_s"]) for name in POLICIES}
     # the regime: the simulated makespan (the same schedules without orchestration cost) at each radius
     regime = [RegimeSample(value=float(r), samples={name: [m[name]] for name in POLICIES}, kind="simulated")
@@ -118,18 +134,21 @@ def build_result(p: Params, planned: dict, probe: list[float], runs: dict[str, l
     timed_kind = "emulated" if replay else "measured"
     notes = [
         f"Workload: {p.agents} agents for {p.steps} steps on a {p.map_size}x{p.map_size} grid, interaction radius "
-        f"{p.radius}, speed <= {p.max_speed} cell/step, {p.hotspots} hotspots; {sims['global_sync']['cluster_steps']:.0f} "
-        f"cluster steps making {sims['global_sync']['llm_calls']:.0f} LLM calls ({sims['global_sync']['conversations']:.0f} "
-        "conversations), the same in every policy (counted).",
+        f"{p.radius}, speed <= {p.max_speed} cell/step, {p.hotspots} hotspots; repeat r is the town of seed {p.seed}+r "
+        f"(seeds {p.seed}-{p.seed + len(planned) - 1}), the same for every policy of that repeat; median "
+        f"{sim_med['global_sync']['cluster_steps']:.0f} cluster steps making {sim_med['global_sync']['llm_calls']:.0f} "
+        f"LLM calls ({sim_med['global_sync']['conversations']:.0f} conversations) per town, the same in every policy "
+        "(counted).",
         llm_note(p, runs),
         "Mechanism: the ablation is global_sync itself (the same engine, slots and priority with only the "
         "dependency rule replaced by a per-step barrier), so the mechanism ratio is the headline. Regime: the "
         f"interaction radius, radii {', '.join(map(str, p.regime_radius))} (the headline runs at {p.radius}), every "
-        "policy simulated once per radius on the simulated clock (kind simulated), the oracle with that radius's "
-        "true clusters.",
+        f"policy simulated once per radius on the simulated clock (kind simulated) in the town of seed {p.seed}, the "
+        "oracle with that radius's true clusters.",
         f"Equivalence: every run's final world (positions, goals, memories, cooldowns of all agents) "
         f"{'equals' if all(v['state_matches_global'] == 1.0 for v in variants.values()) else 'DOES NOT equal'} "
-        f"global synchronization's (digest {planned['digest']}), and each policy stepped exactly the same clusters.",
+        f"global synchronization's in the same town (digests {', '.join(plan['digest'] for plan in planned)}), and "
+        "each policy stepped exactly the same clusters.",
         f"Granularity: one Prefect task on this runner took {statistics.median(probe) * 1e3:.0f} ms (median of "
         f"{len(probe)} no-op tasks, measured) against a median LLM call of {p.latency_median_s * 1e3:.0f} ms. Every "
         f"agent's {p.steps} steps form a chain, so a Prefect task per cluster step would put at least "
@@ -148,9 +167,9 @@ def build_result(p: Params, planned: dict, probe: list[float], runs: dict[str, l
     ]
     projection = None
     if p.llm == "minilm":
-        projection, note = _projection(p, sims, runs)
+        projection, note = _projection(p, sim_med, runs)
         notes.append(note)
-    deterministic = set(COUNTED) | set(SIMULATED)
+    deterministic = {"state_matches_global"}  # the rest differ by town
     return SystemResult(variants=variants, kinds=kinds, samples=samples, assumptions=assumptions, curves=curves,
                         notes=notes, deterministic=deterministic, regime=regime,
                         regime_headline_value=float(p.radius), projection=projection, emulated=emulated)

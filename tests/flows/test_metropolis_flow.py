@@ -33,7 +33,7 @@ def test_metropolis_flow_smoke():
         assert v[name]["makespan_s"] >= 0.5 * v[name]["sim_makespan_s"]
     assert "prefect_task_overhead_s" not in report["samples"]["out_of_order"]  # its own probe, not a repeat
     assert v["out_of_order"]["prefect_task_overhead_s"] > 0
-    truth = json.loads(storage.read_bytes(f"runs/metropolis/{report['run_id']}/true_clusters.json"))
+    truth = json.loads(storage.read_bytes(f"runs/metropolis/{report['run_id']}/true_clusters-0.json"))
     assert len(truth) == v["global_sync"]["cluster_steps"]
     assert {r["baseline"] for r in report["ratios"]} >= {"oracle", "global_sync"}
     # contract v3: the oracle is labelled so and stands beside the headline; the ablation is the barrier
