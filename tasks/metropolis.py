@@ -8,6 +8,7 @@ go to a worker-side thread executor (microseconds per dispatch) whose calls real
 from __future__ import annotations
 
 import json
+import statistics
 import time
 
 from prefect import get_run_logger, task
@@ -77,13 +78,15 @@ def run_schedule(p: Params, policy: str, storage: ObjectStorage, truth_key: str,
 
 
 @task(name="metropolis-regime")
-def regime(p: Params) -> dict[int, dict[str, float]]:
-    """Every policy's simulated makespan at each interaction radius of the regime sweep."""
+def regime(p: Params, towns: int) -> dict[int, dict[str, list[float]]]:
+    """Every policy's simulated makespan at each interaction radius of the regime sweep, in each
+    repeat's town."""
     log = get_run_logger()
-    out = sweep_radius(p)
+    out = sweep_radius(p, towns)
     for r, m in out.items():
-        log.info("radius %d: simulated makespan global_sync/out_of_order %.2f, oracle/out_of_order %.2f", r,
-                 m["global_sync"] / m["out_of_order"], m["oracle"] / m["out_of_order"])
+        log.info("radius %d: simulated makespan global_sync/out_of_order %.2f, oracle/out_of_order %.2f (median of "
+                 "%d towns)", r, statistics.median(g / o for g, o in zip(m["global_sync"], m["out_of_order"])),
+                 statistics.median(x / o for x, o in zip(m["oracle"], m["out_of_order"])), towns)
     return out
 
 

@@ -30,7 +30,7 @@ class Params(SystemParams):
         # six repeats: the fewest paired runs that can decide a verdict (contract v4)
         "quick": dict(agents=40, steps=30, map_size=64, llm_slots=16, latency_median_s=0.03, repeats=6),
         "full": dict(agents=200, steps=100, map_size=140, hotspots=24, llm_slots=64, latency_median_s=0.2,
-                     repeats=5),
+                     repeats=6),
     }
 
     # the town
@@ -109,18 +109,21 @@ class Params(SystemParams):
                       latency_sigma=self.latency_sigma, seed=self.seed + repeat)
 
 
-def sweep_radius(p: Params) -> dict[int, dict[str, float]]:
-    """Every policy's simulated makespan at each interaction radius of ``p.regime_radius`` (the oracle
-    with the true clusters of that radius's global run); the rest of the town as ``p`` configures it."""
-    from .engine import simulate
+def sweep_radius(p: Params, towns: int = 1) -> dict[int, dict[str, list[float]]]:
+    """Every policy's simulated makespan at each interaction radius of ``p.regime_radius`` in each of
+    the first ``towns`` repeats' towns (the oracle with the true clusters of that radius's global run
+    in that town), one sample per town; the rest of the town as ``p`` configures it."""
+    from .engine import POLICIES, simulate
 
     out = {}
     for r in p.regime_radius:
-        cfg = p.config(radius=r)
-        glob = simulate("global_sync", cfg, p.llm_slots)
-        out[r] = {"global_sync": glob.makespan_s,
-                  "out_of_order": simulate("out_of_order", cfg, p.llm_slots).makespan_s,
-                  "oracle": simulate("oracle", cfg, p.llm_slots, truth=glob.truth()).makespan_s}
+        out[r] = {name: [] for name in POLICIES}
+        for town in range(towns):
+            cfg = p.config(radius=r, repeat=town)
+            glob = simulate("global_sync", cfg, p.llm_slots)
+            out[r]["global_sync"].append(glob.makespan_s)
+            out[r]["out_of_order"].append(simulate("out_of_order", cfg, p.llm_slots).makespan_s)
+            out[r]["oracle"].append(simulate("oracle", cfg, p.llm_slots, truth=glob.truth()).makespan_s)
     return out
 
 

@@ -25,13 +25,13 @@ def llm_note(p: Params, runs: dict) -> str:
                 "(orchestration_overhead_s), what is slept stands for the LLM; sim_makespan_s is the same schedule on a "
                 "discrete-event clock with no orchestration cost (simulated).")
     batch = {name: statistics.median(x["served_mean_batch"] for x in runs[name]) for name in POLICIES}
-    first = runs["global_sync"][0]
+    tokens = statistics.median(x["served_tokens"] for x in runs["global_sync"])
     return (f"LLM calls run a real model: all-MiniLM-L6-v2's pretrained weights as a causal decoder (the radix "
             f"system's model, KV pool and batched decode), one server thread on one torch thread, up to {p.llm_slots} "
             "requests active at once, admitted lagging agents first; each decode step advances every active request "
             f"by one token. A call prefills a {p.prompt_tokens}-token prompt and generates its length in tokens: {shape}, "
             f"and a call at the median generates {p.tokens_median} tokens, the others in proportion (at most "
-            f"{p.max_new_tokens}); {first['served_tokens']:.0f} tokens per run (counted). makespan_s is the wall clock "
+            f"{p.max_new_tokens}); {tokens:.0f} tokens per run (counted, median over the towns). makespan_s is the wall clock "
             "(measured) of the whole simulation with that generation; utilization is the server's busy slot-seconds "
             "(active requests x step time) over K x makespan. Median requests per decode step: "
             + ", ".join(f"{n} {b:.1f}" for n, b in batch.items()) + " (counted per run). sim_makespan_s is the same "
@@ -81,13 +81,16 @@ def build_result(p: Params, planned: list[dict], probe: list[float], runs: dict[
                  sweep: dict[int, dict[str, float]]) -> SystemResult:
     """``planned``: the plan task's output per repeat (each repeat its own town); ``probe``: seconds of
     each no-op Prefect task; ``runs``: policy -> its timed runs in repeat order; ``sweep``: radius ->
-    policy -> simulated makespan (the town of repeat 0)."""
+    policy -> simulated makespan in each repeat's town."""
     replay = p.llm == "sleep"
     variants, samples = {}, {}
     for name in POLICIES:
         real = runs[name]
         sims = [plan["policies"][name] for plan in planned]
+        # the same town's world at the end, the same (time, cluster) steps on the simulated clock, and
+        # as many cluster steps and LLM calls in the timed run
         matches = all(sim["digest"] == plan["digest"] and sim["steps_match_global"] == 1.0 and x["digest"] == plan["digest"]
+                      and (x["cluster_steps"], x["llm_calls"]) == (sim["cluster_steps"], sim["llm_calls"])
                       for sim, plan, x in zip(sims, planned, real, strict=True))
         variants[name] = {"state_matches_global": float(matches)}
         # every other metric is one sample per repeat's town, paired across policies by repeat
@@ -129,7 +132,7 @@ def build_result(p: Params, planned: list[dict], probe: list[float], runs: dict[
                                                             for name, pts in _sweep_medians(planned).items()}))
     med = {name: statistics.median(samples[name]["makespan_s"]) for name in POLICIES}
     # the regime: the simulated makespan (the same schedules without orchestration cost) at each radius
-    regime = [RegimeSample(value=float(r), samples={name: [m[name]] for name in POLICIES}, kind="simulated")
+    regime = [RegimeSample(value=float(r), samples={name: list(m[name]) for name in POLICIES}, kind="simulated")
               for r, m in sweep.items()]
     timed_kind = "emulated" if replay else "measured"
     notes = [
@@ -143,12 +146,13 @@ def build_result(p: Params, planned: list[dict], probe: list[float], runs: dict[
         "Mechanism: the ablation is global_sync itself (the same engine, slots and priority with only the "
         "dependency rule replaced by a per-step barrier), so the mechanism ratio is the headline. Regime: the "
         f"interaction radius, radii {', '.join(map(str, p.regime_radius))} (the headline runs at {p.radius}), every "
-        f"policy simulated once per radius on the simulated clock (kind simulated) in the town of seed {p.seed}, the "
-        "oracle with that radius's true clusters.",
+        "policy simulated at each radius on the simulated clock (kind simulated) in every repeat's town, one "
+        "sample per town, the oracle with that radius and town's true clusters.",
         f"Equivalence: every run's final world (positions, goals, memories, cooldowns of all agents) "
         f"{'equals' if all(v['state_matches_global'] == 1.0 for v in variants.values()) else 'DOES NOT equal'} "
-        f"global synchronization's in the same town (digests {', '.join(plan['digest'] for plan in planned)}), and "
-        "each policy stepped exactly the same clusters.",
+        f"global synchronization's in the same town (digests {', '.join(plan['digest'] for plan in planned)}); on the "
+        "simulated clock each policy stepped exactly the same (time, cluster) pairs, and each timed run as many "
+        "cluster steps and LLM calls.",
         f"Granularity: one Prefect task on this runner took {statistics.median(probe) * 1e3:.0f} ms (median of "
         f"{len(probe)} no-op tasks, measured) against a median LLM call of {p.latency_median_s * 1e3:.0f} ms. Every "
         f"agent's {p.steps} steps form a chain, so a Prefect task per cluster step would put at least "

@@ -17,9 +17,10 @@ def outputs(makespans: dict[str, float]):
            "utilization": 0.5, "steps_match_global": 1.0, "digest": "d", "progress": [(0.0, 0.0), (1.0, 8.0)]}
     planned = [{"digest": "d", "sweep": {n: [] for n in POLICIES},
                 "policies": {n: sim | {"makespan_s": m + 0.01 * r} for n, m in makespans.items()}} for r in range(3)]
-    runs = {n: [{"makespan_s": m + 0.1 * r, "utilization": 0.5, "max_clock_spread": 2, "digest": "d"}
-                for r in range(3)] for n, m in makespans.items()}
-    sweep = {1: {n: m for n, m in makespans.items()}, 6: {n: m * 1.1 for n, m in makespans.items()}}
+    runs = {n: [{"makespan_s": m + 0.1 * r, "utilization": 0.5, "max_clock_spread": 2, "digest": "d",
+                 "cluster_steps": 20.0, "llm_calls": 40.0} for r in range(3)] for n, m in makespans.items()}
+    sweep = {1: {n: [m, m + 0.1, m + 0.2] for n, m in makespans.items()},
+             6: {n: [m * 1.1, m * 1.2, m * 1.3] for n, m in makespans.items()}}
     return planned, [0.05, 0.06], runs, sweep
 
 
@@ -66,3 +67,9 @@ def test_each_repeat_is_a_town_of_its_own_shared_by_every_policy():
     result = build_result(p, *outputs({"global_sync": 2.0, "out_of_order": 1.5, "oracle": 1.2}))
     assert result.samples["global_sync"]["sim_makespan_s"] == [2.0, 2.01, 2.02]
     assert result.variants["oracle"] == {"state_matches_global": 1.0} and result.deterministic == {"state_matches_global"}
+    # the regime: one sample per town at every radius
+    assert [len(pt.samples["out_of_order"]) for pt in result.regime] == [3, 3]
+    # a timed run that stepped other clusters than its town's plan is not equivalent, whatever its digest
+    planned, probe, runs, sweep = outputs({"global_sync": 2.0, "out_of_order": 1.5, "oracle": 1.2})
+    runs["out_of_order"][2]["cluster_steps"] = 19.0
+    assert build_result(p, planned, probe, runs, sweep).variants["out_of_order"]["state_matches_global"] == 0.0
