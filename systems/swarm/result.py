@@ -7,7 +7,7 @@ import statistics
 
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, SystemResult, param_assumptions
 
-from . import DETERMINISTIC, MODEL_CONSTANTS, POLICIES, SPEC, Params, crossover
+from . import MODEL_CONSTANTS, POLICIES, SPEC, Params, crossover
 
 AT_CROSSOVER = ("p99_decision_latency_s", "mean_completion_s", "travel_m_per_task")
 
@@ -19,6 +19,13 @@ def _name(policy: str, n: int) -> str:
 def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]) -> SystemResult:
     """``runs``: (repeat, N, policy) -> simulate_one's output, for every repeat, N of the grid and policy."""
     ns = list(p.n_grid)
+    for r in range(repeats):  # a pair is one workload: the policies of a repeat and N must share it
+        for n in ns:
+            drawn = {q: (runs[(r, n, q)]["metrics"]["tasks_arrived"], runs[(r, n, q)]["metrics"]["drones_failed"])
+                     for q in POLICIES}
+            if len(set(drawn.values())) > 1:
+                raise ValueError(f"swarm: repeat {r}, N={n}: the policies ran different workloads (tasks arrived, "
+                                 f"drones failed: {drawn})")
     variants: dict[str, dict[str, float]] = {}
     samples: dict[str, dict[str, list[float]]] = {}
     for n in ns:
@@ -96,7 +103,7 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
                                        if cross.n is not None else "") + ". Where it falls is set by the constants "
         f"(round trip {p.rtt_s * 1e3:g} ms + jitter vs a {p.claim_window_s * 1e3:g} ms claim window per radio round) "
         "and by the measured growth of the solve time; the paper's own testbed constants are not reproduced.",
-        f"At N={largest}: p99 decision latency {cm['centralized']['p99_decision_latency_s'] * 1e3:.1f} ms centralized, "
+        f"At N={largest} (medians over repeats): p99 decision latency {cm['centralized']['p99_decision_latency_s'] * 1e3:.1f} ms centralized, "
         f"{cm['centralized_greedy']['p99_decision_latency_s'] * 1e3:.1f} ms centralized greedy, "
         f"{cm['distributed']['p99_decision_latency_s'] * 1e3:.1f} ms distributed; wasted trips (a task served "
         f"first by another drone, or expired) {cm['centralized']['wasted_trips']:.0f} / "

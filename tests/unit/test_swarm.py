@@ -167,10 +167,20 @@ def test_decision_latency_is_one_task_side_definition_for_both_controls():
 
 
 def test_each_repeat_is_a_workload_of_its_own_shared_by_every_policy():
-    """Repeat r draws its workload from seed + r: the repeats are independent pairs, not reruns of one
-    workload (whose interval would span only the measured solve times' jitter)."""
-    p = Params.for_scale("smoke")
+    """Repeat r draws its workload from seed + r (what the flow's task runs): the repeats are
+    independent pairs, not reruns of one workload (whose interval would span only the measured solve
+    times' jitter); build_result refuses a repeat whose policies ran different workloads."""
+    from mlsys_flows.systems.swarm import simulate_repeat
+    from mlsys_flows.systems.swarm.result import build_result
+
+    p = Params.for_scale("smoke", n_grid=[12, 24])
     assert p.config(12, 0) == p.config(12) and p.config(12, 1).seed == p.seed + 1
-    arrivals = {r: {q: simulate(p.config(12, r), q).metrics()["tasks_arrived"] for q in POLICIES} for r in range(3)}
+    runs = {(r, n, q): simulate_repeat(p, n, q, r) for r in range(2) for n in p.n_grid for q in POLICIES}
+    arrivals = {r: {q: runs[(r, 12, q)]["metrics"]["tasks_arrived"] for q in POLICIES} for r in range(2)}
     assert all(len(set(by.values())) == 1 for by in arrivals.values()), arrivals  # one workload per repeat
-    assert len({by["centralized"] for by in arrivals.values()}) > 1, arrivals
+    assert arrivals[0]["centralized"] != arrivals[1]["centralized"], arrivals
+    result = build_result(p, 2, runs)
+    assert len(result.samples["distributed"]["tasks_arrived"]) == 2 and result.deterministic == {"n_drones"}
+    runs[(1, 24, "distributed")] = simulate_repeat(p, 24, "distributed", 0)  # another repeat's workload
+    with pytest.raises(ValueError, match="repeat 1, N=24: the policies ran different workloads"):
+        build_result(p, 2, runs)

@@ -2,7 +2,7 @@
 largest N, so the spec says why (operating_point_reason); every metric's kind is the spec's."""
 from __future__ import annotations
 
-from mlsys_flows.systems.swarm import DETERMINISTIC, MEASURED, SIMULATED, SPEC
+from mlsys_flows.systems.swarm import COUNTED, MEASURED, SIMULATED, SPEC
 
 
 def test_the_headline_off_the_papers_point_says_why():
@@ -12,6 +12,6 @@ def test_the_headline_off_the_papers_point_says_why():
 
 
 def test_every_metric_has_one_kind():
-    names = [*SIMULATED, *DETERMINISTIC, *MEASURED]
+    names = [*SIMULATED, *COUNTED, *MEASURED]
     assert len(names) == len(set(names)) == len(SPEC.kinds)
     assert SPEC.kinds["p99_decision_latency_s"] == "simulated" and SPEC.kinds["compute_s_mean"] == "measured"
