@@ -1,8 +1,8 @@
 """Llama flow: per-invocation latency targets and cost-based configuration of a video DAG on serverless
-CPU and GPU worker processes, vs all-CPU, all-GPU and static plans chosen on separate calibration videos,
-Llama's plan-once ablation and the operator duration / cold start sweep; beside them, found in hindsight,
-the cheapest static plan reaching Llama's attainment on the evaluated videos. Cost is read at equal
-attainment: the notes say whether Llama's attainment reached each deployable plan's."""
+CPU and GPU worker processes, vs all-CPU, all-GPU and the cheapest static plan reaching Llama's predicted
+attainment, all chosen on separate calibration videos, Llama's plan-once ablation and the operator duration /
+cold start sweep; beside them, found in hindsight, the cheapest static plan reaching Llama's attainment on
+the evaluated videos. Cost is read at equal attainment: the notes say, per deployable plan, whether it is."""
 from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, system_flow

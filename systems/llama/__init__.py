@@ -1,7 +1,7 @@
 """Llama (arXiv 2102.01887): latency-targeted, per-invocation configuration of video pipelines on
-serverless CPU and GPU workers, vs all-CPU, all-GPU and the cheapest static plan meeting the attainment
-goal on separate calibration videos (deployable), with the cheapest static plan reaching Llama's
-attainment on the evaluated videos beside them (hindsight, an oracle)."""
+serverless CPU and GPU workers, vs all-CPU, all-GPU and the cheapest static plan reaching Llama's own
+predicted attainment on separate calibration videos (all deployable), with the cheapest static plan
+reaching Llama's measured attainment on the evaluated videos beside them (hindsight, an oracle)."""
 from __future__ import annotations
 
 from typing import ClassVar
@@ -58,9 +58,6 @@ class Params(SystemParams):
                                 "predicted latency under the fastest all-GPU plan (0) and under the cheapest all-CPU plan (1).")
     slo_cold_starts: float = Field(1.0, ge=0.0, le=100.0, description="Cold starts (of the slower tier, as profiled) "
                                    "added to the derived SLO, so that a video meeting one cold start can still make it.")
-    attainment_goal: float = Field(1.0, gt=0.0, le=1.0, description="Share of the calibration videos the deployable "
-                                   "static plan (best_static) must be predicted to finish within the SLO; 1.0 is "
-                                   "Llama's own goal (every video's deadline).")
     oracle_tries: int = Field(8, ge=1, le=64, description="Static plans run for real on the evaluated videos, cheapest "
                               "predicted first, in the hindsight search for static_oracle (the cheapest static plan "
                               "reaching Llama's measured attainment there).")
@@ -120,8 +117,11 @@ class Params(SystemParams):
 
 SPEC = SystemSpec(
     name="llama", title="Llama: latency-targeted serverless video pipelines", paper="arXiv:2102.01887",
-    family="serverless-edge-fl", params=Params, baselines=("best_static", "all_gpu", "static_oracle"),
-    roles={"best_static": ("deployable",), "all_gpu": ("deployable",), "static_oracle": ("oracle",)},
+    family="serverless-edge-fl", params=Params, baselines=("best_static", "all_gpu", "all_cpu", "static_oracle"),
+    # all three static plans are chosen on the calibration videos only; all_cpu, the simplest cheap plan, stands
+    # even where the rule passed it over, so a static plan that does as well as Llama on the evaluated videos is seen
+    roles={"best_static": ("deployable",), "all_gpu": ("deployable",), "all_cpu": ("deployable",),
+           "static_oracle": ("oracle",)},
     # latency and cost are modelled from measured invocation times (the GPU tier is a tagged CPU process)
     kinds={"cost": "modelled", "mean_latency_s": "modelled", "p95_latency_s": "modelled", "slo_attainment": "modelled",
            "gpu_busy_share": "modelled", "predicted_cost": "modelled", "predicted_slo_attainment": "modelled",
@@ -143,15 +143,16 @@ SPEC = SystemSpec(
     claims=(
         Claim("cost", "best_static", "llama", "lower", 17.2,
               "7.9x lower latency and 17.2x lower cost (paper: against cluster and serverless video systems; "
-              "here: against the cheapest static plan predicted to meet the SLO for attainment_goal of separate "
-              "calibration videos, run on the evaluated videos; a win only where Llama's attainment there is at "
-              "least the static plan's: the run's notes say whether it is)", headline=True),
+              "here: against the cheapest static plan, all-CPU ones included, predicted to meet the SLO for at "
+              "least Llama's own predicted share of separate calibration videos, run on the evaluated videos; the "
+              "cost ratio counts only at equal attainment there, or where the cheaper side also met more videos: "
+              "the run's notes say whether it does)", headline=True),
         Claim("cost", "all_gpu", "llama", "lower", statement="cost against running every operation on GPU workers "
                                                              "with the fastest uniform batch size (chosen on the "
                                                              "calibration videos); read with the attainment note"),
         Claim("slo_attainment", "best_static", "llama", "higher",
               statement="share of the evaluated videos within the SLO (steps of 1 / videos), against the deployable "
-                        "static plan: >= 1 means the cost ratio is at equal (or better) attainment"),
+                        "static plan: 1 means the cost ratio is at equal attainment"),
         Claim("slo_attainment", "static_oracle", "llama", "higher",
               statement="share of videos within the SLO, against the cheapest static plan reaching Llama's "
                         "attainment on the evaluated videos (hindsight; at most 1.0 where its repeats reach Llama's)"),
@@ -159,8 +160,8 @@ SPEC = SystemSpec(
               "7.9x lower latency (paper: against other systems' user-chosen configurations; here: against the "
               "cheapest all-CPU plan)"),
         Claim("cost", "all_cpu", "llama", "lower",
-              statement="cost against the cheapest all-CPU plan (chosen without regard to the SLO: not a "
-                        "deployable baseline for the attainment goal)"),
+              statement="cost against the cheapest all-CPU plan (chosen on the calibration videos without regard "
+                        "to the SLO; deployable: read with its attainment note)"),
     ),
 )
 

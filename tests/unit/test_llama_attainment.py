@@ -42,12 +42,16 @@ def test_quick_evaluates_enough_videos_for_fine_attainment_steps():
     assert SPEC.roles["static_oracle"] == ("oracle",) and SPEC.headline.baseline == "best_static"
 
 
-def test_verdict_counts_a_cost_win_only_at_equal_or_better_attainment():
-    assert ex.attainment_verdict(0.9, 0.9, 40)["equal"]
-    assert ex.attainment_verdict(1.0, 0.9, 40) == {"equal": True, "step": 0.025, "technique": 1.0, "baseline": 0.9,
-                                                   "videos_short": 0}
-    worse = ex.attainment_verdict(0.875, 0.925, 40)
-    assert not worse["equal"] and worse["videos_short"] == 2
+def test_verdict_lets_a_cost_ratio_stand_only_at_equal_attainment_or_ahead_on_both():
+    assert ex.attainment_verdict(0.9, 0.9, 40)["equal"] and ex.attainment_verdict(0.9, 0.9, 40, 0.5)["stands"]
+    assert ex.attainment_verdict(1.0, 0.9, 40) == {"equal": False, "stands": False, "step": 0.025, "technique": 1.0,
+                                                   "baseline": 0.9, "videos_short": 0, "videos_over": 4}
+    # the technique met more videos: its cost win stands (ahead on both), its cost loss does not (the
+    # baseline is cheaper by missing deadlines)
+    assert ex.attainment_verdict(1.0, 0.9, 40, 1.3)["stands"] and not ex.attainment_verdict(1.0, 0.9, 40, 0.8)["stands"]
+    worse = ex.attainment_verdict(0.875, 0.925, 40, 1.5)
+    assert not worse["equal"] and worse["videos_short"] == 2 and not worse["stands"]   # a win bought with misses
+    assert ex.attainment_verdict(0.875, 0.925, 40, 0.7)["stands"]                     # behind on both: a loss
     assert ex.attainment_verdict(2 / 3, 5 / 6, 6)["videos_short"] == 1
 
 
@@ -82,3 +86,4 @@ def test_plan_keeps_the_oracle_out_of_the_deployable_plans():
     plan = ex.make_plan(p, profile())
     assert set(plan["plans"]) == {"all_cpu", "all_gpu", "best_static"}
     assert len(plan["oracle_order"]) == plan["candidates"] and "static_oracle" not in plan["predicted"]
+    assert set(plan["calibration"]) == {"llama", "all_cpu", "all_gpu", "best_static"}
