@@ -22,12 +22,13 @@ class Crossover:
         return float(ys[i] + self.weight * (ys[i + 1] - ys[i]))
 
 
-def crossover(ns: list[float], technique: list[float], baseline: list[float]) -> Crossover:
+def crossover(ns: list[float], technique: list[float], baseline: list[float], what: str = "p99") -> Crossover:
     """The smallest N at which ``technique`` (lower is better) drops below ``baseline``.
 
     Interpolated linearly in log N between the two grid points where technique - baseline changes
     sign from >= 0 to < 0. If the technique is already lower at the smallest N, the crossover is
-    reported as that N ("at or below"). If it is never lower, n is None with a note."""
+    reported as that N ("at or below"). If it is never lower, n is None with a note. ``what`` names
+    the compared quantity in the note (the latency percentile)."""
     if not (len(ns) == len(technique) == len(baseline)) or not ns:
         raise ValueError("ns, technique and baseline must be non-empty and of equal length")
     if any(b <= a for a, b in zip(ns, ns[1:])):
@@ -41,6 +42,6 @@ def crossover(ns: list[float], technique: list[float], baseline: list[float]) ->
             w = d[i] / (d[i] - d[i + 1])
             n = math.exp(math.log(ns[i]) + w * (math.log(ns[i + 1]) - math.log(ns[i])))
             return Crossover(n, f"between N={ns[i]:g} and N={ns[i + 1]:g}, interpolated linearly in log N "
-                                f"on the difference of the two p99 latencies", i, w)
+                                f"on the difference of the two {what} latencies", i, w)
     return Crossover(None, f"no crossover on the grid N={', '.join(f'{x:g}' for x in ns)}: distributed never "
                            "has the lower value")

@@ -13,7 +13,8 @@ Policies:
   ``backend_request_s`` per request and then solves a global assignment of all not-yet-started tasks
   to all drones not serving (re-planning drones en route) with ``linear_sum_assignment`` on the
   travel-time matrix. The solve (cost matrix + assignment) RUNS HERE and its measured time (the thread's CPU
-  clock) is the backend's service time on the event clock; replies travel back (half a round trip, lossy).
+  clock) is the backend's service time on the event clock, plus ``backend_task_s`` per order it issues (the
+  task's own compute on the backend, modelled; 0 by default); replies travel back (half a round trip, lossy).
 - ``centralized_greedy``: the same backend without re-planning: tasks nobody is heading to go to idle drones
   by greedy matching (cheapest drone-task pair first).
 - ``distributed``: each task's beacon broadcasts it within radio range (every ``announce_interval_s``
@@ -66,6 +67,7 @@ class SimConfig:
     backhaul_loss: float = 0.001
     backhaul_retx_s: float = 0.2
     backend_request_s: float = 0.0002
+    backend_task_s: float = 0.0       # modelled backend compute per order issued (see Params.backend_task_s)
     radio_range_m: float = 200.0
     radio_loss: float = 0.05
     hop_s: float = 0.003
@@ -397,7 +399,10 @@ class Swarm:
         if not replan:
             self.dispatched.update(plan)
             self.inflight.update(plan)
-        self.at(self.now + self.cfg.backend_request_s * len(batch) + solve_s, "backend_done", batch, plan,
+        # the backend's busy time: per-request handling, the measured solve, and the modelled compute of every
+        # order it issues (a drone sent to a task; a stop order carries no task)
+        task_s = self.cfg.backend_task_s * sum(k >= 0 for k in plan.values())
+        self.at(self.now + self.cfg.backend_request_s * len(batch) + solve_s + task_s, "backend_done", batch, plan,
                 self.seq_plans)
 
     def on_backend_done(self, batch: list[float], plan: dict, seq: int) -> None:
