@@ -1,6 +1,8 @@
-"""BAGEL flow: GP-UCB budgeted retrieval vs reranking the dense retriever's top-B at equal scorer budget,
-and the dense retriever alone, on digit embeddings or a MiniLM-embedded text corpus with two distant
-relevant clusters per query; the scorer is a noisy label oracle or an OpenAI-compatible LLM."""
+"""BAGEL flow: GP-UCB budgeted retrieval vs reranking the dense retriever's top-B, graph-based adaptive
+re-ranking (GAR) and the dense retriever alone at equal scorer budget, on a MiniLM-embedded text corpus
+(headline) and on digit embeddings (a second claim), with two distant relevant clusters per query; BAGEL's
+UCB factor and GAR's batch and graph size are tuned on calibration queries first. The scorer is a noisy
+label oracle or an OpenAI-compatible LLM."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,12 +19,18 @@ def bagel(ctx: RunContext):
     p = ctx.params
     chunks = CHUNKS if p.trials == 1 else 1
     bounds = np.linspace(0, p.queries, chunks + 1).astype(int)
-    futures = []
-    for trial in range(p.trials):
-        key = t.make_workload.submit(p, ctx.storage, ctx.key("workload.pkl" if trial == 0 else f"workload_{trial}.pkl"),
-                                     trial)
-        futures.append([t.evaluate.submit(p, ctx.storage, key, int(a), int(b))
-                         for a, b in zip(bounds[:-1], bounds[1:]) if b > a])
-    sweep = {c: t.regime.submit(p, c) for c in p.regime_per_cluster}
+    key = t.make_workload.submit(p, ctx.storage, ctx.key("workload.pkl"), p.embedding)
+    # the second workload (digits) when the headline runs on minilm; on digits the headline is that claim
+    second = p.embedding != "digits"
+    if second:
+        dkey = t.make_workload.submit(p, ctx.storage, ctx.key("workload_digits.pkl"), "digits")
+        dtuned = t.calibrate.submit(p, ctx.storage, dkey)
+        dfut = [t.evaluate.submit(p, ctx.storage, dkey, dtuned, trial, 0, p.queries, claim=True)
+                for trial in range(p.trials)]
+    tuned = t.calibrate.submit(p, ctx.storage, key)
+    futures = [[t.evaluate.submit(p, ctx.storage, key, tuned, trial, int(a), int(b))
+                for a, b in zip(bounds[:-1], bounds[1:]) if b > a] for trial in range(p.trials)]
+    sweep = {c: t.regime.submit(p, ctx.storage, key, tuned, c) for c in p.regime_per_cluster}
     per_trial = [[f.result() for f in fs] for fs in futures]
-    return build_result(p, per_trial, {c: f.result() for c, f in sweep.items()})
+    digits = ([[f.result()] for f in dfut], dtuned.result()) if second else None
+    return build_result(p, per_trial, {c: f.result() for c, f in sweep.items()}, tuned.result(), digits)

@@ -31,11 +31,18 @@ class GPHyper:
     mean: float = 0.0          # constant prior mean (0: a passage is irrelevant until shown otherwise)
 
 
-def gp_posterior(X: np.ndarray, Xo: np.ndarray, y: np.ndarray, h: GPHyper) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean and standard deviation of f at every row of X given noisy observations y at Xo."""
-    K = rbf(Xo, Xo, h.lengthscale, h.signal_var) + h.noise_var * np.eye(len(Xo))
+def _k(d2: np.ndarray, h: GPHyper) -> np.ndarray:
+    return h.signal_var * np.exp(-d2 / (2.0 * h.lengthscale ** 2))
+
+
+def gp_posterior(X: np.ndarray, Xo: np.ndarray, y: np.ndarray, h: GPHyper, d2: np.ndarray | None = None,
+                 d2oo: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and standard deviation of f at every row of X given noisy observations y at Xo.
+    ``d2``/``d2oo``: the squared distances X-Xo and Xo-Xo when the caller keeps them (BAGEL's loop adds one
+    column per score instead of recomputing every distance at every step)."""
+    K = (_k(d2oo, h) if d2oo is not None else rbf(Xo, Xo, h.lengthscale, h.signal_var)) + h.noise_var * np.eye(len(Xo))
     L = np.linalg.cholesky(K)
-    Ks = rbf(X, Xo, h.lengthscale, h.signal_var)
+    Ks = _k(d2, h) if d2 is not None else rbf(X, Xo, h.lengthscale, h.signal_var)
     alpha = np.linalg.solve(L.T, np.linalg.solve(L, y - h.mean))
     mu = h.mean + Ks @ alpha
     v = np.linalg.solve(L, Ks.T)
@@ -43,8 +50,8 @@ def gp_posterior(X: np.ndarray, Xo: np.ndarray, y: np.ndarray, h: GPHyper) -> tu
     return mu, np.sqrt(var)
 
 
-def log_marginal_likelihood(Xo: np.ndarray, y: np.ndarray, h: GPHyper) -> float:
-    K = rbf(Xo, Xo, h.lengthscale, h.signal_var) + h.noise_var * np.eye(len(Xo))
+def log_marginal_likelihood(Xo: np.ndarray, y: np.ndarray, h: GPHyper, d2oo: np.ndarray | None = None) -> float:
+    K = (_k(d2oo, h) if d2oo is not None else rbf(Xo, Xo, h.lengthscale, h.signal_var)) + h.noise_var * np.eye(len(Xo))
     try:
         L = np.linalg.cholesky(K)
     except np.linalg.LinAlgError:
@@ -68,13 +75,15 @@ def lengthscale_grid(X: np.ndarray, n: int = 9, sample: int = 400, seed: int = 0
 
 
 def fit_hyper(Xo: np.ndarray, y: np.ndarray, grid: Sequence[float], noise_grid: Sequence[float],
-              signal_var: float, mean: float) -> GPHyper:
+              signal_var: float, mean: float, d2oo: np.ndarray | None = None) -> GPHyper:
     """Type-II maximum likelihood over the length-scale x noise grid (signal variance and prior mean fixed)."""
     best, best_ll = None, -np.inf
+    if d2oo is None:
+        d2oo = sqdist(Xo, Xo)
     for ls in grid:
         for nv in noise_grid:
             h = GPHyper(float(ls), signal_var, float(nv), mean)
-            ll = log_marginal_likelihood(Xo, y, h)
+            ll = log_marginal_likelihood(Xo, y, h, d2oo)
             if ll > best_ll:
                 best, best_ll = h, ll
     return best if best is not None else GPHyper(float(grid[len(grid) // 2]), signal_var, float(noise_grid[-1]), mean)
@@ -144,10 +153,13 @@ def bagel(X: np.ndarray, order: np.ndarray, scorer: Scorer, budgets: Sequence[in
     grid = cfg.lengthscales if cfg.lengthscales is not None else lengthscale_grid(X)
     tr = BagelTrace()
     scored = np.zeros(len(X), bool)
+    B_cols = min(B, len(X))
+    D = np.empty((len(X), B_cols))    # squared distances of every passage to the scored ones (one column per score)
 
     def score(i: int) -> None:
         if scored[i]:
             raise RuntimeError(f"passage {i} scored twice")
+        D[:, len(tr.scored)] = sqdist(X, X[i:i + 1])[:, 0]
         tr.scored.append(i)
         tr.scores.append(float(scorer(i)))
         scored[i] = True
@@ -163,13 +175,14 @@ def bagel(X: np.ndarray, order: np.ndarray, scorer: Scorer, budgets: Sequence[in
     while True:
         n = len(tr.scored)
         Xo, y = X[tr.scored], np.asarray(tr.scores)
+        d2, d2oo = D[:, :n], D[tr.scored, :n]
         if h is None or (n - n_seeds) % cfg.refit_every == 0 or n in budgets:
-            h = fit_hyper(Xo, y, grid, cfg.noise_grid, cfg.signal_var, cfg.prior_mean)
-        mu, sd = gp_posterior(X, Xo, y, h)
+            h = fit_hyper(Xo, y, grid, cfg.noise_grid, cfg.signal_var, cfg.prior_mean, d2oo)
+        mu, sd = gp_posterior(X, Xo, y, h, d2, d2oo)
         tr.lengthscales.append(h.lengthscale)
         if n in budgets:
             tr.rankings[n] = final_ranking(tr.scored, tr.scores, mu)
-        if n >= B:
+        if n >= B or n >= len(X):
             return tr
         t = n - n_seeds + 1
         score(ucb_pick(mu, sd, ucb_beta(t, len(X), cfg.beta_delta, cfg.beta_scale), scored))

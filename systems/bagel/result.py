@@ -8,18 +8,45 @@ from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
 
 from . import Params
 from .evaluate import merge, summarize
+from .plan import explore_factor
 
 SAMPLED = ("recall_at_k", "far_recall_at_k")
+CLAIM = ("dense", "rerank", "gar", "bagel")   # the second workload's methods (digits_*)
 
 
-def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str, float]]) -> SystemResult:
+def _tuning(tuned: dict, what: str, p: Params) -> str:
+    betas = ", ".join(f"{b:g}: {r:.3f}" for b, r in tuned["beta_recall"].items())
+    gars = ", ".join(f"({b}, {k}): {r:.3f}" for (b, k), r in tuned["gar_recall"].items())
+    beta = (f"BAGEL's UCB factor fixed by the beta_scale parameter at {tuned['beta_scale']:g}" if tuned.get("fixed") else
+            f"BAGEL's UCB factor beta_scale = {tuned['beta_scale']:g}, the best of the grid by mean recall@k at "
+            f"B = {p.budget} (per value: {betas})")
+    return (f"Calibration on {what}: {tuned['queries']} calibration queries (their own seed, none equal to an "
+            f"evaluated query; offline oracle as the scorer; the evaluated queries are never seen). {beta}; GAR's "
+            f"(batch, graph neighbours) = ({tuned['gar'][0]}, {tuned['gar'][1]}) (per pair: {gars}); ties go to "
+            "the first value of the grid.")
+
+
+def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str, float]], tuned: dict,
+                 digits: tuple[list[list[dict]], dict] | None = None) -> SystemResult:
     """``chunks``: per trial, the evaluate task's output for each chunk of queries; ``points``: passages
-    per cluster -> the regime task's recall per method (and ``_outside_top_b``)."""
+    per cluster -> the regime task's recall per method (and ``_outside_top_b``); ``tuned``: the headline
+    workload's calibration; ``digits``: (per trial chunks, calibration) of the second workload (None: the
+    headline runs on digits, which is then that claim too)."""
     per_trial = [merge(cs) for cs in chunks]
     res = merge(per_trial)
     variants = summarize(res, p.budget)
     trial_vars = [summarize(r, p.budget) for r in per_trial]
-    samples = {m: {x: [tv[m][x] for tv in trial_vars] for x in SAMPLED} for m in variants}
+    if digits is not None:
+        d_trials = [merge(cs) for cs in digits[0]]
+        d_tuned = digits[1]
+    else:
+        d_trials, d_tuned = per_trial, tuned
+    d_vars = [summarize(r, p.budget) for r in d_trials]
+    d_all = summarize(merge(d_trials), p.budget)
+    for m in CLAIM:
+        variants[f"digits_{m}"] = d_all[m]
+    samples = {m: {x: [tv[m][x] for tv in trial_vars] for x in SAMPLED} for m in trial_vars[0]}
+    samples.update({f"digits_{m}": {x: [tv[m][x] for tv in d_vars] for x in SAMPLED} for m in CLAIM})
     regime = [RegimeSample(value=float(c), samples={m: [v] for m, v in pt.items() if not m.startswith("_")},
                            kind="counted") for c, pt in points.items()]
     methods = list(res["recall"])
@@ -36,6 +63,7 @@ def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str
                       for m in methods}),
     ]
     r, bg = np.asarray(res["recall"]["rerank"][p.budget]), np.asarray(res["recall"]["bagel"][p.budget])
+    g = np.asarray(res["recall"]["gar"][p.budget])
     ls = np.asarray(res["lengthscale"])
     k = p.top_k or "the number of relevant passages"
     llm = res.get("llm")
@@ -52,8 +80,8 @@ def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str
                   "so every method sees the same score)")
     if p.embedding == "minilm":
         workload = (f"Workload: a generated text corpus, {p.cities} cities x 8 aspects (history, food, climate, ...) x "
-                    f"{p.per_cluster} template passages per pair, embedded with the packaged MiniLM (all-MiniLM-L6-v2, "
-                    "offline); each query asks about one city under an aspect in a long question and under a second, "
+                    f"{p.per_cluster} template passages per pair (one corpus, seed {p.seed}; the trials draw their "
+                    "queries), embedded with the packaged MiniLM (all-MiniLM-L6-v2, offline); each query asks about one city under an aspect in a long question and under a second, "
                     f"distant aspect (aspect centroids at least the {p.far_quantile:.0%} quantile of pair distances "
                     "apart) in a short tail, so its embedding sits near the first cluster. Relevant: the city's "
                     f"passages on both aspects (graded 1); oracle grades {p.same_city} for the city's other aspects and "
@@ -71,22 +99,30 @@ def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str
         f"B = {p.budget} per query (checked); {scorer}.",
         f"Per query at B = {p.budget}: BAGEL beats rerank on {int((bg > r).sum())}, ties on {int((bg == r).sum())}, "
         f"loses on {int((bg < r).sum())} of {len(r)}; mean difference {float((bg - r).mean()):+.3f} "
-        f"(standard error {float((bg - r).std(ddof=1) / np.sqrt(len(r))) if len(r) > 1 else 0.0:.3f}).",
+        f"(standard error {float((bg - r).std(ddof=1) / np.sqrt(len(r))) if len(r) > 1 else 0.0:.3f}); against GAR "
+        f"{int((bg > g).sum())} / {int((bg == g).sum())} / {int((bg < g).sum())}, mean difference "
+        f"{float((bg - g).mean()):+.3f}.",
         workload,
         f"BAGEL as built: {p.seeds} retriever seeds, RBF GP with prior mean 0 and variance {p.signal_var}, length "
         f"scale and noise by type-II maximum likelihood over a grid set from the corpus' nearest-neighbour and "
         f"median pairwise distances (refit every {p.refit_every} scores; final length scales median "
         f"{float(np.median(ls)):.3f}, range {float(ls.min()):.3f}-{float(ls.max()):.3f}), GP-UCB with "
-        f"sqrt(beta_t) = {p.beta_scale} x sqrt(2 log(N t^2 pi^2 / (6 x {p.beta_delta}))); final ranking: scored "
-        "passages by score, then the rest by the GP posterior mean.",
-        (f"bagel_explore (UCB factor {p.explore_beta_scale}) mean recall@k "
+        f"sqrt(beta_t) = {tuned['beta_scale']:g} x sqrt(2 log(N t^2 pi^2 / (6 x {p.beta_delta}))); final ranking: "
+        "scored passages by score, then the rest by the GP posterior mean.",
+        _tuning(tuned, "the headline workload", p),
+        "GAR (graph-based adaptive re-ranking, MacAvaney et al. CIKM 2022; deployable): a corpus graph of each "
+        "passage's nearest neighbours in the embedding space, built before any query; batches of scorer calls "
+        "alternate between the dense ranking's next unscored passages and the frontier (unscored neighbours of "
+        "scored passages, by the best score that reached them); final ranking: scored passages by score, then the "
+        "dense order. Same budget B, calls counted.",
+        (f"bagel_explore (UCB factor {explore_factor(p, tuned):g}) mean recall@k "
          f"{variants['bagel_explore']['recall_at_k']:.3f}, far-cluster recall "
          f"{variants['bagel_explore']['far_recall_at_k']:.3f} vs bagel's {variants['bagel']['far_recall_at_k']:.3f} at "
          f"B = {p.budget}: more exploration is how the GP could reach the second cluster"
          + ("; on this corpus the highest-variance passages are outliers of their classes, whose graded relevance is "
             "near 0, so exploration rarely lands in the far cluster's basin within the budget (see docs/bagel.md)."
             if p.embedding == "digits" else " (see docs/bagel.md).")
-         if "bagel_explore" in variants else "bagel_explore skipped (explore_beta_scale is None)."),
+         if "bagel_explore" in variants else "bagel_explore skipped."),
         ("The paper scores with an LLM on four text retrieval datasets; here the scorer is a noisy label oracle on a "
          "synthetic two-cluster workload, which isolates the mechanism (global exploration of the embedding space) "
          "but not an LLM's score distribution." if not llm else
@@ -102,10 +138,19 @@ def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str
         f"{variants['bagel']['far_recall_at_k']:.3f}. Share of the relevant passages outside the retriever's top-B "
         f"at the headline: {out_b:.2f}.",
         f"Regime: relevant passages per cluster {', '.join(map(str, p.regime_per_cluster))} at B = {p.budget}, "
-        f"{p.regime_queries} queries each (the first trial's seed); per point the share of relevant passages outside "
-        "the top-B and mean recall@k rerank / bagel / bagel_exploit: " + "; ".join(
-            f"{c}: {pt['_outside_top_b']:.2f}, {pt['rerank']:.3f} / {pt['bagel']:.3f} / {pt['bagel_exploit']:.3f}"
-            for c, pt in points.items()) + ".",
+        f"{p.regime_queries} queries each (the first trial's seed; UCB factor and GAR as calibrated); per point the "
+        "share of relevant passages outside the top-B and mean recall@k rerank / gar / bagel / bagel_exploit: "
+        + "; ".join(f"{c}: {pt['_outside_top_b']:.2f}, {pt['rerank']:.3f} / {pt['gar']:.3f} / {pt['bagel']:.3f} / "
+                    f"{pt['bagel_exploit']:.3f}" for c, pt in points.items()) + ".",
+        "Second claim (digits_* variants): "
+        + ("the digits workload run beside the headline, " if digits is not None else "the headline's own digits run, ")
+        + f"{p.trials} trials of {p.queries} queries (seeds as the headline's), sklearn digits in {p.dim} PCA dims, "
+        f"two digit classes per query, the {p.per_cluster} passages nearest each class centre relevant; mean "
+        f"recall@k dense / rerank / gar / bagel {d_all['dense']['recall_at_k']:.3f} / "
+        f"{d_all['rerank']['recall_at_k']:.3f} / {d_all['gar']['recall_at_k']:.3f} / "
+        f"{d_all['bagel']['recall_at_k']:.3f}, far-cluster recall of bagel {d_all['bagel']['far_recall_at_k']:.3f}.",
     ]
+    if digits is not None:
+        notes.append(_tuning(d_tuned, "the digits workload", p))
     return SystemResult(variants=variants, curves=curves, notes=notes, samples=samples, regime=regime,
                         regime_headline_value=float(p.per_cluster))

@@ -105,21 +105,30 @@ class TextCorpus:
     aspect: np.ndarray         # aspect index of every passage
     aspects: tuple[str, ...]
     cities: tuple[str, ...]
+    slot: np.ndarray | None = None   # index of every passage within its (city, aspect) pair
+
+    def subset(self, idx: np.ndarray) -> "TextCorpus":
+        """The passages ``idx`` (in that order) as a corpus of their own."""
+        idx = np.asarray(idx, np.int64)
+        return TextCorpus([self.texts[i] for i in idx], self.city[idx], self.aspect[idx], self.aspects, self.cities,
+                          None if self.slot is None else self.slot[idx])
 
 
 def make_corpus(n_cities: int, per_pair: int, seed: int) -> TextCorpus:
     """``per_pair`` passages for each (city, aspect) pair of the first ``n_cities`` cities: a template and
-    its fillers drawn at random (seeded), distinct texts within a pair where the templates allow."""
+    its fillers drawn at random (seeded per pair), distinct texts within a pair where the templates allow.
+    Nested: the corpus with fewer passages per pair is the first ``per_pair`` of every pair of a larger
+    one (``slot`` < per_pair), so one embedding of the largest corpus serves every smaller one."""
     if not 1 <= n_cities <= len(CITIES):
         raise ValueError(f"n_cities must be in 1..{len(CITIES)}")
-    rng = np.random.default_rng(seed)
-    texts, city, aspect = [], [], []
+    texts, city, aspect, slot = [], [], [], []
     names = tuple(ASPECTS)
     for ci, c in enumerate(CITIES[:n_cities]):
         for ai, a in enumerate(names):
+            rng = np.random.default_rng([seed, ci, ai])
             templates, fillers, _, _ = ASPECTS[a]
             seen: set[str] = set()
-            for _ in range(per_pair):
+            for s in range(per_pair):
                 for _try in range(20):
                     t = templates[rng.integers(len(templates))]
                     text = t.format(c=c, **{k: v[rng.integers(len(v))] for k, v in fillers.items()})
@@ -129,7 +138,9 @@ def make_corpus(n_cities: int, per_pair: int, seed: int) -> TextCorpus:
                 texts.append(text)
                 city.append(ci)
                 aspect.append(ai)
-    return TextCorpus(texts, np.asarray(city, np.int64), np.asarray(aspect, np.int64), names, CITIES[:n_cities])
+                slot.append(s)
+    return TextCorpus(texts, np.asarray(city, np.int64), np.asarray(aspect, np.int64), names, CITIES[:n_cities],
+                      np.asarray(slot, np.int64))
 
 
 def query_text(city: str, near: str, far: str) -> str:

@@ -154,7 +154,8 @@ def test_task_layer_resolves_the_key_from_a_secret_block(server, prefect_api):
 
 # ----- BAGEL with the LLM scorer: a flow run against the local server ------------------------------
 BAGEL_OVERRIDES = dict(embedding="minilm", cities=6, per_cluster=5, queries=6, trials=1, budget=10, budget_points=2,
-                       llm_model="tiny", api_key_secret="bagel-llm-key")
+                       llm_model="tiny", api_key_secret="bagel-llm-key", beta_scale=0.1, explore_beta_scale=0.4,
+                       gar_batches=[5], gar_neighbours=[8])
 
 
 def test_bagel_llm_scorer_flow(server, prefect_api, local_storage, caplog, capfd):
@@ -212,8 +213,8 @@ def test_bagel_llm_scorer_flow(server, prefect_api, local_storage, caplog, capfd
         return score
 
     expected = evaluate_queries(X, queries, p.budgets(), p.config(), p.score_noise, p.top_k, p.explore_beta_scale,
-                                make_scorer=rule_scorer, exploit=True)
-    for m in v:
+                                make_scorer=rule_scorer, exploit=True, gar=(5, 8))
+    for m in (m for m in v if not m.startswith("digits_")):   # digits_*: the second workload, oracle-scored
         assert v[m]["recall_at_k"] == pytest.approx(np.mean(expected["recall"][m][p.budget])), m
     # the check has power: the same rule with another query's grades gives another BAGEL recall
     wrong = evaluate_queries(X, queries, p.budgets(), p.config(), p.score_noise, p.top_k, p.explore_beta_scale,

@@ -78,7 +78,9 @@ def test_evaluate_reports_failed_scores_of_each_method():
 
 def test_llm_scorer_needs_text():
     with pytest.raises(ParamsError, match="'llm_base_url'"):
-        Params.for_scale("quick", llm_base_url="http://127.0.0.1:8000/v1")
+        Params.for_scale("quick", embedding="digits", llm_base_url="http://127.0.0.1:8000/v1")
+    with pytest.raises(ParamsError, match="'llm_base_url'"):   # smoke runs on digits
+        Params.for_scale("smoke", llm_base_url="http://127.0.0.1:8000/v1")
     p = Params.for_scale("quick", embedding="minilm", llm_base_url="http://127.0.0.1:8000/v1", api_key_secret="k")
     assert p.llm_base_url and p.embedding == "minilm"
     with pytest.raises(ParamsError, match="'embedding'"):
