@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.spatial.distance import cdist
 
 from .assign import greedy_nearest, hungarian
 
@@ -385,7 +386,7 @@ class Swarm:
         if len(drones) and tasks:
             dxy = self.positions(drones)
             txy = np.array([self.tasks[k].xy for k in tasks])
-            cost = np.sqrt(((dxy[:, None, :] - txy[None, :, :]) ** 2).sum(-1)) / self.cfg.speed_m_s
+            cost = cdist(dxy, txy) / self.cfg.speed_m_s   # scipy's C loop, as a backend would compute it
             pairs = hungarian(cost) if self.policy == "centralized" else greedy_nearest(cost)
         solve_s = self.clock() - t0
         self.compute.append(solve_s)
