@@ -2,7 +2,9 @@
 CPU and GPU worker processes, vs all-CPU, all-GPU and the cheapest static plan reaching Llama's predicted
 attainment, all chosen on separate calibration videos, Llama's plan-once ablation and the operator duration /
 cold start sweep; beside them, found in hindsight, the cheapest static plan reaching Llama's attainment on
-the evaluated videos. Cost is read at equal attainment: the notes say, per deployable plan, whether it is."""
+repeat 0's videos. Repeat r runs every variant on its own videos and arrivals (seed + r). Cost is read at
+equal attainment: the notes judge every repeat's pair (within attainment_tolerance) per deployable plan and
+for the ablation."""
 from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, system_flow
@@ -26,7 +28,7 @@ def llama(ctx: RunContext):
         order = INTERLEAVED[r % len(INTERLEAVED):] + INTERLEAVED[:r % len(INTERLEAVED)]   # rotate who goes first
         for name in order:
             runs[name].append(t.run_variant.submit(p, name, plan, prof, r).result())
-    # hindsight: the cheapest static plan whose run on the evaluated videos reaches Llama's attainment there
+    # hindsight: the cheapest static plan whose run on repeat 0's videos reaches Llama's attainment there
     target = attainment_target(runs)
     search = ex.search_oracle(plan["oracle_order"],
                               lambda cfg: t.run_variant.submit(p, "static_oracle", plan, prof, 0, cfg).result(),

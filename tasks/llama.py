@@ -31,25 +31,27 @@ def profile(p: Params) -> dict:
 
 @task(name="llama-plan")
 def plan(p: Params, prof: dict, storage: ObjectStorage, key: str) -> dict:
-    """The reference answer, the SLO, the deployable static plans and their calibration attainments (saved at ``key``)."""
+    """The reference answers per repeat, the SLO, the deployable static plans and their calibration attainments
+    (saved at ``key``)."""
     log = get_run_logger()
     out = ex.make_plan(p, prof["profile"])
     storage.write_bytes(key, json.dumps({"slo_s": out["slo_s"], "plans": out["labels"], "predicted": out["predicted"],
                                          "calibration": out["calibration"],
-                                         "answers": {str(k): list(v) for k, v in out["answers"].items()}},
+                                         "answers": {str(r): {str(k): list(v) for k, v in a.items()}
+                                                     for r, a in out["answers"].items()}},
                                         indent=1).encode())
     log.info("llama plan: SLO %.3f s; %d static plans scored; best static (reaching Llama's predicted %.3f of the "
-             "calibration videos): %s", out["slo_s"], out["candidates"], out["calibration"]["llama"],
-             out["labels"]["best_static"])
+             "calibration videos, less %.3f): %s", out["slo_s"], out["candidates"], out["calibration"]["llama"],
+             p.attainment_tolerance, out["labels"]["best_static"])
     return out
 
 
 @task(name="llama-run")
 def run_variant(p: Params, name: str, plan_: dict, prof: dict, repeat: int, configs: dict | None = None) -> dict:
-    """Every video under one variant's policy (``configs``: this static plan), invocations in real worker
-    processes."""
+    """Every video of repeat ``repeat`` (its own videos and arrivals) under one variant's policy (``configs``:
+    this static plan), invocations in real worker processes."""
     log = get_run_logger()
-    out = ex.run_variant(p, name, plan_, prof["profile"], configs)
+    out = ex.run_variant(p, name, plan_, prof["profile"], configs, repeat)
     m = out["metrics"]
     log.info("llama %s repeat %d: cost/video %.3g USD, mean latency %.3f s, SLO met %.0f%%, %d cold starts (%.2f s), "
              "%d invocations, answers match %s", name, repeat, m["cost"], m["mean_latency_s"], 100 * m["slo_attainment"],
@@ -62,8 +64,9 @@ def regime(p: Params, prof: dict) -> dict[float, dict]:
     """The operator duration / cold start sweep (modelled from the profile, no processes)."""
     log = get_run_logger()
     out = {}
+    sets = ex.regime_sets(p)   # the videos and their traces, once for every factor
     for k in p.regime_duration_scale:
-        out[k] = ex.regime_point(p, prof["profile"], k)
+        out[k] = ex.regime_point(p, prof["profile"], k, sets)
         log.info("llama regime x%g: cost best_static/llama %.3f, all_cpu/llama %.3f, attainment llama %.2f vs "
                  "best_static %.2f, all_cpu %.2f", k, out[k]["best_static"]["cost"] / out[k]["llama"]["cost"],
                  out[k]["all_cpu"]["cost"] / out[k]["llama"]["cost"], out[k]["llama"]["slo_attainment"],

@@ -1,7 +1,8 @@
 """Llama (arXiv 2102.01887): latency-targeted, per-invocation configuration of video pipelines on
 serverless CPU and GPU workers, vs all-CPU, all-GPU and the cheapest static plan reaching Llama's own
-predicted attainment on separate calibration videos (all deployable), with the cheapest static plan
-reaching Llama's measured attainment on the evaluated videos beside them (hindsight, an oracle)."""
+predicted attainment (within attainment_tolerance) on separate calibration videos (all deployable), with
+the cheapest static plan reaching Llama's measured attainment on repeat 0's videos beside them (hindsight,
+an oracle). Each repeat runs every variant on its own videos (seed + repeat)."""
 from __future__ import annotations
 
 from typing import ClassVar
@@ -20,18 +21,30 @@ class Params(SystemParams):
         "smoke": dict(videos=1, frames=16, batch_sizes=[2, 8], max_instances=1, prewarm=0, profile_reps=1,
                       cold_probes=1, calibration_videos=1, regime_videos=1, regime_duration_scale=[1.0, 16.0],
                       oracle_tries=2),
+        # six repeats, each on its own videos and arrivals (seed + repeat): the fewest independent pairs that
+        # can decide a verdict (contract v4); 64 calibration videos, so that one video moves a plan's
+        # calibration attainment by less than attainment_tolerance
         "quick": dict(videos=32, frames=12, batch_sizes=[2, 8, 32], max_instances=2, profile_reps=5, cold_probes=2,
-                      calibration_videos=16, regime_videos=8),
+                      calibration_videos=64, regime_videos=8, repeats=6),
         "full": dict(videos=60, frames=96, batch_sizes=[1, 2, 4, 8, 16, 32], max_instances=8, profile_reps=5,
-                     cold_probes=3, calibration_videos=30, regime_videos=16, oracle_tries=24),
+                     cold_probes=3, calibration_videos=120, regime_videos=16, oracle_tries=24, repeats=6),
     }
 
     # workload: synthetic videos
-    videos: int = Field(32, ge=1, le=500, description="Evaluated videos: SLO attainment moves in steps of 1 / videos, "
-                        "so a comparison at equal attainment needs many (>= 30 at quick); every video runs once per "
-                        "variant and repeat, so more of them lengthen the run.")
-    calibration_videos: int = Field(16, ge=1, le=500, description="Separate videos (another seed) on which the SLO is "
-                                    "derived and the deployable static plans are chosen; never evaluated.")
+    videos: int = Field(32, ge=1, le=500, description="Evaluated videos per repeat: SLO attainment moves in steps of "
+                        "1 / videos, so a comparison at equal attainment needs many (>= 30 at quick); every video runs "
+                        "once per variant and repeat, so more of them lengthen the run. Repeat r draws its own videos "
+                        "and arrivals from seed + r, the same for every variant of that repeat.")
+    calibration_videos: int = Field(64, ge=1, le=1000, description="Separate videos (another seed) on which the SLO "
+                                    "is derived and the deployable static plans are chosen; never evaluated. Scoring "
+                                    "plans on them is modelled (no processes); with more than 1 / attainment_tolerance "
+                                    "of them one video does not decide which plan reaches Llama's attainment.")
+    attainment_tolerance: float = Field(0.05, ge=0.0, le=0.5, description="Two SLO attainments (shares of videos) "
+                                        "count as equal when they differ by at most this much: best_static must "
+                                        "reach Llama's predicted calibration attainment less this, and a repeat's "
+                                        "cost ratio counts at equal attainment only where the two sides' evaluated "
+                                        "attainments are this close (or where the baseline met more videos and costs less). "
+                                        "0.05: one evaluated video of 32 at quick, not two.")
     regime_duration_scale: list[float] = Field([1.0, 4.0, 16.0, 64.0], min_length=2, max_length=12,
                                                description="Operator duration / cold start regime: factors on every "
                                                "operation's profiled latency (cold starts unchanged); at each, the SLO "
@@ -144,9 +157,11 @@ SPEC = SystemSpec(
         Claim("cost", "best_static", "llama", "lower", 17.2,
               "7.9x lower latency and 17.2x lower cost (paper: against cluster and serverless video systems; "
               "here: against the cheapest static plan, all-CPU ones included, predicted to meet the SLO for at "
-              "least Llama's own predicted share of separate calibration videos, run on the evaluated videos; the "
-              "cost ratio counts only at equal attainment there, or where the cheaper side also met more videos: "
-              "the run's notes say whether it does)", headline=True),
+              "least Llama's own predicted share of separate calibration videos less attainment_tolerance, so that no "
+              "static plan is as cheap and at least as good there, run on the evaluated videos; a repeat's cost ratio "
+              "counts only where the baseline reaches Llama's attainment within the tolerance (or met more videos "
+              "and costs less): the run's notes judge every pair and give the verdict at equal attainment)",
+              headline=True),
         Claim("cost", "all_gpu", "llama", "lower", statement="cost against running every operation on GPU workers "
                                                              "with the fastest uniform batch size (chosen on the "
                                                              "calibration videos); read with the attainment note"),

@@ -42,17 +42,25 @@ def test_quick_evaluates_enough_videos_for_fine_attainment_steps():
     assert SPEC.roles["static_oracle"] == ("oracle",) and SPEC.headline.baseline == "best_static"
 
 
-def test_verdict_lets_a_cost_ratio_stand_only_at_equal_attainment_or_ahead_on_both():
+def test_verdict_lets_a_cost_ratio_stand_only_where_the_baseline_reaches_the_techniques_attainment():
     assert ex.attainment_verdict(0.9, 0.9, 40)["equal"] and ex.attainment_verdict(0.9, 0.9, 40, 0.5)["stands"]
-    assert ex.attainment_verdict(1.0, 0.9, 40) == {"equal": False, "stands": False, "step": 0.025, "technique": 1.0,
-                                                   "baseline": 0.9, "videos_short": 0, "videos_over": 4}
-    # the technique met more videos: its cost win stands (ahead on both), its cost loss does not (the
-    # baseline is cheaper by missing deadlines)
-    assert ex.attainment_verdict(1.0, 0.9, 40, 1.3)["stands"] and not ex.attainment_verdict(1.0, 0.9, 40, 0.8)["stands"]
+    assert ex.attainment_verdict(1.0, 0.9, 40) == {"equal": False, "within": False, "stands": False, "step": 0.025,
+                                                   "tolerance": 0.0, "technique": 1.0, "baseline": 0.9,
+                                                   "videos_short": 0, "videos_over": 4, "baseline_ahead": False,
+                                                   "technique_ahead": False}
+    # the technique met more videos: the baseline did not reach its attainment, so neither a cost win (the
+    # technique ahead on both: flagged, not counted) nor a cost loss (the baseline cheaper by missing
+    # deadlines) stands
+    ahead = ex.attainment_verdict(1.0, 0.9, 40, 1.3)
+    assert not ahead["stands"] and ahead["technique_ahead"] and not ex.attainment_verdict(1.0, 0.9, 40, 0.8)["stands"]
     worse = ex.attainment_verdict(0.875, 0.925, 40, 1.5)
     assert not worse["equal"] and worse["videos_short"] == 2 and not worse["stands"]   # a win bought with misses
     assert ex.attainment_verdict(0.875, 0.925, 40, 0.7)["stands"]                     # behind on both: a loss
     assert ex.attainment_verdict(2 / 3, 5 / 6, 6)["videos_short"] == 1
+    # within the tolerance two attainments count as equal, whichever side is cheaper; beyond it, not
+    near = ex.attainment_verdict(31 / 32, 1.0, 32, 1.5, tolerance=0.05)
+    assert near["within"] and near["stands"] and not near["equal"]
+    assert not ex.attainment_verdict(30 / 32, 1.0, 32, 1.5, tolerance=0.05)["stands"]
 
 
 def test_oracle_order_is_cheapest_predicted_first():
