@@ -4,7 +4,7 @@ the mechanism ablation (one global learned threshold), per seed and per class-co
 from __future__ import annotations
 
 from . import DELTAS, REGIME_COARSE, REGIME_SHRINK, Params, suffix
-from .cache import GlobalVerifiedPolicy, StaticThreshold, VerifiedPolicy
+from .cache import GlobalVerifiedPolicy, VerifiedPolicy
 from .evaluate import Outcome, best_static, replay, static_sweep
 from .workload import Stream
 
@@ -40,25 +40,34 @@ def run_stream(stream: Stream, thresholds: dict[str, float], deltas: dict[str, f
     ``policy``: keyword options of VerifiedPolicy besides delta (Params.policy_options()).
     Variants: vcache[_level], static_threshold[_level] (deployable), vcache_global (ablation, mid) and,
     with ``sweep_thresholds``, static_oracle[_level] and static_equal_error (mid) from the stream's own
-    sweep (hindsight). Metric ``delta_met`` is 1 when the realized error rate meets delta."""
+    sweep (hindsight). Metric ``delta_met`` is 1 when the realized error rate meets delta, ``error_budget`` is
+    the error rate over delta (the share of the bound used); vCache's ``warm_share`` is the share of queries
+    whose nearest entry had finished its warm-up (decided by tau*, not forced to explore)."""
     sfx = {"low": "_low", "mid": "", "high": "_high"}
     out: dict[str, dict[str, float]] = {}
     opts = policy or {}
 
     def put(name: str, o: Outcome, d: float, **extra) -> None:
-        out[name] = o.metrics() | {"delta": d, "delta_met": float(o.error_rate <= d)} | extra
+        out[name] = o.metrics() | {"delta": d, "delta_met": float(o.error_rate <= d),
+                                   "error_budget": o.error_rate / d} | extra
 
+    # every static threshold of this stream (the calibrated ones and the hindsight sweep) in one sweep:
+    # they share the stream's neighbour lists
+    wanted = [float(thresholds[level]) for level in levels] + \
+        ([float(t) for t in sweep_thresholds] if sweep_thresholds is not None else [])
+    static = dict(static_sweep(stream, sorted(set(wanted))))
     for level in levels:
         d = deltas[level]
         pol = VerifiedPolicy(d, **opts)
-        put("vcache" + sfx[level], replay(stream, pol, seed=seed), d, logistic_fits=float(pol.fits))
-        t = thresholds[level]
-        put("static_threshold" + sfx[level], replay(stream, StaticThreshold(t)), d, threshold=t)
+        o = replay(stream, pol, seed=seed)
+        put("vcache" + sfx[level], o, d, logistic_fits=float(pol.fits), warm_share=o.warm_share)
+        t = float(thresholds[level])
+        put("static_threshold" + sfx[level], static[t], d, threshold=t)
     if ablation:
         pol = GlobalVerifiedPolicy(deltas["mid"], **opts)
         put("vcache_global", replay(stream, pol, seed=seed), deltas["mid"], logistic_fits=float(pol.fits))
     if sweep_thresholds is not None:
-        sweep = static_sweep(stream, sweep_thresholds)
+        sweep = [(float(t), static[float(t)]) for t in sweep_thresholds]
         for level in levels:
             t, o = best_static(sweep, deltas[level])
             put("static_oracle" + sfx[level], o, deltas[level], threshold=t)
@@ -85,7 +94,8 @@ def evaluate_policies(stream: Stream, p: Params, which: str) -> dict[str, dict[s
         for level, d in p.deltas().items():
             pol = VerifiedPolicy(d, **p.policy_options())
             o = replay(stream, pol, seed=p.seed)
-            out["vcache" + suffix(level)] = o.metrics() | {"delta": d, "logistic_fits": float(pol.fits)}
+            out["vcache" + suffix(level)] = o.metrics() | {"delta": d, "logistic_fits": float(pol.fits),
+                                                           "warm_share": o.warm_share}
     else:
         raise ValueError(f"unknown policy family {which!r}")
     return out

@@ -24,12 +24,21 @@ def test_vcache_flow_smoke(prefect_api):
     # the oracle is labelled so and beside the headline, never its denominator
     assert report["roles"] == {"static_threshold": ["deployable"], "static_oracle": ["oracle"]}
     assert h["vs_oracle"]["baseline"] == "static_oracle"
-    # three seeds: every headline variant has one sample per seed, and a range
+    # three seeds: every headline variant has one sample per seed where the comparison stands at equal
+    # constraint (issue 47), the pairs aligned; the notes say which seeds were left out and why
     s = report["samples"]
-    assert all(len(s[x]["hit_rate"]) == 3 for x in ("vcache", "static_threshold", "static_oracle", "vcache_global"))
-    assert h["repeats"] == 3 and h["range"] is not None
-    # the equal-error baseline meets vCache's realized error on every seed
-    assert all(e <= t + 1e-12 for e, t in zip(s["static_equal_error"]["error_rate"], s["vcache"]["error_rate"]))
+    n = len(s.get("vcache", {}).get("hit_rate", []))
+    assert n <= 3 and all(len(s.get(x, {}).get("hit_rate", [])) == n
+                          for x in ("vcache", "static_threshold", "static_oracle", "vcache_global"))
+    assert any(x.startswith(("The headline compares at equal constraint", "On no seed")) for x in report["notes"])
+    assert any(x.startswith("Error budget used") for x in report["notes"])
+    for vh, ve, sh, se in zip(*(s[v][m] for v in ("vcache", "static_threshold") for m in ("hit_rate", "error_rate"))):
+        assert (ve <= 0.02 or vh <= sh) and (se <= 0.02 or sh <= vh)     # no kept seed is a win for a breaker
+    if n >= 2:
+        assert h["repeats"] == n and h["range"] is not None
+        # the equal-error baseline meets vCache's realized error on every seed
+        assert all(e <= t + 1e-12 for e, t in zip(s["static_equal_error"]["error_rate"], s["vcache"]["error_rate"]))
+    assert 0.0 <= v["vcache"]["warm_share"] <= 1.0 and v["vcache"]["error_budget"] >= 0.0
     # contract v3: the mechanism ablation ran, and the regime's two smoke points
     assert h["mechanism"]["baseline"] == "vcache_global"
     g = report["regime"]

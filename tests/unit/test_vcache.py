@@ -99,6 +99,22 @@ def test_batched_replay_equals_the_sequential_cache(make):
     assert (o.hits, o.errors, o.entries) == _sequential(st, make(), 1)
 
 
+@pytest.mark.parametrize("k,floor", [(3, 0.5), (128, 0.9), (4, -np.inf)])
+def test_static_sweep_from_neighbour_lists_equals_the_replay(k, floor):
+    """A static cache holds exactly the prompts that missed: the sweep from each query's nearest earlier
+    prompts (with the whole-cache search where the list cannot decide) equals replaying every threshold."""
+    from mlsys_flows.systems.vcache.evaluate import causal_neighbours, static_outcomes
+    st = sphere_stream(1500, 150, 32, 5, 0.15, 1.0, 0.6, 0.9, 3, 0.1)
+    ts = [t for t in np.round(np.arange(0.3, 1.0001, 0.025), 4) if t >= floor]
+    fast = static_outcomes(st, ts, causal_neighbours(st.vectors, k=k, floor=floor, block=97))
+    for t, f in zip(ts, fast):
+        o = replay(st, StaticThreshold(float(t)))
+        assert (o.hits, o.errors, o.entries) == (f.hits, f.errors, f.entries), t
+    assert [(o.hits, o.errors) for _, o in static_sweep(st, ts)] == [(o.hits, o.errors) for o in fast]
+    with pytest.raises(ValueError, match="floor"):
+        static_outcomes(st, [0.2], causal_neighbours(st.vectors, k=k, floor=0.5))
+
+
 def test_wrong_exploration_adds_an_entry_and_right_one_does_not():
     v = np.eye(4, dtype=np.float32)
     c = SemanticCache(4, VerifiedPolicy(0.02), model=lambda p: p[1], judge=lambda a, b: a == b)
