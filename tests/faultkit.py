@@ -397,6 +397,9 @@ _WARM: dict[str, Any] = {}
 # Systems whose smoke run needs a cluster it starts itself (besides runs that kill workers): dsi pins its
 # helper threads to cores and grows the workers of its own cluster only (its flow test checks the pinning).
 OWN_CLUSTER = {"dsi"}
+# The shared smoke run of a system with these overrides: cedar's caches on the storage block, the path its
+# flow test checks (the local-folder cache is the unit tests'), so that test needs no run of its own.
+SMOKE_OVERRIDES: dict[str, dict[str, Any]] = {"cedar": {"cache": "storage"}}
 
 
 def warm_cluster():
@@ -427,7 +430,10 @@ def reference_run(name: str, overrides: dict[str, Any] | None = None) -> tuple[d
     """(RunReport, storage) of a fault-free smoke run (run key ``reference``), with ``overrides`` of the
     smoke parameters if given (each set of overrides its own run). On the session's warm cluster, like
     a run against `mlsys-flows server`; a run that kills workers on purpose (``kills_workers``) takes
-    the embedded cluster, as it would there, and so does a system in ``OWN_CLUSTER``. Needs the Prefect API (the ``prefect_api`` fixture)."""
+    the embedded cluster, as it would there, and so does a system in ``OWN_CLUSTER``. ``overrides=None``: the
+    system's ``SMOKE_OVERRIDES``. Needs the Prefect API (the ``prefect_api`` fixture)."""
+    if overrides is None:
+        overrides = SMOKE_OVERRIDES.get(name)
     ref = name if not overrides else (name, tuple(sorted(overrides.items())))
     if ref not in _REFERENCES:
         import atexit

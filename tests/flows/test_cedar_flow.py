@@ -1,15 +1,16 @@
 """The cedar flow at smoke scale: DataLoader (num_workers calibrated; the hindsight best as an oracle),
 cedar (the mechanism's ablation) and cedar optimized on the image, text and audio pipelines, on Dask
 workers; the headline is the geometric mean of per-pipeline ratios; the regime sweeps the per-sample
-CPU cost of a synthetic pipeline; cedar optimized is offered the cluster's other Dask worker for offload."""
+CPU cost of a synthetic pipeline; cedar optimized is offered the cluster's other Dask worker for offload.
+The session's shared smoke run (faultkit.reference_run, cedar's caching on the storage block)."""
 import math
 import statistics
 
-from mlsys_flows.flows.cedar import cedar
+from faultkit import reference_run
 
 
-def test_cedar_flow_smoke(dask_cluster, local_storage):
-    report = cedar(scale="smoke", cluster=dask_cluster, storage=local_storage, overrides={"cache": "storage"})
+def test_cedar_flow_smoke(prefect_api):
+    report, storage = reference_run("cedar")
     h = report["headline"]
     assert h["metric"] == "geomean_samples_per_s" and h["baseline"] == "dataloader"
     assert h["technique"] == "cedar_optimized" and h["kind"] == "measured"
@@ -40,6 +41,6 @@ def test_cedar_flow_smoke(dask_cluster, local_storage):
     assert g["parameter"] == "per_sample_cpu_us" and [pt["value"] for pt in g["points"]] == [20.0, 1000.0]
     assert all(pt["kind"] == "measured" and pt["baseline"] in ("dataloader", "cedar") for pt in g["points"])
     assert g["headline_value"] > 0 and "Regime: a synthetic pipeline" in notes
-    assert local_storage.exists(f"reports/cedar/{report['run_id']}.json")
-    assert local_storage.exists(f"runs/cedar/{report['run_id']}/data/text/corpus.parquet")
-    assert local_storage.exists(f"runs/cedar/{report['run_id']}/data/audio/000000.wav")
+    assert storage.exists(f"reports/cedar/{report['run_id']}.json")
+    assert storage.exists(f"runs/cedar/{report['run_id']}/data/text/corpus.parquet")
+    assert storage.exists(f"runs/cedar/{report['run_id']}/data/audio/000000.wav")

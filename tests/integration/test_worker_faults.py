@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 from distributed import Client
-from faultkit import (DaskProcesses, WorkerKillOnTask, body_task_durations, deterministic_view, fault_systems,
+from faultkit import (SMOKE_OVERRIDES, DaskProcesses, WorkerKillOnTask, body_task_durations, deterministic_view, fault_systems,
                       leaf_diff, no_rank_left, reference_run, wait_until)
 
 from mlsys_flows import registry
@@ -39,7 +39,7 @@ def dask_procs(prefect_api):
 def test_worker_sigkill_mid_flow_same_report(name, dask_procs, tmp_path):
     flow = registry.get(name).load_flow()
     cluster = DaskCluster(address=dask_procs.address)
-    overrides = OVERRIDES.get(name)
+    overrides = OVERRIDES.get(name, SMOKE_OVERRIDES.get(name))
     reference, _ = reference_run(name, overrides)  # fault-free, the session's shared smoke run
 
     target, seconds = max(body_task_durations(reference["run_id"]).items(), key=lambda kv: kv[1])
