@@ -419,6 +419,20 @@ def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
         yield buf
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Pool initializer: a pool process whose parent is gone (a Dask worker killed mid-task, a run
+    stopped by Ctrl-C) exits, as torch's DataLoader workers do, instead of waiting on the pool's queue
+    forever, an orphan that keeps its parent's stdout open (seen: a stopped run's output never closed)."""
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 class Runtime:
     """Process pools and the remote executor of one pipeline, kept across epochs, and the
     shared-memory channel the pool's results come back through."""
@@ -435,7 +449,9 @@ class Runtime:
             import multiprocessing as mp
 
             ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            self._pool, self._workers = ProcessPoolExecutor(max_workers=workers, mp_context=ctx), workers
+            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_exit_with_parent,
+                                             initargs=(os.getpid(),))
+            self._workers = workers
         return self._pool
 
     def process_submit(self, workers: int, transfer: Transfer = "shared_memory") -> Callable:

@@ -29,6 +29,18 @@ def _api_servers(home: Path) -> set[int]:
     return found
 
 
+def _group(pgid: int) -> list:
+    """The live processes of process group ``pgid``."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                found.append(p)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return found
+
+
 def test_cli_run_starts_the_embedded_api_early_and_stops_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(MLSYS_FLOWS_HOME=str(tmp_path / "home"), PREFECT_LOGGING_LEVEL="WARNING")
@@ -56,9 +68,12 @@ def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(MLSYS_FLOWS_HOME=str(tmp_path / "home"), PREFECT_LOGGING_LEVEL="WARNING")
     cli = str(Path(sys.executable).parent / "mlsys-flows")
-    proc = subprocess.Popen([cli, "run", "cedar", "--scale", "smoke"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    # output to a file, not a pipe: a stray that inherited a pipe would keep a read of it waiting forever
+    log = tmp_path / "run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([cli, "run", "cedar", "--scale", "smoke"], cwd=tmp_path, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
     def a_task_is_running() -> bool:  # read from the embedded API's database while it writes it
         if not db_path.exists():  # connecting would create an empty file where the API's database goes
@@ -74,7 +89,7 @@ def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
     db_path = tmp_path / "home" / "prefect" / "prefect.db"
     deadline = time.monotonic() + 300  # a hang guard, not the test's moment
     while not a_task_is_running():  # the moment: a task of the run in flight
-        assert proc.poll() is None, proc.stdout.read()[-3000:].decode(errors="replace")
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, "the flow's first task never started"
         time.sleep(0.1)
     family = psutil.Process(proc.pid).children(recursive=True)
@@ -91,9 +106,14 @@ def test_ctrl_c_stops_a_cli_run_in_flight(tmp_path):
     finally:
         busy.kill()
         busy.wait()
-    out = proc.stdout.read().decode(errors="replace")
+    out = log.read_text(errors="replace")
     print(f"\nCtrl-C with a run in flight: `mlsys-flows run` stopped in {elapsed:.1f} s")
-    strays = survivors(family)
+    # its processes: those seen while the task ran, and any in its process group now (one started
+    # later, e.g. a pool process of the task, is in the group even once orphaned)
+    strays = survivors(family + _group(proc.pid))
+    for p in strays:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
     assert not strays, [p.cmdline() for p in strays]
     assert elapsed < 10, f"stopping took {elapsed:.1f} s:\n{out[-2000:]}"
     assert proc.returncode == 130, out[-3000:]  # interrupted, as a shell reports Ctrl-C

@@ -237,6 +237,46 @@ def test_killed_worker_raises_instead_of_hanging():
         assert len(list(fast.iterate())) == 200  # a fresh pool on the next pass
 
 
+def _own_a_pool(ready) -> None:
+    """A process that owns cedar's pool (as a Dask worker running cedar does), then idles."""
+    from mlsys_flows.systems.cedar.pipeline import Runtime
+
+    runtime = Runtime()
+    list(runtime.pool(2).map(abs, [1, 2]))
+    ready.put(runtime.worker_pids())
+    time.sleep(600)
+
+
+def test_pool_processes_exit_when_the_process_owning_the_pool_dies():
+    """The pool's owner SIGKILLed (a Dask worker killed mid-task, a run stopped by Ctrl-C): its pool
+    processes exit too; without that they waited on the pool's queue forever, holding the stopped
+    run's output open."""
+    import multiprocessing as mp
+
+    import psutil
+
+    ctx = mp.get_context("fork")
+    ready = ctx.Queue()
+    owner = ctx.Process(target=_own_a_pool, args=(ready,))
+    owner.start()
+    try:
+        pids = ready.get(timeout=120)
+        pool = []
+        for pid in pids:
+            try:
+                pool.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        assert pool, "the pool started no process"
+    finally:
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.join()
+    _, alive = psutil.wait_procs(pool, timeout=30)  # a hang guard: they exit within a second
+    for p in alive:
+        p.kill()
+    assert not alive, f"pool processes outlived their owner: {[p.pid for p in alive]}"
+
+
 # ----- parameters -------------------------------------------------------------------------------
 
 def test_params_reject_bad_values_naming_the_field():
