@@ -9,12 +9,19 @@ import statistics
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, SystemResult, param_assumptions
 from mlsys_flows.systems.common.runreport import RegimeReport
 from mlsys_flows.systems.common.spec import Claim
+from mlsys_flows.systems.common.verdict import judge
 
 from . import MODEL_CONSTANTS, POLICIES, SPEC, Params, crossover
 
 AT_CROSSOVER = ("p50_decision_latency_s", "p99_decision_latency_s", "mean_completion_s", "travel_m_per_task")
 # the crossovers against the paper's centralized control (Hungarian): variant suffix -> latency percentile
 CROSSOVERS = {"at_crossover": "p99", "at_p50_crossover": "p50"}
+# the unit of every model constant (the assumptions of the simulated metrics)
+UNITS = {"density_per_km2": "drones/km^2", "speed_m_s": "m/s", "service_mean_s": "s", "load": "fraction",
+         "deadline_s": "s", "failure_rate_per_h": "1/(drone h)", "failure_detect_s": "s", "rtt_s": "s",
+         "rtt_jitter_s": "s", "backhaul_loss": "probability", "backhaul_retx_s": "s", "backend_request_s": "s",
+         "backend_task_s": "s", "radio_range_m": "m", "radio_loss": "probability", "hop_s": "s", "hop_jitter_s": "s",
+         "claim_window_s": "s", "announce_interval_s": "s"}
 
 
 def _name(policy: str, n: int) -> str:
@@ -99,7 +106,8 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
     solve = Assumption(value="measured in this run", source="thread CPU time of every backend solve (travel-time "
                        "matrix + scipy linear_sum_assignment) and of every drone's local pick, run inside the "
                        "simulation on a Dask worker; it is the service time on the event clock")
-    model = param_assumptions(p, *MODEL_CONSTANTS) | {"solve_time": solve}
+    model = {k: a.model_copy(update={"unit": UNITS[k]}) for k, a in param_assumptions(p, *MODEL_CONSTANTS).items()}
+    model["solve_time"] = solve
     assumptions = {m: model for m in metrics if SPEC.kinds.get(m) == "simulated"}
 
     label = {"centralized": "centralized (Hungarian)", "centralized_greedy": "centralized greedy",
@@ -111,12 +119,31 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
               series={label[q]: (ns, [v * 1e3 for v in med(q, "p50_decision_latency_s")]) for q in POLICIES}),
         Curve(title="mean task completion time vs swarm size", x_label="drones (N)", y_label="arrival to done (s)",
               series={label[q]: (ns, med(q, "mean_completion_s")) for q in POLICIES}),
+        Curve(title="p99 time to service vs swarm size", x_label="drones (N)", y_label="arrival to service start (s)",
+              series={label[q]: (ns, med(q, "p99_time_to_service_s")) for q in POLICIES}),
         Curve(title="compute per decision vs swarm size (measured)", x_label="drones (N)",
               y_label="mean CPU time (ms)", log_y=True,
               series={label[q]: (ns, [max(v * 1e3, 1e-4) for v in med(q, "compute_s_mean")]) for q in POLICIES}),
     ]
 
     cm = {q: {m: statistics.median(samples[q][m]) for m in samples[q]} for q in POLICIES}
+    # the harness's verdict on each percentile against the Hungarian backend at the largest N (the claims' rules)
+    at_largest = {pct: judge(samples["centralized"][f"{pct}_decision_latency_s"],
+                             samples["distributed"][f"{pct}_decision_latency_s"], "lower", deterministic=False)
+                  for pct in CROSSOVERS.values()}
+
+    def verdict_words(pct: str) -> str:
+        v = at_largest[pct]
+        iv = f", {v.interval[0]:.3g}-{v.interval[1]:.3g}" if v.interval is not None else ""
+        ratio = f"{v.ratio:.3g}x" if v.ratio is not None else "no ratio"
+        return (f"at N={largest} distributed {v.outcome} {'with' if v.outcome == 'ties' else 'against'} the "
+                f"Hungarian backend on the {pct} ({ratio}{iv}, {v.pairs} pairs; the harness's paired verdict: {v.why})")
+
+    hop_window_ms = (p.hop_s + p.hop_jitter_s + p.claim_window_s) * 1e3
+    round_trip_ms = (p.rtt_s + p.rtt_jitter_s) * 1e3
+    g = samples[_name("centralized_greedy", largest)]   # backend busy time over the arrival horizon (drain included)
+    busy = statistics.median((c * k + p.backend_request_s * r) / p.horizon_s(largest)
+                             for c, k, r in zip(g["compute_s_mean"], g["solves"], g["decisions"]))
     work = sorted(((x["work_s"], k) for k, x in runs.items()), reverse=True)
     notes = [
         f"Every (N, policy) is an event simulation; repeat r draws its workload from seed {p.seed}+r, the same "
@@ -136,19 +163,36 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
         f"Centralized solve time (measured, median of repeats) grows with N: "
         + ", ".join(f"N={n}: {v * 1e3:.2f} ms" for n, v in zip(ns, med('centralized', 'compute_s_mean')))
         + "; the backend re-plans drones en route, so every solve covers the whole free swarm.",
-        "Decision latency, one definition for both controls: per task, from its arrival to the moment a drone "
-        "first knows it is to serve it (the backend's order arriving at the drone, or the drone's commit after its "
-        "claim window), every wait included: backhaul, backend queue and solve, radio claim rounds, the re-announce "
-        "a task waits for when no idle drone heard it, and the wait for a free drone; a task dropped at its "
-        "deadline undecided counts the whole deadline. p99_request_latency_s keeps the per-request latency "
+        "Decision latency, one definition for both controls: per task, from its arrival to the moment the drone "
+        "that serves it first knows it is to serve it (the arrival at that drone of the backend's order that sent "
+        "it there, or that drone's commit after its claim window), every wait included: backhaul, backend queue "
+        "and solve, radio claim rounds, the re-announce a task waits for when no idle drone heard it, and the wait "
+        "for a free drone. An order withdrawn before service (the Hungarian re-plans a drone en route elsewhere, or "
+        "the drone fails on the way) does not count; a task dropped at its deadline counts the earliest order "
+        "still heading there, or with none the whole deadline. p99_request_latency_s keeps the per-request latency "
         "(a request's origin to its answer) for comparison.",
         *(f"Crossover of the {pct} decision latency against centralized (Hungarian): "
           f"{'found' if crosses[pct].n is not None else 'NOT found'}: {crosses[pct].note}"
           + (f"; at N~{crosses[pct].n:.0f} mean completion is "
              f"{variants[f'centralized_{suffix}']['mean_completion_s']:.2f} s centralized vs "
              f"{variants[f'distributed_{suffix}']['mean_completion_s']:.2f} s distributed"
-             if crosses[pct].n is not None else "") + "."
+             if crosses[pct].n is not None else "") + f"; {verdict_words(pct)}."
           for suffix, pct in CROSSOVERS.items()),
+        "p99 time to service (arrival to the start of service on site, flight included: the delay a task sees; "
+        "medians over repeats, s, simulated; centralized | centralized greedy | distributed): " + "; ".join(
+            f"N={n}: " + " | ".join(f"{statistics.median(samples[_name(q, n)]['p99_time_to_service_s']):.2f}"
+                                    for q in POLICIES) for n in ns) + ". The headline's decision latency stops when "
+        "a drone is told; the size of its gap is the distributed tail's coverage wait (a task no idle drone in radio "
+        "range heard waits for a re-announce or for a drone nearby to free up), while a backend order can send a "
+        "drone from farther away, whose longer flight the decision latency does not count and this metric does.",
+        "Break-even against the greedy backend (from the model constants; the busy share is this run's): the distributed p50 is about one "
+        f"radio hop plus the claim window (hop_s + hop_jitter_s + claim_window_s = {hop_window_ms:g} ms), the greedy "
+        f"backend's about one round trip plus jitter (rtt_s + rtt_jitter_s = {round_trip_ms:g} ms) while its queue "
+        "stays short. Neither grows with N, and the greedy backend stays far from saturation on the grid (busy at "
+        f"most {busy:.1%} of the arrival horizon at N={largest}: its measured solves and per-request handling, the "
+        "drain's included, over the arrival horizon, median over repeats), so N cannot change the verdict against "
+        "it under these constants: only the constants (a longer rtt_s, a shorter claim_window_s, a larger "
+        "backend_task_s) can.",
         "Where the crossovers fall is set by the constants (round trip "
         f"{p.rtt_s * 1e3:g} ms + jitter vs a {p.claim_window_s * 1e3:g} ms claim window per radio round, the "
         f"{p.announce_interval_s:g} s re-announce and the {p.radio_range_m:g} m radio range) and by the measured growth "
@@ -171,7 +215,11 @@ def build_result(p: Params, repeats: int, runs: dict[tuple[int, int, str], dict]
         "on top of the measured solve and "
         f"{p.backend_request_s * 1e3:g} ms per request"
         + (" (0: no task processing on the backend, the side favouring centralized control; set it to model a "
-           "slower backend)." if p.backend_task_s == 0 else "."),
+           "slower backend)" if p.backend_task_s == 0 else "")
+        + "; when set it is charged serially on the backend's one server (the paper's backend had 10 servers), "
+        "which overcharges a parallel backend. The Hungarian backend re-plans every pending task, drones en route "
+        "included (a design choice that gives the best assignment at each solve); a drone re-planned away does not "
+        "keep its task's decision.",
         f"At N={largest} (medians over repeats): p99 decision latency {cm['centralized']['p99_decision_latency_s'] * 1e3:.1f} ms centralized, "
         f"{cm['centralized_greedy']['p99_decision_latency_s'] * 1e3:.1f} ms centralized greedy, "
         f"{cm['distributed']['p99_decision_latency_s'] * 1e3:.1f} ms distributed; wasted trips (a task served "

@@ -25,11 +25,18 @@ Policies:
   probability 1 - radio_loss after a hop delay: lost claims cause duplicate trips, lost
   announcements and TAKEN messages cause late or duplicate service.
 
-Decision latency (one definition for both controls): per task, from its arrival to the moment a drone
-first knows it is to serve it (centralized: the order's arrival at the drone; distributed: the drone's
-commit after its claim window). It includes every wait on the way: backhaul, backend queue and solve,
-radio hops and claim rounds, a re-announce the task waits for when no idle drone heard it, and the wait
-for a free drone. A task dropped at its deadline before any drone committed counts the whole deadline.
+Decision latency (one definition for both controls): per task, from its arrival to the moment the drone
+that serves it first knows it is to serve it (centralized: the arrival at that drone of the order that
+sent it there, its last one to the task; distributed: that drone's commit after its claim window). An
+order withdrawn before service (a re-plan sends the drone elsewhere or stops it, or the drone fails on
+the way) does not count: the task's decision falls back to a drone still heading there, or to none. It
+includes every wait on the way: backhaul, backend queue and solve, radio hops and claim rounds, a
+re-announce the task waits for when no idle drone heard it, and the wait for a free drone. A task
+dropped at its deadline counts the earliest order of a drone still heading there, or, with none, the
+whole deadline. The first service start fixes the decision (a task re-queued after its drone failed
+in service keeps it).
+Time to service (``p99_time_to_service_s``): per task, from its arrival to the first start of its
+service on site (flight included), the delay a task sees; a task never started counts its deadline.
 The per-request latency (origin of a request to its answer: the reply at the drone, or a distributed
 drone's commit or give-up) is kept as ``*_request_latency_s``.
 """
@@ -124,7 +131,8 @@ class Task:
     start: float = math.nan
     done: float = math.nan
     beacon_until: float = -1.0       # distributed: the beacon heard a TAKEN and stays quiet until then
-    decided: float = math.nan        # when a drone first committed to it (knows it is to serve it)
+    decided: float = math.nan        # the earliest standing order to it; at service, the server's (module doc)
+    first_start: float = math.nan    # the first start of its service (fixes ``decided``)
 
 
 @dataclass
@@ -144,16 +152,19 @@ class SimResult:
     policy: str
     n_drones: int
     counts: dict
-    decision_latency_s: np.ndarray   # per task: arrival to the first drone committed (see the module doc)
+    decision_latency_s: np.ndarray   # per task: arrival to the serving drone's order (see the module doc)
     completion_s: np.ndarray
     solve_s: np.ndarray              # measured time of each backend solve (centralized) or local pick (distributed)
     request_latency_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per decision request
+    time_to_service_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per task: arrival to first start
 
     def metrics(self) -> dict[str, float]:
         lat, comp = self.decision_latency_s, self.completion_s
         m = {k: float(v) for k, v in self.counts.items()}
         m["p99_decision_latency_s"] = float(np.quantile(lat, 0.99)) if len(lat) else 0.0
         m["p50_decision_latency_s"] = float(np.quantile(lat, 0.5)) if len(lat) else 0.0
+        tts = self.time_to_service_s
+        m["p99_time_to_service_s"] = float(np.quantile(tts, 0.99)) if len(tts) else 0.0
         req = self.request_latency_s
         m["p99_request_latency_s"] = float(np.quantile(req, 0.99)) if len(req) else 0.0
         m["mean_completion_s"] = float(comp.mean()) if len(comp) else 0.0
@@ -187,6 +198,7 @@ class Swarm:
         self.eta = np.zeros(n)
         self.travel = np.zeros(n)
         self.plan_seq = np.full(n, -1)
+        self.order_t = np.full(n, math.nan)   # when each drone got its current order (went en route)
         self.proto = [Protocol() for _ in range(n)] if policy == "distributed" else []
         self.tasks: list[Task] = []
         self.events: list = []
@@ -245,16 +257,30 @@ class Swarm:
         self.xy[d], self.dest[d], self.t0[d], self.vel[d], self.dur[d] = p, p, self.now, 0.0, 0.0
 
     def _go(self, d: int, k: int) -> None:
+        left = int(self.target[d]) if self.state[d] == ENROUTE and self.target[d] != k else -1
         if math.isnan(self.tasks[k].decided):
             self.tasks[k].decided = self.now
         self._stop(d)
         self.state[d], self.target[d], self.dest[d] = ENROUTE, k, self.tasks[k].xy
+        self.order_t[d] = self.now
+        if left >= 0:        # re-planned away from another task
+            self._withdrawn(left)
         vec = self.dest[d] - self.xy[d]
         dist = float(np.hypot(*vec))
         self.dur[d] = dist / self.cfg.speed_m_s
         self.vel[d] = vec / dist * self.cfg.speed_m_s if dist > 0 else 0.0
         self.eta[d] = self.now + self.dur[d]
         self.at(self.eta[d], "reach", d, k, float(self.eta[d]))
+
+    def _withdrawn(self, k: int) -> None:
+        """A drone's order to task ``k`` no longer stands (re-planned elsewhere, stopped, failed on the way):
+        until its service starts, the task's decision is the earliest order of a drone still heading there,
+        or none (NaN: the next order sets it)."""
+        task = self.tasks[k]
+        if task.state != "pending" or not math.isnan(task.first_start):
+            return
+        on = np.flatnonzero((self.state == ENROUTE) & (self.target == k))
+        task.decided = float(self.order_t[on].min()) if len(on) else math.nan
 
     def _lost(self, p: float, n: int = 1) -> np.ndarray:
         """Which of ``n`` messages are lost."""
@@ -313,6 +339,8 @@ class Swarm:
             self.became_idle(d)
             return
         task.state, task.server, task.start = "started", d, self.now
+        if math.isnan(task.first_start):  # the order that led to its service is its decision
+            task.first_start, task.decided = self.now, float(self.order_t[d])
         self.state[d] = SERVING
         if self.policy == "distributed":   # the beacon tells its range the task is being served
             self._beacon_says_taken(k, math.inf, 1)
@@ -331,6 +359,8 @@ class Swarm:
         k, was = int(self.target[d]), int(self.state[d])
         self.state[d], self.target[d] = FAILED, -1
         self.c["drones_failed"] += 1
+        if was == ENROUTE:
+            self._withdrawn(k)
         if was == SERVING:
             task = self.tasks[k]
             task.state, task.server, task.start = "pending", -1, math.nan
@@ -426,8 +456,10 @@ class Swarm:
         self.plan_seq[d] = seq
         if k < 0:
             if self.state[d] == ENROUTE:
+                left = int(self.target[d])
                 self._stop(d)
                 self.state[d], self.target[d] = IDLE, -1
+                self._withdrawn(left)
             return
         if self.tasks[k].state != "pending" or (self.state[d] == ENROUTE and self.target[d] == k):
             return
@@ -577,12 +609,19 @@ class Swarm:
         req = np.array([x for o, x in self.lat if cfg.warmup_s <= o <= cfg.horizon_s])
         lat = np.array([task_decision_latency(t) for t in self.tasks if cfg.warmup_s <= t.arrival <= cfg.horizon_s])
         comp = np.array([t.done - t.arrival for t in self.tasks if t.state == "done" and t.arrival >= cfg.warmup_s])
-        return SimResult(self.policy, cfg.n_drones, c, lat, comp, np.array(self.compute), req)
+        tts = np.array([task_time_to_service(t) for t in self.tasks if cfg.warmup_s <= t.arrival <= cfg.horizon_s])
+        return SimResult(self.policy, cfg.n_drones, c, lat, comp, np.array(self.compute), req, tts)
 
 
 def task_decision_latency(t: Task) -> float:
-    """Arrival to the first drone's commitment; a task never committed to waited its whole deadline."""
+    """Arrival to the standing decision (the serving drone's order once served; see the module doc); a task
+    no standing order reached waited its whole deadline."""
     return t.decided - t.arrival if not math.isnan(t.decided) else t.deadline - t.arrival
+
+
+def task_time_to_service(t: Task) -> float:
+    """Arrival to the first start of its service (flight included); a task never started counts its deadline."""
+    return t.first_start - t.arrival if not math.isnan(t.first_start) else t.deadline - t.arrival
 
 
 def simulate(cfg: SimConfig, policy: str, clock=time.thread_time) -> SimResult:

@@ -147,10 +147,11 @@ def test_params_reject_a_bad_grid_naming_it():
 
 
 def test_decision_latency_is_one_task_side_definition_for_both_controls():
-    """Arrival to the first drone committed, every wait included: a task no drone ever committed to counts its
+    """Arrival to the serving drone's order, every wait included: a task no drone ever committed to counts its
     whole deadline; under distributed control a task nobody heard waits for a re-announce, so its latency is at
-    least the announce interval, which the per-request latency (from the re-announce) leaves out."""
-    from mlsys_flows.systems.swarm.sim import Task, task_decision_latency
+    least the announce interval, which the per-request latency (from the re-announce) leaves out. A task's time
+    to service (arrival to service start, flight included) is never shorter than its decision latency."""
+    from mlsys_flows.systems.swarm.sim import Task, task_decision_latency, task_time_to_service
 
     t = Task(np.zeros(2), arrival=10.0, service=1.0, deadline=70.0)
     assert task_decision_latency(t) == 60.0
@@ -162,6 +163,9 @@ def test_decision_latency_is_one_task_side_definition_for_both_controls():
         res = s.run()
         lat = [task_decision_latency(k) for k in s.tasks if cfg.warmup_s <= k.arrival <= cfg.horizon_s]
         assert sorted(res.decision_latency_s) == sorted(lat) and all(x >= 0 for x in lat)
+        assert all(task_time_to_service(k) >= task_decision_latency(k) - 1e-12 for k in s.tasks)
+        assert all(k.decided <= k.first_start for k in s.tasks if not math.isnan(k.first_start))
+        assert res.metrics()["p99_time_to_service_s"] >= res.metrics()["p99_decision_latency_s"]
         if policy == "distributed":  # lossy radio: some task missed its first announcement and waited >= 5 s
             assert max(lat) >= cfg.announce_interval_s > res.metrics()["p99_request_latency_s"]
 
@@ -184,3 +188,43 @@ def test_each_repeat_is_a_workload_of_its_own_shared_by_every_policy():
     runs[(1, 24, "distributed")] = simulate_repeat(p, 24, "distributed", 0)  # another repeat's workload
     with pytest.raises(ValueError, match="repeat 1, N=24: the policies ran different workloads"):
         build_result(p, 2, runs)
+
+
+def test_a_replanned_order_does_not_keep_its_tasks_decision():
+    """Review B1: the Hungarian re-plans drones en route. A task whose drone is sent elsewhere (or stopped)
+    before reaching it is not decided by that order: its decision is the order of the drone that serves it
+    (scripted orders, as the backend's replies arrive at the drones; every time in s)."""
+    from mlsys_flows.systems.swarm.sim import Workload, task_decision_latency, task_time_to_service
+
+    cfg = SimConfig(n_drones=3, horizon_s=100.0, warmup_s=0.0, failure_rate_per_h=0.0, speed_m_s=10.0)
+    w = Workload(drone_xy=np.array([[0.0, 0.0], [200.0, 0.0], [0.0, 1000.0]]), fail_t=np.full(3, np.inf),
+                 arr_t=np.array([1.0, 2.0, 16.0]), task_xy=np.array([[100.0, 0.0], [0.0, 100.0], [500.0, 500.0]]),
+                 service_s=np.array([5.0, 5.0, 5.0]))
+    s = Swarm(cfg, "centralized", workload=w, clock=fake_clock())
+
+    def at(t, handler, *args):
+        s.now = t
+        getattr(s, "on_" + handler)(*args)
+
+    at(1.0, "arrive", 0)
+    at(1.5, "assign", 0, 0, 1)            # drone 0 is sent to task 0 ...
+    at(2.0, "arrive", 1)
+    at(2.5, "assign", 0, 1, 2)            # ... and re-planned to task 1 before reaching it
+    t0, t1 = s.tasks[0], s.tasks[1]
+    assert math.isnan(t0.decided)         # task 0 is pending with no drone heading there: undecided
+    at(4.0, "assign", 1, 0, 2)            # drone 1 is sent to task 0 (100 m: 10 s) and serves it
+    at(14.0, "reach", 1, 0, float(s.eta[1]))
+    assert t0.state == "started" and t0.server == 1
+    assert task_decision_latency(t0) == pytest.approx(3.0)          # 4.0 - 1.0, not the withdrawn 1.5 - 1.0
+    assert task_time_to_service(t0) == pytest.approx(13.0)          # the flight counts here
+    at(15.0, "assign", 0, -1, 3)          # drone 0 is stopped: nobody heads to task 1 any more
+    assert math.isnan(t1.decided) and task_decision_latency(t1) == cfg.deadline_s
+    assert task_time_to_service(t1) == cfg.deadline_s                # never started: its deadline
+    # a swap whose orders arrive out of order: drone 2's order to task 2 lands before drone 0's (earlier)
+    # one is withdrawn; the task's decision is then drone 2's order, the one still standing
+    at(16.0, "arrive", 2)
+    at(16.5, "assign", 0, 2, 4)
+    at(17.0, "assign", 2, 2, 4)
+    assert s.tasks[2].decided == 16.5
+    at(17.5, "assign", 0, 1, 5)           # drone 0 leaves task 2 (back to task 1)
+    assert s.tasks[2].decided == 17.0 and t1.decided == 17.5
