@@ -31,6 +31,9 @@ def bagel(ctx: RunContext):
     futures = [[t.evaluate.submit(p, ctx.storage, key, tuned, trial, int(a), int(b))
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a] for trial in range(p.trials)]
     sweep = {c: t.regime.submit(p, ctx.storage, key, tuned, c) for c in p.regime_per_cluster}
+    # the bridge between a query's two aspects re-graded to 0 (minilm only): how much of the win it carries
+    bridge = t.same_city.submit(p, ctx.storage, key, tuned, 0.0) if p.embedding == "minilm" and p.same_city > 0 else None
     per_trial = [[f.result() for f in fs] for fs in futures]
     digits = ([[f.result()] for f in dfut], dtuned.result()) if second else None
-    return build_result(p, per_trial, {c: f.result() for c, f in sweep.items()}, tuned.result(), digits)
+    return build_result(p, per_trial, {c: f.result() for c, f in sweep.items()}, tuned.result(), digits,
+                        bridge.result() if bridge is not None else None)

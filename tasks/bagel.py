@@ -10,7 +10,7 @@ from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.bagel import Params
-from mlsys_flows.systems.bagel.plan import build, evaluate_part, tune
+from mlsys_flows.systems.bagel.plan import build, evaluate_part, evaluate_same_city, tune
 from mlsys_flows.tasks.common import llm_client
 
 
@@ -50,11 +50,25 @@ def regime(p: Params, storage: ObjectStorage, key: str, tuned: dict, per_cluster
     """One regime point: rerank, GAR, BAGEL and its exploitation-only ablation at the headline budget with
     ``per_cluster`` relevant passages per cluster (offline oracle, the first trial's seed)."""
     data = pickle.loads(storage.read_bytes(key))
-    res = evaluate_part(p, data, tuned, f"regime{per_cluster}", budgets=[p.budget])
+    res = evaluate_part(p, data, tuned, f"regime{per_cluster}", budgets=[p.budget], explore=False)
     n = len(data["parts"][f"regime{per_cluster}"]["queries"])
     out = {m: sum(r[p.budget]) / len(r[p.budget]) for m, r in res["recall"].items() if m != "bagel_explore"}
     out["_outside_top_b"] = sum(res["outside_top_b"][p.budget]) / n
     get_run_logger().info("bagel regime per_cluster=%d: %s", per_cluster, {k: round(v, 3) for k, v in out.items()})
+    return out
+
+
+@task(name="bagel-same-city")
+def same_city(p: Params, storage: ObjectStorage, key: str, tuned: dict, value: float) -> dict:
+    """The bridge re-graded: rerank, GAR, BAGEL and bagel_exploit at the headline budget on the first
+    ``regime_queries`` queries of trial 0 with the oracle grading the query's city under its other aspects
+    ``value`` (minilm; offline oracle, nothing re-embedded)."""
+    data = pickle.loads(storage.read_bytes(key))
+    res = evaluate_same_city(p, data, tuned, value, p.regime_queries)
+    out = {"recall": {m: r[p.budget] for m, r in res["recall"].items()},
+           "far_recall": {m: r[p.budget] for m, r in res["far_recall"].items()}}
+    get_run_logger().info("bagel same_city=%g: recall@k %s", value,
+                          {m: round(sum(r) / len(r), 3) for m, r in out["recall"].items()})
     return out
 
 

@@ -48,9 +48,10 @@ class Params(LLMEndpointParams, SystemParams):
     }
 
     queries: int = Field(16, ge=2, le=10_000, description="Queries evaluated per trial (each with its own two relevant clusters).")
-    trials: int = Field(3, ge=1, le=20, description="Workload seeds (seed, seed+1, ...), each drawing its own queries (and, "
-                        "for minilm, its own corpus); the headline variants carry one sample per trial (the mean over "
-                        "its queries).")
+    trials: int = Field(3, ge=1, le=20, description="Workload seeds (seed, seed+1, ...), each drawing its own queries; the "
+                        "corpus is one per run (minilm: embedded once, seed = the run's seed; digits: the fixed digits "
+                        "set), so the trials share it and may draw the same query; the headline variants carry one "
+                        "sample per trial (the mean over its queries).")
     regime_per_cluster: list[int] = Field([5, 10, 20, 40], min_length=2, max_length=12,
                                           description="Relevant passages per cluster at each point of the regime sweep "
                                                       "(k = 2 x per_cluster): the more relevant passages, the larger their "
@@ -70,7 +71,7 @@ class Params(LLMEndpointParams, SystemParams):
     beta_scale: float | None = Field(None, ge=0.0, le=10.0, description="Factor on the GP-UCB weight sqrt(beta_t), beta_t = 2 log(N t^2 pi^2 / (6 delta)); None: tuned over beta_grid on the calibration queries (the report's notes give the value chosen).")
     beta_grid: list[float] = Field([0.05, 0.1, 0.2, 0.4, 0.8], min_length=1, max_length=12,
                                    description="UCB factors tried on the calibration queries when beta_scale is None (0, exploitation only, is the mechanism's ablation and not tried).")
-    calibration_queries: int = Field(8, ge=1, le=1000, description="Calibration queries of each workload: drawn with their own seed, none equal to an evaluated query; BAGEL's UCB factor and GAR's batch and graph size are tuned on them (offline oracle), never on the evaluated queries.")
+    calibration_queries: int = Field(8, ge=1, le=1000, description="Calibration queries of each workload: drawn with their own seed, none with an evaluated query's relevant set (minilm: the same city and unordered aspect pair; digits: the same embedding); BAGEL's UCB factor and GAR's batch and graph size are tuned on them (offline oracle), never on the evaluated queries.")
     gar_batches: list[int] = Field([5, 10, 15], min_length=1, max_length=8, description="GAR batch sizes tried on the calibration queries (one value: fixed).")
     gar_neighbours: list[int] = Field([4, 8, 16], min_length=1, max_length=8, description="GAR corpus-graph neighbours per passage tried on the calibration queries (one value: fixed).")
     explore_beta_scale: float | None = Field(None, ge=0.0, le=10.0, description="UCB factor of the bagel_explore variant (BAGEL with more exploration, an ablation); None: twice headline BAGEL's (tuned) factor.")

@@ -20,18 +20,76 @@ def _tuning(tuned: dict, what: str, p: Params) -> str:
     beta = (f"BAGEL's UCB factor fixed by the beta_scale parameter at {tuned['beta_scale']:g}" if tuned.get("fixed") else
             f"BAGEL's UCB factor beta_scale = {tuned['beta_scale']:g}, the best of the grid by mean recall@k at "
             f"B = {p.budget} (per value: {betas})")
-    return (f"Calibration on {what}: {tuned['queries']} calibration queries (their own seed, none equal to an "
-            f"evaluated query; offline oracle as the scorer; the evaluated queries are never seen). {beta}; GAR's "
+    same = "the same city and unordered aspect pair" if tuned.get("workload") else "the same embedding"
+    return (f"Calibration on {what}: {tuned['queries']} calibration queries (their own seed, none with the relevant "
+            f"set of an evaluated query ({same}); offline oracle as the scorer; the evaluated queries are never "
+            f"seen). {beta}; GAR's "
             f"(batch, graph neighbours) = ({tuned['gar'][0]}, {tuned['gar'][1]}) (per pair: {gars}); ties go to "
             "the first value of the grid.")
 
 
+def _budget_note(budgets: list[int], mean: dict[str, list[float]], n: int) -> str:
+    """Where BAGEL's mean recall@k lies below rerank's on the budget curve, and the crossover."""
+    bg, rr = mean["bagel"], mean["rerank"]
+    below = [b for b, x, y in zip(budgets, bg, rr) if x < y]
+    above_from = next((i for i in range(len(budgets)) if all(bg[j] >= rr[j] for j in range(i, len(budgets)))), None)
+    per = "; ".join(f"B = {b}: {x:.3f} / {y:.3f}" for b, x, y in zip(budgets, bg, rr))
+    if not below:
+        where = "BAGEL is at or above rerank at every budget of the curve"
+    elif above_from is None:
+        where = f"BAGEL is below rerank at B = {', '.join(map(str, below))}, up to the curve's largest budget"
+    elif above_from == 0:
+        where = f"BAGEL is below rerank at B = {', '.join(map(str, below))}"
+    else:
+        where = (f"BAGEL is below rerank at B = {', '.join(map(str, below))} and at or above it from B = "
+                 f"{budgets[above_from]} on (the crossover lies between B = {budgets[above_from - 1]} and "
+                 f"{budgets[above_from]})")
+    ex = [b for b, x, y in zip(budgets, bg, mean.get("bagel_exploit", bg)) if x < y]
+    same = [b for b, x, y in zip(budgets, rr, mean["dense"]) if x == y]
+    return (f"Budget curve (mean recall@k over all {n} queries, bagel / rerank): {per}. {where}"
+            + (f"; below bagel_exploit (no exploration) at B = {', '.join(map(str, ex))}" if ex else "")
+            + (f"; rerank equals the dense retriever at B = {', '.join(map(str, same))} (reordering a top-B no "
+               "larger than k cannot change which passages fill the top k)" if same else "") + ".")
+
+
+def _graph_note(tuned: dict) -> str | None:
+    w = tuned.get("workload") or {}
+    if not w.get("edges"):
+        return None
+    e = w["edges"]
+    share = lambda key: ", ".join(f"{v[key]:.3f} at k = {k}" for k, v in e.items())   # noqa: E731
+    return (f"GAR's corpus graph on the headline corpus (each passage's k nearest MiniLM neighbours; GAR used "
+            f"k = {tuned['gar'][1]}): share of edges from a passage to the same city under another aspect (the only "
+            f"link that leads from a query's near aspect toward its far one) {share('same_city')}; to the same "
+            f"(city, aspect) pair {share('same_pair')}; to another city under the same aspect "
+            f"{share('same_aspect')}; to neither {share('other')}. The evaluated queries: {w['queries']}, of them "
+            f"{w['distinct_texts']} distinct texts and {w['distinct_sets']} distinct relevant sets (city and "
+            "unordered aspect pair): the trials share one corpus and some queries.")
+
+
+def _bridge_note(p: Params, first: dict, bridge: dict) -> str:
+    """The same_city = 0 run against the headline's own values on the same queries (trial 0's first n)."""
+    methods = ("rerank", "gar", "bagel", "bagel_exploit")
+    n = len(bridge["recall"]["bagel"])
+
+    def row(res, key, ms):
+        return " / ".join(f"{np.mean(res[key][m][:n]):.3f}" for m in ms)
+    head = {k: {m: first[k][m][p.budget] for m in methods} for k in ("recall", "far_recall")}
+    return (f"Bridge re-graded (offline oracle, nothing re-embedded; the values tuned with same_city = "
+            f"{p.same_city:g}): on the first {n} queries of trial 0 at B = {p.budget}, mean recall@k rerank / gar / "
+            f"bagel / bagel_exploit with same_city = {p.same_city:g} (the run's) {row(head, 'recall', methods)}, "
+            f"with same_city = 0 (the city's other aspects graded 0, no bridge) {row(bridge, 'recall', methods)}; "
+            f"far-cluster recall bagel / bagel_exploit {row(head, 'far_recall', methods[2:])} and "
+            f"{row(bridge, 'far_recall', methods[2:])}.")
+
+
 def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str, float]], tuned: dict,
-                 digits: tuple[list[list[dict]], dict] | None = None) -> SystemResult:
+                 digits: tuple[list[list[dict]], dict] | None = None, bridge: dict | None = None) -> SystemResult:
     """``chunks``: per trial, the evaluate task's output for each chunk of queries; ``points``: passages
     per cluster -> the regime task's recall per method (and ``_outside_top_b``); ``tuned``: the headline
     workload's calibration; ``digits``: (per trial chunks, calibration) of the second workload (None: the
-    headline runs on digits, which is then that claim too)."""
+    headline runs on digits, which is then that claim too); ``bridge``: the same_city task's per-query
+    recall and far recall per method with same_city = 0 (None: not run)."""
     per_trial = [merge(cs) for cs in chunks]
     res = merge(per_trial)
     variants = summarize(res, p.budget)
@@ -115,7 +173,7 @@ def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str
         "alternate between the dense ranking's next unscored passages and the frontier (unscored neighbours of "
         "scored passages, by the best score that reached them); final ranking: scored passages by score, then the "
         "dense order. Same budget B, calls counted.",
-        (f"bagel_explore (UCB factor {explore_factor(p, tuned):g}) mean recall@k "
+        (f"bagel_explore (UCB factor {explore_factor(p, tuned):g}), means over all {len(r)} queries: recall@k "
          f"{variants['bagel_explore']['recall_at_k']:.3f}, far-cluster recall "
          f"{variants['bagel_explore']['far_recall_at_k']:.3f} vs bagel's {variants['bagel']['far_recall_at_k']:.3f} at "
          f"B = {p.budget}: more exploration is how the GP could reach the second cluster"
@@ -132,13 +190,15 @@ def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str
     ]
     out_b = float(np.mean(res["outside_top_b"][p.budget]))
     notes += [
-        f"Mechanism: bagel_exploit (UCB weight 0, exploitation only) mean recall@k "
+        f"Mechanism (means over all {len(r)} queries; the variants table gives medians of the per-trial means): "
+        f"bagel_exploit (UCB weight 0, exploitation only) recall@k "
         f"{variants['bagel_exploit']['recall_at_k']:.3f} and far-cluster recall "
         f"{variants['bagel_exploit']['far_recall_at_k']:.3f} vs bagel's {variants['bagel']['recall_at_k']:.3f} and "
         f"{variants['bagel']['far_recall_at_k']:.3f}. Share of the relevant passages outside the retriever's top-B "
         f"at the headline: {out_b:.2f}.",
         f"Regime: relevant passages per cluster {', '.join(map(str, p.regime_per_cluster))} at B = {p.budget}, "
-        f"{p.regime_queries} queries each (the first trial's seed; UCB factor and GAR as calibrated); per point the "
+        f"{p.regime_queries} queries each (the first trial's seed; UCB factor and GAR as calibrated; one query "
+        "sample per point, so the point's verdict leaves the query sampling out); per point the "
         "share of relevant passages outside the top-B and mean recall@k rerank / gar / bagel / bagel_exploit: "
         + "; ".join(f"{c}: {pt['_outside_top_b']:.2f}, {pt['rerank']:.3f} / {pt['gar']:.3f} / {pt['bagel']:.3f} / "
                     f"{pt['bagel_exploit']:.3f}" for c, pt in points.items()) + ".",
@@ -150,6 +210,13 @@ def build_result(p: Params, chunks: list[list[dict]], points: dict[int, dict[str
         f"{d_all['rerank']['recall_at_k']:.3f} / {d_all['gar']['recall_at_k']:.3f} / "
         f"{d_all['bagel']['recall_at_k']:.3f}, far-cluster recall of bagel {d_all['bagel']['far_recall_at_k']:.3f}.",
     ]
+    mean = {m: [float(np.mean(res["recall"][m][b])) for b in budgets] for m in methods}
+    notes.append(_budget_note(budgets, mean, len(r)))
+    graph = _graph_note(tuned)
+    if graph:
+        notes.append(graph)
+    if bridge is not None:
+        notes.append(_bridge_note(p, per_trial[0], bridge))
     if digits is not None:
         notes.append(_tuning(d_tuned, "the digits workload", p))
     return SystemResult(variants=variants, curves=curves, notes=notes, samples=samples, regime=regime,

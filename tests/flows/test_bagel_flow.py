@@ -36,3 +36,6 @@ def test_bagel_flow_smoke(prefect_api):
     assert all(p["kind"] == "counted" and p["baseline"] in ("rerank", "gar", "dense") for p in g["points"])
     assert g["headline_value"] == report["parameters"]["per_cluster"]
     assert any(n.startswith("Regime: relevant passages per cluster") for n in report["notes"])
+    # the budget curve's note (where BAGEL is below rerank); the bridge and graph notes are minilm only
+    assert any(n.startswith("Budget curve (mean recall@k over all") for n in report["notes"])
+    assert not any(n.startswith(("Bridge re-graded", "GAR's corpus graph")) for n in report["notes"])
