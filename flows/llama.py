@@ -37,5 +37,5 @@ def llama(ctx: RunContext):
     runs["static_oracle"].append(search["run"])
     for r in range(1, ctx.repeats):
         runs["static_oracle"].append(t.run_variant.submit(p, "static_oracle", plan, prof, r, oracle["plan"]).result())
-    points = t.regime.submit(p, prof).result()   # after the timed runs: it only predicts, but uses the CPU
-    return build_result(p, prof, plan, runs, search, target, points)
+    sweeps = t.regime.submit(p, prof).result()   # after the timed runs: it only predicts, but uses the CPU
+    return build_result(p, prof, plan, runs, search, target, sweeps["duration"], sweeps["slo"])

@@ -60,15 +60,23 @@ def run_variant(p: Params, name: str, plan_: dict, prof: dict, repeat: int, conf
 
 
 @task(name="llama-regime")
-def regime(p: Params, prof: dict) -> dict[float, dict]:
-    """The operator duration / cold start sweep (modelled from the profile, no processes)."""
+def regime(p: Params, prof: dict) -> dict[str, dict[float, dict]]:
+    """The operator duration / cold start sweep and the SLO tightness sweep (both modelled from the profile,
+    no processes): ``{"duration": factor -> point, "slo": slo_fraction -> point}``."""
     log = get_run_logger()
     out = {}
     sets = ex.regime_sets(p)   # the videos and their traces, once for every factor
+    slo = {}
+    for f in ex.slo_fractions(p):
+        slo[f] = ex.slo_point(p, prof["profile"], f, sets)
+        log.info("llama SLO sweep slo_fraction %g: SLO %.4f s, attainment llama %.2f, all_cpu %.2f", f,
+                 slo[f]["llama"]["slo_s"], slo[f]["llama"]["slo_attainment"], slo[f]["all_cpu"]["slo_attainment"])
     for k in p.regime_duration_scale:
         out[k] = ex.regime_point(p, prof["profile"], k, sets)
         log.info("llama regime x%g: cost best_static/llama %.3f, all_cpu/llama %.3f, attainment llama %.2f vs "
                  "best_static %.2f, all_cpu %.2f", k, out[k]["best_static"]["cost"] / out[k]["llama"]["cost"],
                  out[k]["all_cpu"]["cost"] / out[k]["llama"]["cost"], out[k]["llama"]["slo_attainment"],
                  out[k]["best_static"]["slo_attainment"], out[k]["all_cpu"]["slo_attainment"])
-    return out
+    if 1.0 in out:   # the run's own SLO tightness: the duration sweep's factor-1 point
+        slo[p.slo_fraction] = out[1.0]
+    return {"duration": out, "slo": dict(sorted(slo.items()))}

@@ -20,14 +20,20 @@ class Params(SystemParams):
     PRESETS: ClassVar[dict] = {
         "smoke": dict(videos=1, frames=16, batch_sizes=[2, 8], max_instances=1, prewarm=0, profile_reps=1,
                       cold_probes=1, calibration_videos=1, regime_videos=1, regime_duration_scale=[1.0, 16.0],
-                      oracle_tries=2),
-        # six repeats, each on its own videos and arrivals (seed + repeat): the fewest independent pairs that
-        # can decide a verdict (contract v4); 64 calibration videos, so that one video moves a plan's
-        # calibration attainment by less than attainment_tolerance
+                      oracle_tries=2, slo_sweep=[1.0]),
+        # eight repeats, each on its own videos and arrivals (seed + repeat): six decide a verdict against one
+        # rival at 95% (contract v4), but a loss against the strongest of the three deployable plans is judged at
+        # 1 - 0.05 / 3 and needs at least seven pairs on one side (2 / 2^7 < 0.05 / 3); eight leave one pair to
+        # fall out of the equal-attainment check. 64 calibration videos, so that one video moves a plan's
+        # calibration attainment by less than attainment_tolerance. slo_cold_starts=0: the SLO is warm latency
+        # (instances are provisioned, prewarm), between the all-GPU and all-CPU plans' slowest calibration
+        # videos, so it binds for the cheapest plan on its busiest videos; with one cold start of allowance
+        # (the default) every plan met every deadline in earlier runs and no policy could be cheaper than all-CPU
         "quick": dict(videos=32, frames=12, batch_sizes=[2, 8, 32], max_instances=2, profile_reps=5, cold_probes=2,
-                      calibration_videos=64, regime_videos=8, repeats=6),
+                      calibration_videos=64, regime_videos=8, repeats=8, slo_cold_starts=0.0),
         "full": dict(videos=60, frames=96, batch_sizes=[1, 2, 4, 8, 16, 32], max_instances=8, profile_reps=5,
-                     cold_probes=3, calibration_videos=120, regime_videos=16, oracle_tries=24, repeats=6),
+                     cold_probes=3, calibration_videos=120, regime_videos=16, oracle_tries=24, repeats=8,
+                     slo_cold_starts=0.0),
     }
 
     # workload: synthetic videos
@@ -50,6 +56,11 @@ class Params(SystemParams):
                                                "operation's profiled latency (cold starts unchanged); at each, the SLO "
                                                "and static plans are re-derived on calibration videos and every "
                                                "variant is predicted with the scaled profile (modelled).")
+    slo_sweep: list[float] = Field([0.25, 1.0, 2.0], max_length=8, description="SLO tightness sweep (modelled, in "
+                                   "the notes): slo_fractions at which, with the headline's profile (duration factor "
+                                   "1), the SLO is re-derived, the static plans re-chosen and every variant predicted "
+                                   "as at a regime point; the run's own slo_fraction is the regime's factor-1 point. "
+                                   "Below 1 the SLO binds for the all-CPU plan's slowest warm videos, above 1 it does not.")
     regime_videos: int = Field(8, ge=1, le=200, description="Videos of each set (calibration, evaluated) a regime "
                                "point predicts (the first ones).")
     prewarm: int = Field(2, ge=0, le=64, description="Instances per tier started (cold, measured) before the first "
@@ -70,7 +81,10 @@ class Params(SystemParams):
     slo_fraction: float = Field(0.5, ge=0.0, le=10.0, description="Where the derived SLO lies between the slowest video's "
                                 "predicted latency under the fastest all-GPU plan (0) and under the cheapest all-CPU plan (1).")
     slo_cold_starts: float = Field(1.0, ge=0.0, le=100.0, description="Cold starts (of the slower tier, as profiled) "
-                                   "added to the derived SLO, so that a video meeting one cold start can still make it.")
+                                   "added to the derived SLO, so that a video meeting one cold start can still make it. "
+                                   "0 at quick and full: the SLO is warm latency (instances are provisioned), so it "
+                                   "binds for the cheapest plan on its busiest videos; with one cold start of "
+                                   "allowance millisecond operators leave every plan far inside the SLO.")
     oracle_tries: int = Field(8, ge=1, le=64, description="Static plans run for real on the evaluated videos, cheapest "
                               "predicted first, in the hindsight search for static_oracle (the cheapest static plan "
                               "reaching Llama's measured attainment there).")
@@ -99,6 +113,13 @@ class Params(SystemParams):
         if any(b < 1 or b > 256 for b in v) or sorted(set(v)) != list(v):
             raise ValueError("batch sizes must be distinct, ascending, between 1 and 256")
         return v
+
+    @field_validator("slo_sweep")
+    @classmethod
+    def _slo_sweep(cls, v: list[float]) -> list[float]:
+        if any(not 0 <= x <= 10 for x in v) or len(set(v)) != len(v):
+            raise ValueError("slo_sweep fractions must be distinct, each in [0, 10]")
+        return sorted(v)
 
     @field_validator("regime_duration_scale")
     @classmethod
@@ -149,10 +170,11 @@ SPEC = SystemSpec(
     regime=Regime(
         "duration_scale", "x profiled operator latency", None, "",
         "Operator duration relative to the cold start: every operation's profiled latency is multiplied by the "
-        "factor while cold starts stay as measured. With millisecond operators a cold start dominates every "
-        "video's latency and no configuration choice can move it; with operators lasting a sizeable share of "
-        "the SLO, choosing tier and batch size per invocation against the remaining budget can matter. The paper's "
-        "DNN operators last far longer than the ones here; it states no single ratio."),
+        "factor while cold starts stay as measured (the SLO is re-derived from the scaled warm latencies). With "
+        "millisecond operators a cold start dominates the latency of every video that meets one and no "
+        "configuration choice can move it; with operators lasting a sizeable share of the SLO, choosing tier and "
+        "batch size per invocation against the remaining budget can matter. The paper's DNN operators last far "
+        "longer than the ones here; it states no single ratio."),
     claims=(
         Claim("cost", "best_static", "llama", "lower", 17.2,
               "7.9x lower latency and 17.2x lower cost (paper: against cluster and serverless video systems; "
@@ -173,7 +195,9 @@ SPEC = SystemSpec(
                         "attainment on the evaluated videos (hindsight; at most 1.0 where its repeats reach Llama's)"),
         Claim("mean_latency_s", "all_cpu", "llama", "lower", 7.9,
               "7.9x lower latency (paper: against other systems' user-chosen configurations; here: against the "
-              "cheapest all-CPU plan)"),
+              "cheapest all-CPU plan). Latency below the SLO is asked for by no one: Llama plans to meet the "
+              "SLO at least cost, so a lower mean latency is bought with the cost in the cost row against all_cpu, "
+              "not a second win"),
         Claim("cost", "all_cpu", "llama", "lower",
               statement="cost against the cheapest all-CPU plan (chosen on the calibration videos without regard "
                         "to the SLO; deployable: read with its attainment note)"),

@@ -115,6 +115,19 @@ def regime_point(p: Params, profile: Profile, factor: float, sets: dict | None =
     return out
 
 
+def slo_fractions(p: Params) -> list[float]:
+    """The SLO tightness sweep's points to predict: ``slo_sweep`` less the run's own slo_fraction where the
+    duration sweep's factor-1 point already predicts it."""
+    return [f for f in p.slo_sweep if not (math.isclose(f, p.slo_fraction) and 1.0 in p.regime_duration_scale)]
+
+
+def slo_point(p: Params, profile: Profile, fraction: float, sets: dict | None = None) -> dict[str, dict[str, float]]:
+    """One point of the SLO tightness sweep (modelled): the headline's profile (duration factor 1) with the
+    SLO derived at ``slo_fraction = fraction`` (``slo_cold_starts`` as in the run), the static plans re-chosen
+    on the calibration videos and every variant predicted, as at a regime point (``regime_point``)."""
+    return regime_point(p.model_copy(update={"slo_fraction": float(fraction)}), profile, 1.0, sets)
+
+
 def run_profile(p: Params) -> dict:
     """Measure every (op, tier, batch size) on warm worker processes of each tier, and cold starts."""
     video = workload(p, profiling=True)
