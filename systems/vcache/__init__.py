@@ -101,15 +101,12 @@ class Params(SystemParams):
         return np.unique(np.round(np.concatenate([coarse, fine]), 6))
 
     def calibration_thresholds(self):
-        """The deployable threshold's calibration grid: the sweep from NEIGHBOURS_FROM (0.9) up, and every
-        0.001 from 0.95, where the thresholds meeting delta lie (``calibration`` extends it below 0.9 when
-        its lowest threshold is the one chosen)."""
+        """The deployable threshold's calibration grid: every 0.001 from 0.95 to 1, where the thresholds
+        meeting delta lie (``calibration`` extends it with ``thresholds()`` below 0.95 when 0.95 is the one
+        chosen)."""
         import numpy as np
 
-        from .evaluate import NEIGHBOURS_FROM
-        sweep = self.thresholds()
-        fine = np.arange(0.95, 1.0 + 1e-9, 0.001)
-        return np.unique(np.round(np.concatenate([sweep[sweep >= NEIGHBOURS_FROM], fine]), 6))
+        return np.round(np.arange(0.95, 1.0 + 1e-9, 0.001), 6)
 
     def sphere(self, seed: int | None = None, near_dup: float | None = None, shrink: int = 1,
                traffic: int | None = None) -> Stream:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import DELTAS, REGIME_SHRINK, Params, suffix
 from .cache import GlobalVerifiedPolicy, VerifiedPolicy
-from .evaluate import Outcome, best_static, replay, static_sweep
+from .evaluate import Outcome, best_static, causal_neighbours, replay, static_sweep
 from .workload import Stream
 
 # the held-out calibration traffic of an evaluated stream: the same world (seed: topics, classes, twins,
@@ -112,11 +112,13 @@ def calibration(p: Params, i: int = 0, near_dup: float | None = None, shrink: in
     """The deployable static thresholds per delta level (``levels``, default ``seed_levels(i)``) for the
     evaluated stream of seed ``p.seed + i``:
     chosen on held-out traffic of the same world (same seed, prompts from CALIBRATION_TRAFFIC; never
-    evaluated) over ``p.calibration_thresholds()`` (0.001 apart from 0.95). Where a level's choice is the
-    grid's lowest threshold, the sweep is extended with the thresholds below it."""
+    evaluated) over ``p.calibration_thresholds()`` (0.001 apart from 0.95; the neighbour lists need only
+    reach 0.95, which halves the sweep's cost). Where a level's choice is the grid's lowest threshold, the
+    sweep is extended with the run's thresholds below it."""
     deltas = {level: p.deltas()[level] for level in (levels or seed_levels(i))}
     stream = p.sphere(p.seed + i, near_dup, shrink, traffic=CALIBRATION_TRAFFIC)
-    sweep = static_sweep(stream, p.calibration_thresholds())
+    grid = p.calibration_thresholds()
+    sweep = static_sweep(stream, grid, causal_neighbours(stream.vectors, floor=float(grid.min())))
     out = calibrate(sweep, deltas)
     lowest = min(t for t, _ in sweep)
     if any(t <= lowest for t in out.values()):

@@ -104,7 +104,8 @@ def build_result(p: Params, per_seed: list[dict], mini: dict[str, dict], points:
                     f"where both vCache and the calibrated static threshold met delta = {p.delta})" +
                     (f"; left out of every paired comparison (headline, mechanism, oracle, frontier): "
                      f"{'; '.join(dropped)}" if dropped else "; none left out") +
-                    (f"; {len(kept)} pairs are fewer than the {MIN_PAIRS} a verdict needs: a tie, whatever the ratio."
+                    (f"; {len(kept)} pair{'s are' if len(kept) > 1 else ' is'} fewer than the {MIN_PAIRS} a verdict needs: a "
+                     "tie, whatever the ratio."
                      if len(kept) < MIN_PAIRS else "."))
     tails = [f"{r['vcache']['tail_hit_rate']:.3f} ({r['vcache']['tail_error_rate']:.4f}) / "
              f"{r['static_threshold']['tail_hit_rate']:.3f} ({r['static_threshold']['tail_error_rate']:.4f}): "

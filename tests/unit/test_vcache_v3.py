@@ -82,12 +82,12 @@ def test_calibration_traffic_is_the_same_world_with_other_prompts():
 def test_calibration_uses_a_fine_grid_and_extends_it_downwards():
     p = Params.for_scale("smoke")
     grid = p.calibration_thresholds()
-    assert {0.95, 0.951, 0.983, 0.999, 1.0} <= set(np.round(grid, 6).tolist()) and grid.min() >= 0.9
+    assert {0.95, 0.951, 0.983, 0.999, 1.0} <= set(np.round(grid, 6).tolist()) and grid.min() == 0.95
     th = calibration(p, 0)
     assert set(th) == {"low", "mid", "high"} and all(t in set(grid.tolist()) for t in th.values())
     assert th["low"] >= th["mid"] >= th["high"] and set(calibration(p, 1)) == {"mid"}
-    loose = calibration(Params.for_scale("smoke", delta_high=0.45), 0)   # 0.9 meets 0.45: the sweep goes below it
-    assert loose["high"] < 0.9
+    loose = calibration(Params.for_scale("smoke", delta_high=0.45), 0)   # 0.95 meets 0.45: the sweep goes below it
+    assert loose["high"] < 0.95
 
 
 @pytest.mark.parametrize("bad", [dict(regime_near_dup=[0.5]), dict(regime_near_dup=[0.5, 0.5]),
