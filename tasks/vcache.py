@@ -26,10 +26,11 @@ def _load(storage: ObjectStorage, key: str) -> Stream:
 
 
 @task(name="vcache-calibrate")
-def calibrate(p: Params) -> dict[str, float]:
-    """The deployable static thresholds, chosen on the held-out calibration stream."""
-    out = calibration(p)
-    get_run_logger().info("static thresholds calibrated on seed %d: %s", p.calibration_seed(), out)
+def calibrate(p: Params, i: int) -> dict[str, float]:
+    """The deployable static thresholds for the evaluated stream of seed p.seed + i, chosen on held-out
+    traffic of the same world."""
+    out = calibration(p, i)
+    get_run_logger().info("static thresholds calibrated on held-out traffic of seed %d: %s", p.seed + i, out)
     return out
 
 

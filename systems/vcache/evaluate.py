@@ -24,6 +24,9 @@ class Outcome:
     entries: int
     fits: int = 0
     warm: int = 0      # per-entry vCache: queries whose nearest entry had finished its warm-up (tau* decided)
+    tail_hits: int = 0     # hits and errors over the stream's last quarter (TAIL_SHARE of the queries)
+    tail_errors: int = 0
+    tail_queries: int = 0
 
     @property
     def warm_share(self) -> float:
@@ -42,9 +45,21 @@ class Outcome:
         return 1.0 - self.errors / self.hits if self.hits else 1.0
 
     def metrics(self) -> dict[str, float]:
-        return {"hit_rate": self.hit_rate, "error_rate": self.error_rate, "hit_precision": self.precision,
-                "model_calls": float(self.queries - self.hits), "cache_entries": float(self.entries),
-                "queries": float(self.queries)}
+        out = {"hit_rate": self.hit_rate, "error_rate": self.error_rate, "hit_precision": self.precision,
+               "model_calls": float(self.queries - self.hits), "cache_entries": float(self.entries),
+               "queries": float(self.queries)}
+        if self.tail_queries:
+            out |= {"tail_hit_rate": self.tail_hits / self.tail_queries,
+                    "tail_error_rate": self.tail_errors / self.tail_queries}
+        return out
+
+
+TAIL_SHARE = 0.25   # the stream's last quarter: where the cache is warmest (how far the stream let it get)
+
+
+def tail_start(n: int) -> int:
+    """The first query of the stream's last TAIL_SHARE."""
+    return n - int(round(TAIL_SHARE * n))
 
 
 def replay(stream: Stream, policy: Policy, seed: int = 0, block: int = 256) -> Outcome:
@@ -55,7 +70,8 @@ def replay(stream: Stream, policy: Policy, seed: int = 0, block: int = 256) -> O
     vecs = stream.vectors
     cache = SemanticCache(vecs.shape[1], policy, model=lambda i: int(labels[i]),
                           judge=lambda cached, fresh: cached == fresh, seed=seed)
-    hits = errors = warm = 0
+    hits = errors = warm = tail_hits = tail_errors = 0
+    tail_from = tail_start(len(labels))
     # per-entry vCache: count the lookups whose neighbour had finished its warm-up (the bound decided them)
     per_entry = isinstance(policy, VerifiedPolicy) and not isinstance(policy, GlobalVerifiedPolicy)
     for b0 in range(0, len(labels), block):
@@ -77,9 +93,14 @@ def replay(stream: Stream, policy: Policy, seed: int = 0, block: int = 256) -> O
                 warm += 1
             response, hit, _ = cache.resolve(b0 + j, qs[j], i, s)
             if hit:
+                wrong = int(response != labels[b0 + j])
                 hits += 1
-                errors += int(response != labels[b0 + j])
-    return Outcome(hits, errors, len(labels), len(cache.entries), getattr(policy, "fits", 0), warm)
+                errors += wrong
+                if b0 + j >= tail_from:
+                    tail_hits += 1
+                    tail_errors += wrong
+    return Outcome(hits, errors, len(labels), len(cache.entries), getattr(policy, "fits", 0), warm,
+                   tail_hits, tail_errors, len(labels) - tail_from)
 
 
 # Static thresholds share one causal neighbour list per stream: each query's NEIGHBOURS nearest earlier
@@ -143,10 +164,14 @@ def static_outcomes(stream: Stream, thresholds, neighbours: Neighbours | None = 
     missed = np.zeros((n, nt), bool)            # missed[k, i]: query k missed (is cached) at threshold i
     hits = np.zeros(nt, np.int64)
     errors = np.zeros(nt, np.int64)
+    tail_from = tail_start(n)
+    tail_hits = tail_errors = None
     cols = np.arange(nt)
     cache = np.zeros((nt, n), np.int32)         # per threshold: the cached queries, in insertion order
     size = np.zeros(nt, np.int64)
     for j in range(n):
+        if j == tail_from:
+            tail_hits, tail_errors = hits.copy(), errors.copy()
         c = int(nb.count[j])
         if c == 0:   # no earlier query reaches the floor: a miss at every threshold
             missed[j] = True
@@ -175,7 +200,10 @@ def static_outcomes(stream: Stream, thresholds, neighbours: Neighbours | None = 
         miss = np.flatnonzero(~hit)
         cache[miss, size[miss]] = j
         size[miss] += 1
-    return [Outcome(int(hits[i]), int(errors[i]), n, int(size[i])) for i in range(nt)]
+    if tail_hits is None:   # an empty last quarter
+        tail_hits, tail_errors = hits.copy(), errors.copy()
+    return [Outcome(int(hits[i]), int(errors[i]), n, int(size[i]), 0, 0, int(hits[i] - tail_hits[i]),
+                    int(errors[i] - tail_errors[i]), n - tail_from) for i in range(nt)]
 
 
 # Below this threshold a static cache hits so often that most neighbour lists hold no missed prompt and

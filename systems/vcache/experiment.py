@@ -1,15 +1,16 @@
-"""The vCache experiment on the synthetic sphere stream (pure): a static threshold calibrated on a
-held-out stream (deployable), the best static threshold of the evaluated stream (oracle), vCache, and
+"""The vCache experiment on the synthetic sphere stream (pure): a static threshold calibrated on
+held-out traffic of the evaluated stream's world (deployable), the best static threshold of the evaluated stream (oracle), vCache, and
 the mechanism ablation (one global learned threshold), per seed and per class-confusion level."""
 from __future__ import annotations
 
-from . import DELTAS, REGIME_COARSE, REGIME_SHRINK, Params, suffix
+from . import DELTAS, REGIME_SHRINK, Params, suffix
 from .cache import GlobalVerifiedPolicy, VerifiedPolicy
-from .evaluate import Outcome, best_static, replay, static_sweep
+from .evaluate import Outcome, best_static, causal_neighbours, replay, static_sweep
 from .workload import Stream
 
-# the held-out calibration stream's seed is the run's seed + this offset (never an evaluated seed)
-CALIBRATION_OFFSET = 10_000
+# the held-out calibration traffic of an evaluated stream: the same world (seed: topics, classes, twins,
+# popularity), its prompts drawn from this separate random stream (sphere_stream's ``traffic``)
+CALIBRATION_TRAFFIC = 1
 
 
 def calibrate(sweep: list[tuple[float, Outcome]], deltas: dict[str, float]) -> dict[str, float]:
@@ -101,24 +102,46 @@ def evaluate_policies(stream: Stream, p: Params, which: str) -> dict[str, dict[s
     return out
 
 
-def calibration(p: Params, near_dup: float | None = None, shrink: int = 1, coarse: int = 1) -> dict[str, float]:
-    """The deployable static thresholds per delta level, chosen on the held-out calibration stream
-    (seed + CALIBRATION_OFFSET, never evaluated) with a threshold sweep ``coarse`` times sparser."""
-    stream = p.sphere(p.calibration_seed(), near_dup, shrink)
-    return calibrate(static_sweep(stream, p.thresholds()[::coarse]), p.deltas())
+def seed_levels(i: int) -> tuple[str, ...]:
+    """The delta levels run on evaluated seed ``p.seed + i``: all three on the first, the headline's on the others."""
+    return DELTAS if i == 0 else ("mid",)
 
 
-def evaluate_seed(p: Params, i: int, thresholds: dict[str, float]) -> dict[str, dict]:
+def calibration(p: Params, i: int = 0, near_dup: float | None = None, shrink: int = 1,
+                levels: tuple[str, ...] | None = None) -> dict[str, float]:
+    """The deployable static thresholds per delta level (``levels``, default ``seed_levels(i)``) for the
+    evaluated stream of seed ``p.seed + i``:
+    chosen on held-out traffic of the same world (same seed, prompts from CALIBRATION_TRAFFIC; never
+    evaluated) over ``p.calibration_thresholds()`` (0.001 apart from 0.95; the neighbour lists need only
+    reach 0.95, which halves the sweep's cost). Where a level's choice is the grid's lowest threshold, the
+    sweep is extended with the run's thresholds below it."""
+    deltas = {level: p.deltas()[level] for level in (levels or seed_levels(i))}
+    stream = p.sphere(p.seed + i, near_dup, shrink, traffic=CALIBRATION_TRAFFIC)
+    grid = p.calibration_thresholds()
+    sweep = static_sweep(stream, grid, causal_neighbours(stream.vectors, floor=float(grid.min())))
+    out = calibrate(sweep, deltas)
+    lowest = min(t for t, _ in sweep)
+    if any(t <= lowest for t in out.values()):
+        below = [t for t in p.thresholds() if t < lowest]
+        out = calibrate(static_sweep(stream, below) + sweep, deltas)
+    return out
+
+
+def evaluate_seed(p: Params, i: int, thresholds: dict[str, float] | None = None) -> dict[str, dict]:
     """Every sphere variant on the evaluated stream of seed ``p.seed + i`` (all three deltas on the
-    first, the headline's delta on the others); the stream's own sweep gives the hindsight baselines."""
-    levels = DELTAS if i == 0 else ("mid",)
+    first, the headline's delta on the others); ``thresholds``: the calibrated static ones (default:
+    ``calibration(p, i)``); the stream's own sweep gives the hindsight baselines."""
+    levels = seed_levels(i)
+    if thresholds is None:
+        thresholds = calibration(p, i)
     return run_stream(p.sphere(p.seed + i), thresholds, p.deltas(), levels=levels, policy=p.policy_options(),
                       seed=p.seed + i, sweep_thresholds=p.thresholds())
 
 
 def regime_point(p: Params, near_dup: float) -> dict[str, dict]:
     """vCache, its ablation and the calibrated static threshold (delta mid) at class confusion
-    ``near_dup`` (the share of near-duplicate classes)."""
-    thresholds = calibration(p, near_dup, REGIME_SHRINK, REGIME_COARSE)
+    ``near_dup`` (the share of near-duplicate classes), on a quarter-size stream of the run's seed; the
+    static threshold calibrated on held-out traffic of that world."""
+    thresholds = calibration(p, 0, near_dup, REGIME_SHRINK, levels=("mid",))
     return run_stream(p.sphere(p.seed, near_dup, REGIME_SHRINK), thresholds, p.deltas(), policy=p.policy_options(),
                       seed=p.seed)

@@ -36,7 +36,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 def sphere_stream(n_queries: int, n_classes: int, dim: int, classes_per_topic: int, scale_min: float,
                   scale_max: float, within: float, zipf_s: float, seed: int, near_dup_share: float = 0.0,
-                  near_dup_offset: float = 0.3) -> Stream:
+                  near_dup_offset: float = 0.3, traffic: int | None = None) -> Stream:
     """``n_queries`` unit vectors. Topics are random directions; each topic has its own scale r
     (log-uniform in [scale_min, scale_max]): its classes' centres lie at distance about r from the
     topic direction and a class's prompts at distance about ``within`` x r from their centre. So in
@@ -49,7 +49,12 @@ def sphere_stream(n_queries: int, n_classes: int, dim: int, classes_per_topic: i
     with its own answer and popularity. With the offset below the spread ``within``, the two classes'
     prompts interleave, so one global threshold strict enough for the twins is far too strict for the
     rest, while a per-entry threshold can be strict at twins and lax elsewhere. The twins use their
-    own random stream: with share 0 the stream is exactly the one without twins."""
+    own random stream: with share 0 the stream is exactly the one without twins.
+
+    ``traffic``: None draws the prompts (which class each query asks, and its noise) from the world's
+    own random stream; an integer draws them from a separate one, ``[seed, 2, traffic]``: other
+    traffic from the same world (same topics, classes, twins and popularity), e.g. the held-out
+    traffic a deployment calibrates its static threshold on."""
     if not 0 <= near_dup_share < 1:
         raise ValueError(f"near_dup_share must lie in [0, 1) (got {near_dup_share})")
     rng = np.random.default_rng(seed)
@@ -70,8 +75,9 @@ def sphere_stream(n_queries: int, n_classes: int, dim: int, classes_per_topic: i
         centres[twins] = centres[partner] + (near_dup_offset * r[twins])[:, None] * \
             trng.standard_normal((n_twins, dim)) / np.sqrt(dim)
     popularity = zipf_weights(n_classes, zipf_s)[rng.permutation(n_classes)]
-    labels = rng.choice(n_classes, size=n_queries, p=popularity)
-    noise = rng.standard_normal((n_queries, dim)) / np.sqrt(dim)
+    qrng = rng if traffic is None else np.random.default_rng([seed, 2, int(traffic)])
+    labels = qrng.choice(n_classes, size=n_queries, p=popularity)
+    noise = qrng.standard_normal((n_queries, dim)) / np.sqrt(dim)
     vecs = _unit(centres[labels] + (within * r[labels])[:, None] * noise).astype(np.float32)
     return Stream(vecs, labels.astype(np.int64), "sphere")
 

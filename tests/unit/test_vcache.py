@@ -110,6 +110,7 @@ def test_static_sweep_from_neighbour_lists_equals_the_replay(k, floor):
     for t, f in zip(ts, fast):
         o = replay(st, StaticThreshold(float(t)))
         assert (o.hits, o.errors, o.entries) == (f.hits, f.errors, f.entries), t
+        assert (o.tail_hits, o.tail_errors, o.tail_queries) == (f.tail_hits, f.tail_errors, f.tail_queries), t
     assert [(o.hits, o.errors) for _, o in static_sweep(st, ts)] == [(o.hits, o.errors) for o in fast]
     with pytest.raises(ValueError, match="floor"):
         static_outcomes(st, [0.2], causal_neighbours(st.vectors, k=k, floor=0.5))

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from mlsys_flows.systems.common.params import ParamsError
-from mlsys_flows.systems.vcache import (CALIBRATION_OFFSET, GlobalVerifiedPolicy, Params, SemanticCache,
-                                        VerifiedPolicy, calibrate, equal_error_static, replay, run_stream,
-                                        sphere_stream, static_sweep)
+from mlsys_flows.systems.vcache import (CALIBRATION_TRAFFIC, GlobalVerifiedPolicy, Params, SemanticCache,
+                                        VerifiedPolicy, calibrate, calibration, equal_error_static, replay,
+                                        run_stream, sphere_stream, static_sweep)
 
 
 def _cache(policy):
@@ -63,7 +63,31 @@ def test_run_stream_uses_the_given_threshold_not_the_streams_own():
     assert out["static_oracle"]["hit_rate"] >= out["static_threshold"]["hit_rate"] or \
         out["static_threshold"]["error_rate"] > p.delta
     assert out["vcache_global"]["delta"] == p.delta and out["vcache"]["delta_met"] in (0.0, 1.0)
-    assert p.calibration_seed() == p.seed + CALIBRATION_OFFSET
+
+
+def test_calibration_traffic_is_the_same_world_with_other_prompts():
+    """The deployable threshold is calibrated on held-out traffic of the evaluated stream's world (the
+    review of 2026-12-06, MAJOR 3): same class centres and popularity, other prompts; traffic None is the
+    evaluated stream itself."""
+    args = (3000, 60, 32, 5, 0.15, 1.0, 1e-4, 0.9, 3, 0.1)   # within 1e-4: a prompt is its class's centre
+    ev, cal, other = sphere_stream(*args), sphere_stream(*args, traffic=CALIBRATION_TRAFFIC), sphere_stream(*args[:8], 4, 0.1)
+    assert np.array_equal(ev.vectors, sphere_stream(*args, traffic=None).vectors)
+    assert not np.array_equal(ev.labels, cal.labels)
+    for c in set(ev.labels[:50].tolist()) & set(cal.labels.tolist()):
+        assert float(ev.vectors[ev.labels == c][0] @ cal.vectors[cal.labels == c][0]) > 0.999   # the same centre
+    shared = set(ev.labels.tolist()) & set(other.labels.tolist())
+    assert any(float(ev.vectors[ev.labels == c][0] @ other.vectors[other.labels == c][0]) < 0.99 for c in shared)
+
+
+def test_calibration_uses_a_fine_grid_and_extends_it_downwards():
+    p = Params.for_scale("smoke")
+    grid = p.calibration_thresholds()
+    assert {0.95, 0.951, 0.983, 0.999, 1.0} <= set(np.round(grid, 6).tolist()) and grid.min() == 0.95
+    th = calibration(p, 0)
+    assert set(th) == {"low", "mid", "high"} and all(t in set(grid.tolist()) for t in th.values())
+    assert th["low"] >= th["mid"] >= th["high"] and set(calibration(p, 1)) == {"mid"}
+    loose = calibration(Params.for_scale("smoke", delta_high=0.45), 0)   # 0.95 meets 0.45: the sweep goes below it
+    assert loose["high"] < 0.95
 
 
 @pytest.mark.parametrize("bad", [dict(regime_near_dup=[0.5]), dict(regime_near_dup=[0.5, 0.5]),

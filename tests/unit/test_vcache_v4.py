@@ -1,5 +1,6 @@
-"""Contract v4 for vcache: a class-confusion regime point where vCache or the calibrated static threshold
-broke delta is invalid (hits bought by breaking the bound are no win), and the spec declares every kind."""
+"""Contract v4 for vcache: vCache and the calibrated static threshold are compared only where both met
+delta (issue 47): a regime point where either broke it is invalid and says who, a seed where either broke it
+is left out of the headline's pairs; and the spec declares every kind."""
 from __future__ import annotations
 
 from mlsys_flows.systems.vcache import SPEC, Params
@@ -16,29 +17,36 @@ def test_a_point_where_the_static_threshold_broke_delta_is_invalid_and_says_so()
     p = Params.for_scale("smoke")  # delta 0.02
     s = _regime_sample(p, 0.05, point(0.0052, 0.0258))
     assert not s.valid and "static_threshold error 0.0258 > delta 0.02" in s.invalid and "vcache error" not in s.invalid
+    assert "static_threshold broke delta" in s.invalid
     assert s.samples["static_threshold"] == [0.46] and s.kind == "counted"
 
 
-def test_vcache_breaking_delta_with_more_hits_invalidates_and_both_within_it_is_valid():
+def test_vcache_breaking_delta_invalidates_and_both_within_it_is_valid():
     p = Params.for_scale("smoke")
     broke = point(0.03, 0.01)
     broke["vcache"]["hit_rate"] = 0.50      # more hits than the static threshold, bought by breaking delta
     assert "vcache error 0.0300" in _regime_sample(p, 0.2, broke).invalid
-    assert not _regime_sample(p, 0.2, point(0.03, 0.03)).valid          # both broke delta
+    assert not _regime_sample(p, 0.2, broke).valid
+    assert not _regime_sample(p, 0.2, point(0.03, 0.01)).valid            # vcache broke delta with fewer hits
+    both = _regime_sample(p, 0.2, point(0.03, 0.03))
+    assert not both.valid and "both broke delta" in both.invalid
     ok = _regime_sample(p, 0.1, point(0.0064, 0.0188))
     assert ok.valid and ok.invalid == ""
 
 
-def test_the_side_within_delta_with_more_hits_leads_on_both_and_the_point_counts():
-    """A side that broke delta AND served fewer hits loses on both counts: the point stands (not a win
-    for the side that broke delta), whichever side that is."""
+def test_a_side_that_broke_delta_invalidates_the_point_with_more_hits_or_fewer():
+    """Issue 47's rule: compared only where both met delta. The old rule let a point stand where the side
+    that broke delta served fewer hits (counting it for the other side: a selection on the outcome); now
+    it is invalid either way, and says who broke delta (the review of 2026-12-06, BLOCKER 1)."""
     p = Params.for_scale("smoke")
-    assert _regime_sample(p, 0.2, point(0.03, 0.01)).valid                 # vcache broke, fewer hits: a loss
-    static_broke = point(0.0052, 0.0258)
-    static_broke["static_threshold"]["hit_rate"] = 0.20                    # static broke delta with fewer hits
-    assert _regime_sample(p, 0.05, static_broke).valid
-    stands, why = comparison_stands(static_broke, p.delta)
-    assert stands and "static_threshold error 0.0258 > delta 0.02" in why and "leads on both" in why
+    more = point(0.0052, 0.0258)                                           # static broke delta, more hits
+    fewer = point(0.0052, 0.0258)
+    fewer["static_threshold"]["hit_rate"] = 0.20                           # static broke delta, fewer hits
+    for pt in (more, fewer):
+        s = _regime_sample(p, 0.05, pt)
+        assert not s.valid and "static_threshold error 0.0258 > delta 0.02" in s.invalid
+        stands, why = comparison_stands(pt, p.delta)
+        assert not stands and why == s.invalid
 
 
 def _seed(vc_hit, vc_err, st_hit, st_err, full=False):
@@ -52,21 +60,56 @@ def _seed(vc_hit, vc_err, st_hit, st_err, full=False):
     return r
 
 
-def test_the_headline_pairs_only_the_seeds_where_the_comparison_stands():
+def _mini():
+    return {"vcache": {k: {"hit_rate": 0.1, "error_rate": 0.0, "queries": 50.0} for k in ("vcache", "vcache_low", "vcache_high")},
+            "static": {"_sweep": {"threshold": [0.9], "hit_rate": [0.1], "error_rate": [0.0]},
+                       **{k: {"hit_rate": 0.2, "error_rate": 0.0} for k in ("static_oracle", "static_oracle_low", "static_oracle_high")}}}
+
+
+def test_the_headline_pairs_only_the_seeds_where_both_met_delta():
     p = Params.for_scale("smoke", seeds=4)
     per_seed = [_seed(0.30, 0.006, 0.35, 0.012, full=True), _seed(0.30, 0.006, 0.45, 0.025),   # static bought hits
                 _seed(0.40, 0.006, 0.35, 0.030), _seed(0.38, 0.007, 0.33, 0.010)]              # static broke, fewer
-    mini = {"vcache": {k: {"hit_rate": 0.1, "error_rate": 0.0, "queries": 50.0} for k in ("vcache", "vcache_low", "vcache_high")},
-            "static": {"_sweep": {"threshold": [0.9], "hit_rate": [0.1], "error_rate": [0.0]},
-                       **{k: {"hit_rate": 0.2, "error_rate": 0.0} for k in ("static_oracle", "static_oracle_low", "static_oracle_high")}}}
     points = {0.0: _seed(0.3, 0.005, 0.4, 0.01), 0.2: _seed(0.3, 0.005, 0.4, 0.01)}
-    res = build_result(p, per_seed, mini, points)
-    assert res.samples["vcache"]["hit_rate"] == [0.30, 0.40, 0.38]
-    assert res.samples["static_threshold"]["hit_rate"] == [0.35, 0.35, 0.33]
-    assert all(len(res.samples[v]["hit_rate"]) == 3 for v in res.samples)   # the pairs stay aligned
+    res = build_result(p, per_seed, _mini(), points)
+    assert res.samples["vcache"]["hit_rate"] == [0.30, 0.38]
+    assert res.samples["static_threshold"]["hit_rate"] == [0.35, 0.33]
+    assert all(len(res.samples[v]["hit_rate"]) == 2 for v in res.samples)   # the pairs stay aligned
     notes = " ".join(res.notes)
-    assert "seed 1: static_threshold error 0.0250 > delta 0.02" in notes and "bought by breaking the bound" in notes
+    assert "seed 1: static_threshold error 0.0250 > delta 0.02" in notes
+    assert "seed 2: static_threshold error 0.0300 > delta 0.02" in notes and "2 of 4 seeds are paired" in notes
+    assert "fewer than the 6 a verdict needs" in notes
     assert "Error budget used" in notes and "static_threshold 0.60, 1.25, 1.50, 0.50" in notes
+
+
+def test_single_seed_comparisons_are_ties_not_exact():
+    """A regime point is one seed: its hit rates are counts, but one draw of the workload, so its verdict
+    is a tie (one sample), never 'exact' (the review's MAJOR 4); the derived counts stay deterministic."""
+    from mlsys_flows.systems.common.report import build_report
+    from mlsys_flows.systems.common.runreport import Environment
+
+    p = Params.for_scale("smoke", seeds=1)
+    m = lambda h, e: {"hit_rate": h, "error_rate": e, "model_calls": 100 * (1 - h), "hit_precision": 1 - e / h}
+    res = build_result(p, [_seed(0.30, 0.006, 0.20, 0.012, full=True)], _mini(),
+                       {w: {"vcache": m(0.3, 0.005), "vcache_global": m(0.2, 0.005), "static_threshold": m(h, 0.01)}
+                        for w, h in ((0.0, 0.1), (0.2, 0.12))})
+    assert not {"hit_rate", "error_rate"} & set(res.deterministic_metrics(res.variants))
+    assert {"model_calls", "hit_precision", "cache_entries"} <= res.deterministic
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="abc", git_dirty=False, code_hash="c0de")
+    rep = build_report(SPEC, params={"scale": "smoke"}, result=res, run_id="r", environment=env, wall_time_s=1.0)
+    assert all(pt.valid and pt.ratio > 1 and pt.verdict.outcome == "ties" and not pt.verdict.exact
+               for pt in rep.regime.points)
+    assert rep.regime.wins == "undecided" and rep.regime.crossover is None
+
+
+def test_static_same_hits_is_paired_by_seed():
+    p = Params.for_scale("smoke", seeds=2)
+    a, b = _seed(0.30, 0.006, 0.35, 0.012, full=True), _seed(0.45, 0.008, 0.35, 0.012)
+    a["_sweep"] = {"threshold": [0.9, 0.95, 1.0], "hit_rate": [0.6, 0.3, 0.0], "error_rate": [0.05, 0.01, 0.0]}
+    b["_sweep"] = {"threshold": [0.9, 0.95, 1.0], "hit_rate": [0.6, 0.3, 0.0], "error_rate": [0.04, 0.01, 0.0]}
+    res = build_result(p, [a, b], _mini(), {0.0: _seed(0.3, 0.005, 0.4, 0.01), 0.2: _seed(0.3, 0.005, 0.4, 0.01)})
+    # seed 0's vCache (0.30 hits) meets 0.95 on seed 0's sweep; seed 1's (0.45) needs 0.9 on seed 1's
+    assert res.samples["static_same_hits"]["error_rate"] == [0.01, 0.04]
 
 
 def test_every_metric_is_counted_in_the_spec():
