@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 lazy_exports(__name__, {
     ".placement": ("LayerCost", "Plan", "PlacementError", "System", "dp_split", "exhaustive", "place", "score_plan"),
     ".schedule": ("ScheduleError", "brute_force", "ilp_schedule", "list_schedule", "validate"),
-    ".search": ("Space", "evaluate_design"),
+    ".search": ("Space", "evaluate_design", "single_chip_score"),
 })
 
 TECH_FIELDS = ("clock_ghz", "mac_area_um2", "lane_area_um2", "sram_mm2_per_mib", "hbm_phy_mm2", "fixed_mm2",
@@ -36,12 +36,12 @@ class Params(SystemParams):
         "smoke": dict(candidates=3, chips=8, global_batch=16, seq_len=512, vocab=8192, layers=4, hidden=512,
                       heads=8, large_layers=8, large_hidden=1024, large_heads=16, max_tp=2, max_micro_batch=2,
                       ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 8.0]),
-        "quick": dict(candidates=16, chips=64, global_batch=256, seq_len=2048, vocab=51200, layers=24, hidden=2048,
-                      heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=4,
-                      ilp_time_limit_s=0.2, regime_gib_per_stack=[0.5, 1.0, 2.0, 4.0, 8.0]),
-        "full": dict(candidates=81, chips=256, global_batch=1024, seq_len=2048, vocab=51200, layers=24, hidden=2048,
-                     heads=16, large_layers=32, large_hidden=4096, large_heads=32, max_tp=8, max_micro_batch=8,
-                     ilp_time_limit_s=5.0, regime_gib_per_stack=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0]),
+        "quick": dict(candidates=16, chips=64, global_batch=256, seq_len=2048, vocab=51200, layers=72, hidden=3072,
+                      heads=24, large_layers=40, large_hidden=5120, large_heads=40, max_tp=8, max_micro_batch=4,
+                      ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 2.0, 4.0, 8.0, 16.0, 24.0]),
+        "full": dict(candidates=81, chips=256, global_batch=1024, seq_len=2048, vocab=51200, layers=72, hidden=3072,
+                     heads=24, large_layers=40, large_hidden=5120, large_heads=40, max_tp=8, max_micro_batch=8,
+                     ilp_time_limit_s=5.0, regime_gib_per_stack=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 24.0]),
     }
 
     # search space and system
@@ -51,27 +51,29 @@ class Params(SystemParams):
     max_tp: int = Field(8, ge=1, le=64, description="Largest tensor-parallel degree tried (powers of two).")
     max_micro_batch: int = Field(4, ge=1, le=64, description="Largest micro-batch size tried (powers of two), the outer loop of the placement search.")
     ilp_time_limit_s: float = Field(0.2, gt=0.0, le=600.0, description="HiGHS time limit of each per-layer scheduling ILP (the gap is reported).")
-    regime_gib_per_stack: list[float] = Field([1.0, 2.0, 4.0, 8.0], min_length=2, max_length=12,
+    regime_gib_per_stack: list[float] = Field([1.0, 2.0, 4.0, 8.0, 16.0, 24.0], min_length=2, max_length=12,
                                               description="HBM capacity per stack (GiB) of the regime sweep (memory "
                                                           "per chip = stacks x this): every design re-placed on the "
-                                                          "smaller model at each capacity, same layer costs (the "
+                                                          "headline model at each capacity, same layer costs (the "
                                                           "scheduling ILPs do not depend on capacity).")
     state_bytes_per_param: float = Field(16.0, gt=0.0, le=64.0, description="Bytes of weights, gradients and optimizer state per parameter (mixed-precision Adam: 2 + 2 + 12).")
-    # workload: transformer block stacks at two sizes, each with the branches of its block style
+    # workload: transformer block stacks at two sizes, each with the branches of its block style; at the defaults
+    # both models' state and activations press on the TPUv4-like chip's 32 GiB of HBM at 64 chips
     block_style: Literal["gpt", "llama", "parallel"] = Field(
-        "gpt", description="Block of the smaller model: gpt (GPT-3/OPT: LayerNorm, Q/K/V, GeLU MLP), llama "
+        "gpt", description="Block of the headline (smaller) model: gpt (GPT-3/OPT: LayerNorm, Q/K/V, GeLU MLP), llama "
                            "(RMSNorm, rotary Q/K, gated SiLU MLP with parallel gate and up projections) or parallel "
-                           "(GPT-J/PaLM: attention and MLP side by side from one norm, one all-reduce).")
+                           "(GPT-J/PaLM: attention and MLP side by side from one norm, one all-reduce). The defaults' "
+                           "72 x 3072 with 24 heads is Megatron-LM's 8.3B GPT-2 (megatrongpt2-72 in the authors' code).")
     large_block_style: Literal["gpt", "llama", "parallel"] = Field(
-        "llama", description="Block of the larger model (the defaults' 32 x 4096 with 32 heads is Llama 2 7B's shape).")
+        "llama", description="Block of the larger model (the defaults' 40 x 5120 with 40 heads is Llama 2 13B's shape).")
     seq_len: int = Field(2048, ge=16, le=65536, description="Tokens per sequence.")
     vocab: int = Field(51200, ge=256, le=1_000_000, description="Vocabulary size (embedding and LM head).")
-    layers: int = Field(24, ge=1, le=256, description="Transformer blocks of the smaller model.")
-    hidden: int = Field(2048, ge=64, le=65536, description="Hidden size of the smaller model.")
-    heads: int = Field(16, ge=1, le=512, description="Attention heads of the smaller model.")
-    large_layers: int = Field(32, ge=1, le=256, description="Transformer blocks of the larger model.")
-    large_hidden: int = Field(4096, ge=64, le=65536, description="Hidden size of the larger model.")
-    large_heads: int = Field(32, ge=1, le=512, description="Attention heads of the larger model.")
+    layers: int = Field(72, ge=1, le=256, description="Transformer blocks of the headline (smaller) model.")
+    hidden: int = Field(3072, ge=64, le=65536, description="Hidden size of the headline (smaller) model.")
+    heads: int = Field(24, ge=1, le=512, description="Attention heads of the headline (smaller) model.")
+    large_layers: int = Field(40, ge=1, le=256, description="Transformer blocks of the larger model.")
+    large_hidden: int = Field(5120, ge=64, le=65536, description="Hidden size of the larger model.")
+    large_heads: int = Field(40, ge=1, le=512, description="Attention heads of the larger model.")
     # technology constants (the area model and the roofline)
     clock_ghz: float = Field(1.05, gt=0.0, le=10.0, description="Core clock of every design, GHz (TPUv4's 1050 MHz).")
     mac_area_um2: float = Field(600.0, gt=0.0, le=1e5, description="Area of one bf16 systolic-array MAC with its registers, um^2 (7 nm estimate).")
@@ -117,7 +119,7 @@ class Params(SystemParams):
                      ilp_time_limit_s=self.ilp_time_limit_s, seed=self.seed)
 
     def regime_space(self) -> Space:
-        """The search space of the headline (smaller) model: the regime's capacities re-placed too."""
+        """The search space of the headline model: the regime's capacities re-placed too."""
         return replace(self.space(), regime_gib_per_stack=tuple(sorted(self.regime_gib_per_stack)))
 
     def designs(self) -> list[Arch]:
@@ -154,7 +156,7 @@ def regime_pick(results: dict[str, dict[str, dict]]) -> dict[float, dict[str, fl
 
 
 MODELLED = ("train_throughput", "iteration_s", "peak_hbm_gib", "area_mm2", "peak_tflops",
-            "single_chip_samples_per_s")
+            "single_chip_samples_per_s", "unbounded_throughput")
 COUNTED = ("tensor_cores", "tc_dim", "vector_cores", "sram_mib", "hbm_gib", "tp", "pp", "dp", "micro_batch",
            "recompute_stages", "ilps", "ilp_max_gap", "configs_tried", "designs_searched")
 # the search's fan-out, timed once in the run
@@ -179,7 +181,8 @@ SPEC = SystemSpec(
         Claim("train_throughput", "tpuv4_like", "phaze", "higher", None,
               "higher training throughput than a TPUv4-like design and the Spotlight search", headline=True),
         Claim("train_throughput", "tpuv4_like_large", "phaze_large", "higher",
-              statement="the same against the TPUv4-like design on the larger (Llama-style by default) model"),
+              statement="the same against the TPUv4-like design on the larger model (Llama 2 13B's shape by "
+                        "default)"),
         Claim("train_throughput", "single_chip_first", "phaze", "higher",
               statement="co-search vs choosing the best single chip first and placing it afterwards"),
         Claim("train_throughput", "single_chip_first_large", "phaze_large", "higher",
@@ -189,5 +192,5 @@ SPEC = SystemSpec(
 
 __all__ = ["Params", "SPEC", "Arch", "Tech", "Model", "LayerCost", "Plan", "PlacementError", "ScheduleError",
            "System", "Space", "STYLES", "area_mm2", "candidates", "tpuv4_like", "dp_split", "exhaustive", "place",
-           "score_plan", "brute_force", "ilp_schedule", "list_schedule", "validate", "evaluate_design",
+           "score_plan", "brute_force", "ilp_schedule", "list_schedule", "validate", "evaluate_design", "single_chip_score",
            "evaluate_all_sizes", "pick", "regime_pick", "SIZES", "TECH_FIELDS"]

@@ -13,6 +13,7 @@ def _variant(design: dict, size: str, tech) -> dict[str, float]:
             "peak_hbm_gib": r.get("peak_hbm_gib", 0.0), "area_mm2": r["area_mm2"],
             "peak_tflops": 2 * a["tensor_cores"] * a["tc_dim"] ** 2 * tech.clock_ghz / 1e3,
             "single_chip_samples_per_s": r["single_chip_samples_per_s"],
+            "unbounded_throughput": r.get("unbounded_throughput", 0.0),
             "tensor_cores": a["tensor_cores"], "tc_dim": a["tc_dim"], "vector_cores": a["vector_cores"],
             "sram_mib": a["sram_mib"], "hbm_gib": a["hbm_stacks"] * tech.hbm_gib_per_stack,
             "tp": plan["tp"], "pp": plan["pp"], "dp": plan["dp"], "micro_batch": plan["micro_batch"],
@@ -35,6 +36,19 @@ def _memory_validity(gib: float, throughput: dict[str, float]) -> dict:
     broke = [v for v, x in throughput.items() if not x]
     return {"valid": False, "invalid": f"at {gib:g} GiB per HBM stack no placement of {', '.join(broke)} fits in "
                                        "memory (modelled throughput 0)"}
+
+
+def _binding(r: dict) -> str:
+    """How HBM capacity constrains one design's placement: its placed throughput against the same placement
+    search without a memory limit (and the peak memory that unconstrained plan would need)."""
+    free, placed = r.get("unbounded_throughput", 0.0), r["train_throughput"]
+    if not placed:
+        return "fits no placement"
+    if free <= placed * (1 + 1e-12):
+        return "is not constrained by memory (its best placement without a memory limit fits)"
+    need = r.get("unbounded_plan", {}).get("peak_hbm_gib", float("nan"))
+    return (f"is constrained by memory: its best placement without a memory limit would need {need:.1f} GiB per "
+            f"chip and train {free / placed:.3f}x faster")
 
 
 def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
@@ -100,6 +114,11 @@ def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
         f"them back to back would need, without task overhead): parallel_speedup {sum(task_s) / span:.2f}x, "
         f"measured once (the search is not repeated); the whole search, submit to last result, took "
         f"{search_s:.1f} s including worker start-up and Prefect task overhead.",
+        "Memory at the headline capacity (" + f"{p.hbm_gib_per_stack:g} GiB per HBM stack): " + "; ".join(
+            f"{'larger' if s else 'smaller'} model: " + ", ".join(
+                f"{v} ({chosen[s][v]}, {results[chosen[s][v]]['arch']['hbm_stacks'] * tech.hbm_gib_per_stack:g} GiB) "
+                + _binding(results[chosen[s][v]]["results"][s])
+                for v in ("single_chip_first", "phaze")) for s in SIZES) + ".",
         "Throughputs are modelled (roofline latencies, an area model and link bandwidths: see assumptions), not "
         "measured on hardware; the TPUv4-like design is one point of the search space, so phaze >= tpuv4_like "
         "by construction and the ratio says how much better the best equal-area design is.",
@@ -109,7 +128,7 @@ def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
                            **_memory_validity(g, tp)) for g, tp in sweep.items()]
     notes.append(
         "Regime: HBM capacity per stack swept over " + ", ".join(f"{g:g}" for g in sweep) + " GiB (memory per chip = "
-        "stacks x capacity; the TPUv4-like design has 4 stacks): every design re-placed on the smaller model at each "
+        "stacks x capacity; the TPUv4-like design has 4 stacks): every design re-placed on the headline model at each "
         "capacity with the same layer costs. phaze / single_chip_first per capacity: " + ", ".join(
             f"{g:g} GiB {tp['phaze'] / tp['single_chip_first']:.3f}x" if tp["single_chip_first"] else f"{g:g} GiB "
             "(single_chip_first infeasible)" for g, tp in sweep.items()) + ". The co-search can differ from picking "

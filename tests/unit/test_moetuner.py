@@ -171,7 +171,7 @@ def test_one_layer_remap_is_exact(seed):
     assert mapping_cost(cc, w, np.stack([prev, perm, nxt])) == pytest.approx(val)
 
 
-def test_layer_sweeps_never_worse_and_ilp1_variant_is_the_simple_mapping():
+def test_layer_sweeps_never_worse_and_ilp1_variant_is_the_identity_mapping():
     topo = Topology(2, 2, 100.0, 5.0)
     w = topo.pair_weight()
     prof, _, cc = _instance(4, 4, 6, 8)
@@ -184,10 +184,36 @@ def test_layer_sweeps_never_worse_and_ilp1_variant_is_the_simple_mapping():
     groups = lambda gpu_of: [sorted(sorted(np.flatnonzero(layer == k).tolist()) for k in range(4)) for layer in gpu_of]
     assert groups(plan.ilp1_only) == groups(plan.gpu_of)  # the ablation keeps ILP 1's clusters
     objective = lambda gpu_of: mapping_cost(cluster_transitions(prof, gpu_of, 4), w, np.tile(np.arange(4), (6, 1)))
-    assert objective(plan.ilp1_only) == pytest.approx(plan.stats["ilp2_heuristic_objective"])
+    assert np.array_equal(plan.ilp1_only, plan.clusters)  # cluster k on GPU k in every layer
+    assert objective(plan.ilp1_only) == pytest.approx(plan.stats["ilp2_identity_objective"])
+    assert plan.stats["ilp2_heuristic_objective"] <= plan.stats["ilp2_identity_objective"] + 1e-9
     assert objective(plan.gpu_of) == pytest.approx(plan.stats["ilp2_objective"])
     assert plan.stats["ilp2_objective"] <= plan.stats["ilp2_sweep_objective"] + 1e-9
     assert plan.stats["ilp2_sweep_objective"] <= plan.stats["ilp2_heuristic_objective"] + 1e-9
+
+
+def test_the_ablation_removes_only_the_routing_aware_placement_and_differs_on_one_node():
+    """The mechanism's ablation is ILP 1's clusters on the identity mapping: the same clusters (so the same
+    per-GPU loads in every layer), placed without reading the routing. On one node ILP 2's placement keeps
+    more layer-to-layer traffic on one GPU, so the two placements differ and the ablation's profiled
+    objective is higher. (Before issue 48 the ablation was the best simple mapping, which already reads the
+    routing and is optimal on one node: there it was MoETuner's own plan, a mechanism ratio of 1 by
+    construction.)"""
+    p = Params.for_scale("smoke")
+    trace = p.make_trace()
+    topo = p.topologies()["1node"]
+    prof = profile(trace.split(p.profile_fraction, p.seed)[0])
+    plan = moetuner(prof, topo.pair_weight(), ilp1_time_limit_s=p.ilp1_time_limit_s,
+                    ilp2_time_limit_s=p.ilp2_time_limit_s, ilp2_window=p.ilp2_window, symmetric=True, seed=p.seed)
+    assert np.array_equal(plan.ilp1_only, plan.clusters)
+    loads = lambda gpu_of: np.stack([np.bincount(gpu_of[l], weights=prof.load[l], minlength=topo.gpus)
+                                     for l in range(p.layers)])
+    assert np.allclose(np.sort(loads(plan.ilp1_only), 1), np.sort(loads(plan.gpu_of), 1))  # same GPU loads
+    assert not np.array_equal(plan.ilp1_only, plan.gpu_of)
+    assert plan.stats["ilp2_identity_objective"] > plan.stats["ilp2_objective"] + 1e-9
+    out = plan_and_evaluate(p, trace, "1node")
+    assert not np.array_equal(out["moetuner_ilp1"]["plan"], out["moetuner"]["plan"])
+    assert out["moetuner_ilp1"]["metrics"]["moe_compute_s"] == pytest.approx(out["moetuner"]["metrics"]["moe_compute_s"])
 
 
 def _balanced_partitions(items: tuple[int, ...], size: int):
