@@ -17,5 +17,7 @@ def moetuner(ctx: RunContext):
     futures = {s: t.place_and_evaluate.submit(p, ctx.storage, trace, s, ctx.key(f"plans_{s}.npz"),
                                               kern["us_per_token"] if s == "1node" else None, s == "2node")
                for s in SUFFIX}
+    # paired repeats of the one-node headline, each on its own trace and split (seed + r); repeat 0 is above
+    reps = [t.repeat_1node.submit(p, ctx.storage, r) for r in range(1, ctx.repeats)]
     done = {s: f.result() for s, f in futures.items()}
-    return build_result(p, kern, done)
+    return build_result(p, kern, done, [f.result() for f in reps])

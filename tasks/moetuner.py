@@ -7,10 +7,10 @@ import numpy as np
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.moetuner import (Params, RoutingTrace, TraceError, bandwidth_regime, check_trace_fits,
+from mlsys_flows.systems.moetuner import (REGIME_VARIANTS, Params, RoutingTrace, TraceError, bandwidth_regime, check_trace_fits,
                                           plan_and_evaluate)
 from mlsys_flows.systems.moetuner.kernel import measure_expert_us_per_token
-from mlsys_flows.systems.moetuner.result import LATENCY_QUANTILES
+from mlsys_flows.systems.moetuner.result import LATENCY_QUANTILES, SAMPLED
 
 
 @task(name="moetuner-trace")
@@ -51,8 +51,7 @@ def place_and_evaluate(p: Params, storage: ObjectStorage, trace_key: str, setup:
     sweep = None
     if regime:
         sweep = bandwidth_regime(p, trace, {n: r["plan"] for n, r in result.items()}, clusters,
-                                 {n: result[n]["metrics"]["end_to_end_time_s"] for n in ("contiguous", "greedy",
-                                                                                           "moetuner_ilp1", "moetuner")})
+                                 {n: result[n]["metrics"]["end_to_end_time_s"] for n in REGIME_VARIANTS})
         for ratio, times in sweep.items():
             log.info("bandwidth ratio %g: contiguous/moetuner %.3f, moetuner_ilp1/moetuner %.3f", ratio,
                      times["contiguous"] / times["moetuner"], times["moetuner_ilp1"] / times["moetuner"])
@@ -68,3 +67,18 @@ def place_and_evaluate(p: Params, storage: ObjectStorage, trace_key: str, setup:
                   "latency_quantiles_s": np.quantile(r["token_latency_s"], LATENCY_QUANTILES).tolist()}
            for name, r in result.items()}
     return {"variants": out, "regime": sweep}
+
+
+@task(name="moetuner-repeat-1node")
+def repeat_1node(p: Params, storage: ObjectStorage, repeat: int) -> dict:
+    """One paired repeat of the one-node headline: the trace (synthetic: drawn at seed + repeat; recorded:
+    the same trace) split into profile and held-out tokens at seed + repeat, every variant planned and
+    evaluated on it. Returns {variant: {metric: value}} of the sampled metrics."""
+    q = p.model_copy(update={"seed": p.seed + repeat})
+    trace = RoutingTrace.from_npz(storage.read_bytes(p.trace_key)) if p.trace_key else q.make_trace()
+    check_trace_fits(trace, q)
+    result = plan_and_evaluate(q, trace, "1node")
+    get_run_logger().info("repeat %d (seed %d): contiguous/moetuner %.3f, moetuner_ilp1/moetuner %.3f", repeat,
+                          q.seed, *(result[n]["metrics"]["end_to_end_time_s"] / result["moetuner"]["metrics"]
+                                    ["end_to_end_time_s"] for n in ("contiguous", "moetuner_ilp1")))
+    return {n: {m: r["metrics"][m] for m in SAMPLED} for n, r in result.items()}

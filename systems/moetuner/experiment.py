@@ -23,8 +23,9 @@ def check_trace_fits(trace: RoutingTrace, p: Params) -> None:
 def plan_and_evaluate(p: Params, trace: RoutingTrace, setup: str, kernel_us_per_token: float | None = None) -> dict:
     """Profile on a share of tokens, place experts with each policy for one setup ('1node' or '2node'),
     evaluate every placement on the held-out tokens. Returns {variant: evaluation} plus plan stats.
-    Variants: the baselines ``contiguous`` and ``greedy``, ``moetuner_ilp1`` (ILP 1's clusters on the
-    best simple cluster->GPU mapping, no ILP 2 stage: the ablation) and ``moetuner``."""
+    Variants: the baselines ``contiguous`` and ``greedy``, ``moetuner_ilp1`` (ILP 1's clusters labelled by
+    their smallest expert id, no routing-aware placement of the clusters: the ablation),
+    ``moetuner_rank_aligned`` (the same clusters on ILP 1's own load-rank labels) and ``moetuner``."""
     topo = p.topologies()[setup]
     prof_trace, held_out = trace.split(p.profile_fraction, p.seed)
     prof = profile(prof_trace)
@@ -35,6 +36,7 @@ def plan_and_evaluate(p: Params, trace: RoutingTrace, setup: str, kernel_us_per_
                      symmetric=topo.nodes == 1, seed=p.seed, follow_routing=p.ilp1_follow_routing,
                      load_slack=p.ilp1_load_slack)
     plans["moetuner_ilp1"] = tuned.ilp1_only
+    plans["moetuner_rank_aligned"] = tuned.rank_aligned
     plans["moetuner"] = tuned.gpu_of
     out = {}
     for name, gpu_of in plans.items():
@@ -53,24 +55,26 @@ def plan_and_evaluate(p: Params, trace: RoutingTrace, setup: str, kernel_us_per_
 def bandwidth_regime(p: Params, trace: RoutingTrace, plans: dict[str, np.ndarray], clusters: np.ndarray,
                      done: dict[str, float]) -> dict[float, dict[str, float]]:
     """{intra/inter bandwidth ratio: {variant: end-to-end time}} of the two-node setup. Contiguous and greedy
-    placements and ILP 1's clusters do not depend on the links, so only the ILP 2 stage (and the ablation's
-    simple mapping) is re-planned at each ratio; ``done`` is the run's own two-node result, reused at its
-    ratio."""
+    placements, ILP 1's clusters, the ablation (those clusters labelled by smallest expert id) and the
+    rank-aligned placement (on ILP 1's own labels) do not depend on the links, so only the ILP 2 stage is re-planned at each ratio; ``done`` is the run's own two-node
+    result, reused at its ratio."""
     prof_trace, held_out = trace.split(p.profile_fraction, p.seed)
     prof = profile(prof_trace)
     own = p.intra_node_gb_s / p.inter_node_gb_s
     g = 2 * p.gpus_per_node
     sizes = np.bincount(np.arange(held_out.tokens) // p.batch_tokens)
-    fixed = {n: traffic(held_out, plans[n], g, p.batch_tokens) for n in ("contiguous", "greedy")}
+    fixed = {n: traffic(held_out, plans[n], g, p.batch_tokens) for n in REGIME_VARIANTS if n != "moetuner"}
     out = {}
     for r in p.regime_bandwidth_ratios:
         if abs(r - own) <= 1e-9 * own:
             out[r] = dict(done)
             continue
         topo = Topology(2, p.gpus_per_node, p.intra_node_gb_s, p.intra_node_gb_s / r)
-        gpu_of, simple = map_clusters(prof, clusters, topo.pair_weight(), ilp2_time_limit_s=p.ilp2_time_limit_s / 20,
-                                      ilp2_window=p.ilp2_window, symmetric=False, seed=p.seed)
-        counts = fixed | {"moetuner_ilp1": traffic(held_out, simple, g, p.batch_tokens),
-                          "moetuner": traffic(held_out, gpu_of, g, p.batch_tokens)}
+        gpu_of, ablation, aligned = map_clusters(prof, clusters, topo.pair_weight(), ilp2_time_limit_s=p.ilp2_time_limit_s / 20,
+                                        ilp2_window=p.ilp2_window, symmetric=False, seed=p.seed)
+        if not (np.array_equal(ablation, plans["moetuner_ilp1"])
+                and np.array_equal(aligned, plans["moetuner_rank_aligned"])):
+            raise ValueError("the regime's clusters are not the ones the run's ablation was placed from")
+        counts = fixed | {"moetuner": traffic(held_out, gpu_of, g, p.batch_tokens)}
         out[r] = {n: end_to_end_s(counts[n], sizes, topo, p.cost_model()) for n in REGIME_VARIANTS}
     return out

@@ -8,8 +8,13 @@ puts exactly ``E / G`` experts of each layer on each GPU (the memory-balance con
 - ``moetuner``: ILP 1 per layer groups experts into G clusters of E/G minimizing the largest cluster
   load; ILP 2 maps each layer's clusters onto GPUs minimizing, summed over consecutive-layer
   transitions, the worst GPU-pair traffic weighted by the pair's inverse bandwidth (start: the best
-  simple mapping, which is also the ``moetuner_ilp1`` ablation; then exact one-layer sweeps; then
-  HiGHS windows, in the co-location formulation for node-uniform links, else the RLT one).
+  simple mapping; then exact one-layer sweeps; then HiGHS windows, in the co-location formulation for
+  node-uniform links, else the RLT one). The ``moetuner_ilp1`` ablation keeps ILP 1's clusters and
+  labels each layer's clusters by their smallest expert id (cluster with the lowest id on GPU 0, ...), a
+  labelling that reads neither the loads nor the routing: no routing-aware cluster -> GPU step at all.
+  ``moetuner_rank_aligned`` keeps ILP 1's own labels (the k-th heaviest expert opens a cluster <= k, so
+  cluster k tends to hold the k-th heaviest expert in every layer): a load-rank heuristic mapping, which
+  on a trace whose successors follow popularity already reads the routing by proxy.
 """
 from __future__ import annotations
 
@@ -238,8 +243,8 @@ def sequential_mapping(cc: np.ndarray, weight: np.ndarray, first: np.ndarray) ->
 
 
 def best_simple_mapping(cc: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """The better of the identity mapping (cluster k on GPU k in every layer) and ``sequential_mapping``:
-    what ILP 1 alone would use (the ``moetuner_ilp1`` variant)."""
+    """The better of the identity mapping (cluster k on GPU k in every layer) and ``sequential_mapping``
+    (which already reads the routing transitions): ILP 2's incumbent before the sweeps and windows."""
     g, layers = cc.shape[1], cc.shape[0] + 1
     candidates = [sequential_mapping(cc, weight, np.arange(g)), np.tile(np.arange(g), (layers, 1))]
     return min(candidates, key=lambda p: mapping_cost(cc, weight, p))
@@ -594,22 +599,45 @@ def brute_force_clusters(load: np.ndarray, num_clusters: int) -> float:
 class TunerPlan:
     gpu_of: np.ndarray
     stats: dict[str, float]
-    ilp1_only: np.ndarray | None = None  # ILP 1's clusters on ``best_simple_mapping`` (no ILP 2 stage)
+    ilp1_only: np.ndarray | None = None  # ILP 1's clusters labelled by smallest expert id (no ILP 2 stage)
+    rank_aligned: np.ndarray | None = None  # ILP 1's clusters on ILP 1's own (load-rank) labels
     clusters: np.ndarray | None = None   # ILP 1's cluster of every (layer, expert)
 
 
 def map_clusters(prof: Profile, cluster_of: np.ndarray, weight: np.ndarray, *, ilp2_time_limit_s: float,
-                 ilp2_window: int, symmetric: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                 ilp2_window: int, symmetric: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ILP 2 stage alone for fixed ILP 1 clusters and pair weights ``weight``: (MoETuner's expert ->
-    GPU placement, the ablation's placement on the best simple mapping). ILP 1 balances load and does not
-    see the links, so a sweep over link speeds re-runs only this stage."""
+    GPU placement, the ablation's placement: the same clusters labelled by smallest expert id, the
+    rank-aligned placement: the same clusters on ILP 1's own labels). ILP 1 balances load and does not see
+    the links, so a sweep over link speeds re-runs only this stage (neither other placement sees the links)."""
     g = weight.shape[0]
     cc = cluster_transitions(prof, cluster_of, g)
-    simple = np.take_along_axis(best_simple_mapping(cc, weight), cluster_of, axis=1)
     m = ilp2_mapping(cc, weight, window=ilp2_window, time_limit_s=ilp2_time_limit_s, seed=seed, symmetric=symmetric)
     gpu_of = np.take_along_axis(m.perms, cluster_of, axis=1)
     check_placement(gpu_of, g)
-    return gpu_of, simple
+    return gpu_of, min_id_placement(cluster_of), identity_placement(cluster_of)
+
+
+def identity_placement(cluster_of: np.ndarray) -> np.ndarray:
+    """ILP 1's clusters on ILP 1's own labels: cluster k of every layer on GPU k (``moetuner_rank_aligned``).
+    Those labels are not blind: the symmetry breaking of ``ilp1_clusters`` lets the k-th heaviest expert
+    open only clusters 0..k, so cluster k tends to hold the k-th heaviest expert and the mapping lines the
+    clusters up by load rank in every layer (with ``ilp1_follow_routing``, by the previous layer's routing)."""
+    out = np.asarray(cluster_of).copy()
+    check_placement(out, int(out.max()) + 1)
+    return out
+
+
+def min_id_placement(cluster_of: np.ndarray) -> np.ndarray:
+    """ILP 1's clusters labelled by their smallest expert id: in every layer the cluster holding the lowest
+    expert id goes on GPU 0, the cluster holding the lowest id among the rest on GPU 1, ... (the
+    ``moetuner_ilp1`` ablation). It reads only the cluster membership, neither the loads nor the routing
+    transitions nor the links, so only the routing-aware cluster -> GPU step is removed."""
+    cluster_of = np.asarray(cluster_of)
+    ids = np.arange(cluster_of.shape[1])
+    out = np.stack([canonical_clusters(row, ids) for row in cluster_of])
+    check_placement(out, int(out.max()) + 1)
+    return out
 
 
 def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp2_time_limit_s: float,
@@ -617,7 +645,9 @@ def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp
              load_slack: float = 0.0) -> TunerPlan:
     """ILP 1 on every layer (warm-started from the better baseline; with ``follow_routing`` its second
     phase aligns each layer's clusters with the previous layer's), then the ILP 2 stage over the
-    layers. ``ilp1_only``: the same clusters on the best simple mapping, i.e. without the ILP 2 stage."""
+    layers. ``ilp1_only``: the same clusters labelled by smallest expert id, i.e. without the ILP 2 stage
+    (the routing-aware cluster -> GPU placement) and without its best-simple-mapping start;
+    ``rank_aligned``: the same clusters on ILP 1's own (load-rank) labels."""
     layers, experts = prof.load.shape
     g = weight.shape[0]
     cont = contiguous(1, experts, g)[0]
@@ -636,7 +666,7 @@ def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp
         secs += r.seconds
     cluster_of = np.stack(clusters)
     cc = cluster_transitions(prof, cluster_of, g)
-    simple = np.take_along_axis(best_simple_mapping(cc, weight), cluster_of, axis=1)
+    ablation = min_id_placement(cluster_of)
     m = ilp2_mapping(cc, weight, window=ilp2_window, time_limit_s=ilp2_time_limit_s, seed=seed, symmetric=symmetric)
     gpu_of = np.take_along_axis(m.perms, cluster_of, axis=1)
     check_placement(gpu_of, g)
@@ -645,9 +675,10 @@ def moetuner(prof: Profile, weight: np.ndarray, *, ilp1_time_limit_s: float, ilp
     stats = {"successor_top2_share": float(top2 / max(prof.transitions.sum(), 1.0)),
              "ilp1_max_gap": float(max(gaps)), "ilp1_affinity_max_gap": float(max(aff_gaps)), "ilp1_solve_s": secs,
              "ilp2_gap": m.gap, "ilp2_solve_s": m.seconds,
+             "ilp2_identity_objective": mapping_cost(cc, weight, np.tile(np.arange(g), (layers, 1))),
              "ilp2_objective": m.cost, "ilp2_bound": m.bound, "ilp2_heuristic_objective": m.heuristic_cost,
              "ilp2_sweep_objective": m.sweep_cost, "ilp2_sweep_passes": float(m.sweep_passes),
              "ilp2_windows": float(len(m.windows)), "ilp2_windows_improved": float(len(improved)),
              "ilp2_window_gain": float(sum(w.warm - w.incumbent for w in improved)),
              "ilp2_time_limited_windows": float(sum(s != "Optimal" for s in m.statuses))}
-    return TunerPlan(gpu_of, stats, simple, cluster_of)
+    return TunerPlan(gpu_of, stats, ablation, identity_placement(cluster_of), cluster_of)

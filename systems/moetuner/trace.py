@@ -92,17 +92,23 @@ def zipf_weights(n: int, s: float) -> np.ndarray:
 
 
 def synthetic_trace(tokens: int, layers: int, num_experts: int, top_k: int, zipf_s: float,
-                    affinity: float, fanout: int, seed: int) -> RoutingTrace:
+                    affinity: float, fanout: int, seed: int, successors_by_popularity: bool = True) -> RoutingTrace:
     """Top-k routing with Zipf expert popularity (a fresh random ranking per layer) and sparse
     layer-to-layer transitions: expert e of layer l hands its tokens mostly (``affinity``) to ``fanout``
-    successors in layer l+1 (drawn with the next layer's popularity); the rest follow popularity."""
+    successors in layer l+1 (drawn with the next layer's popularity and weighted by it; with
+    ``successors_by_popularity=False`` drawn uniformly and weighted equally, so that load rank says nothing
+    about where a token goes next); the rest follow popularity."""
     rng = np.random.default_rng(seed)
     pop = np.stack([zipf_weights(num_experts, zipf_s)[rng.permutation(num_experts)] for _ in range(layers)])
     succ = np.zeros((layers - 1, num_experts, num_experts))
     for l in range(layers - 1):
         for e in range(num_experts):
-            targets = rng.choice(num_experts, size=fanout, replace=False, p=pop[l + 1])
-            succ[l, e, targets] = pop[l + 1, targets] / pop[l + 1, targets].sum()
+            if successors_by_popularity:
+                targets = rng.choice(num_experts, size=fanout, replace=False, p=pop[l + 1])
+                succ[l, e, targets] = pop[l + 1, targets] / pop[l + 1, targets].sum()
+            else:
+                targets = rng.choice(num_experts, size=fanout, replace=False)
+                succ[l, e, targets] = 1.0 / fanout
     out = np.empty((tokens, layers, top_k), np.int32)
     chunk = 1 << 15  # bounds the (tokens x experts) working set at full scale
     for lo in range(0, tokens, chunk):

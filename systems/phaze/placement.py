@@ -144,7 +144,9 @@ def dp_split(costs: list[LayerCost], t: int, p: int, d: int, b: int, sysm: Syste
     for i in range(n):
         peak[i, i + 1:] = np.maximum.accumulate(st[i:])
     weights = sysm.state_bytes_per_param * (par[j_idx] - par[i_idx])
-    ar = np.vectorize(lambda x: ring_allreduce_s(2.0 * x, d, sysm.link_gb_s, sysm.link_latency_us))(par[j_idx] - par[i_idx])
+    # ring_allreduce_s of the stage's gradients (2 bytes per parameter), vectorized: linear in the bytes
+    ar = (ring_allreduce_s(2.0, d, sysm.link_gb_s, 0.0) * (par[j_idx] - par[i_idx])
+          + ring_allreduce_s(0.0, d, sysm.link_gb_s, sysm.link_latency_us))
     send = sysm.boundary_bytes_per_sample * b / t / (sysm.link_gb_s * 1e9)
     best = np.full(n + 1, np.inf); best[0] = 0.0
     choice = []

@@ -13,6 +13,7 @@ def _variant(design: dict, size: str, tech) -> dict[str, float]:
             "peak_hbm_gib": r.get("peak_hbm_gib", 0.0), "area_mm2": r["area_mm2"],
             "peak_tflops": 2 * a["tensor_cores"] * a["tc_dim"] ** 2 * tech.clock_ghz / 1e3,
             "single_chip_samples_per_s": r["single_chip_samples_per_s"],
+            "unbounded_throughput": r.get("unbounded_throughput", 0.0),
             "tensor_cores": a["tensor_cores"], "tc_dim": a["tc_dim"], "vector_cores": a["vector_cores"],
             "sram_mib": a["sram_mib"], "hbm_gib": a["hbm_stacks"] * tech.hbm_gib_per_stack,
             "tp": plan["tp"], "pp": plan["pp"], "dp": plan["dp"], "micro_batch": plan["micro_batch"],
@@ -37,6 +38,19 @@ def _memory_validity(gib: float, throughput: dict[str, float]) -> dict:
                                        "memory (modelled throughput 0)"}
 
 
+def _binding(r: dict) -> str:
+    """How HBM capacity constrains one design's placement: its placed throughput against the same placement
+    search without a memory limit (and the peak memory that unconstrained plan would need)."""
+    free, placed = r.get("unbounded_throughput", 0.0), r["train_throughput"]
+    if not placed:
+        return "fits no placement"
+    if free <= placed * (1 + 1e-12):
+        return "is not constrained by memory (its best placement without a memory limit fits)"
+    need = r.get("unbounded_plan", {}).get("peak_hbm_gib", float("nan"))
+    return (f"is constrained by memory: its best placement without a memory limit would need {need:.1f} GiB per "
+            f"chip and train {free / placed:.3f}x faster")
+
+
 def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
     """``results``: design name -> its candidate task's output; ``search_s``: the flow's wall time from the
     first submit to the last result."""
@@ -48,7 +62,7 @@ def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
     variants: dict[str, dict[str, float]] = {}
     chosen = {}
     for size in SIZES:
-        chosen[size] = pick({n: r["results"] for n, r in results.items()}, size)
+        chosen[size] = pick({n: r["results"] for n, r in results.items()}, size, p.chip_first_topk)
         for variant, name in chosen[size].items():
             variants[variant + size] = _variant(results[name], size, tech)
     variants["phaze"] |= {"search_s": search_s, "fanout_span_s": span, "candidate_task_s_sum": sum(task_s),
@@ -57,7 +71,7 @@ def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
 
     budget = area_mm2(tpuv4_like(), tech)
     model = param_assumptions(p, *TECH_FIELDS, "state_bytes_per_param", "chips", "global_batch", "seq_len",
-                              "block_style", "large_block_style") | {
+                              "large_seq_len", "block_style", "large_block_style") | {
         "area_budget_mm2": Assumption(value=round(budget, 1), unit="mm^2",
                                       source="area of the TPUv4-like design under the area model; every candidate spends it"),
         "bytes_per_value": Assumption(value=2, unit="B", source="bf16 activations, weights and gradients"),
@@ -70,7 +84,7 @@ def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
 
     names = sorted(results)
     curves = [
-        Curve(title=f"modelled training throughput of every design ({'larger' if size else 'smaller'} model)",
+        Curve(title=f"modelled training throughput of every design ({'second' if size else 'headline'} model)",
               x_label="design (sorted by name; 0 = tpuv4_like)", y_label="tokens/s (modelled)",
               series={"design": (list(range(len(names))),
                                  [results[n]["results"][size]["train_throughput"] for n in
@@ -87,32 +101,39 @@ def build_result(p, results: dict[str, dict], search_s: float) -> SystemResult:
         f"{max(r['results'][s]['ilp_max_gap'] for r in results.values() for s in SIZES):.2%}), then the "
         f"placement DP over data/pipeline/tensor parallelism on {p.chips} chips.",
         "Operator graphs with branches: " + "; ".join(
-            f"{'larger' if s else 'smaller'} model {m.style} blocks, on the co-searched design the scheduling ILPs "
+            f"{'second' if s else 'headline'} model {m.style} blocks, on the co-searched design the scheduling ILPs "
             f"shorten the block's forward by {_saved(results[chosen[s]['phaze']]['results'][s], 'fwd'):.1%} and its "
             f"backward by {_saved(results[chosen[s]['phaze']]['results'][s], 'bwd'):.1%} against running its operators "
             f"one at a time (summed over every tensor-parallel degree and micro-batch size)"
             for s, m in p.models().items()) + ".",
         "Chosen designs: " + "; ".join(
-            f"{'larger' if s else 'smaller'} model: phaze -> {chosen[s]['phaze']}, single_chip_first -> "
-            f"{chosen[s]['single_chip_first']}" for s in SIZES) + ".",
+            f"{'second' if s else 'headline'} model: phaze -> {chosen[s]['phaze']}, single_chip_first -> "
+            f"{chosen[s]['single_chip_first']}, chip_first_topk (best placed of the top {p.chip_first_topk} by "
+            f"single-chip score) -> {chosen[s]['chip_first_topk']}" for s in SIZES) + ".",
         f"Search fan-out: {len(designs)} tasks ran on {workers} worker process(es); from the first task's start to "
         f"the last one's end {span:.1f} s vs {sum(task_s):.1f} s summed over the tasks (what one worker running "
         f"them back to back would need, without task overhead): parallel_speedup {sum(task_s) / span:.2f}x, "
         f"measured once (the search is not repeated); the whole search, submit to last result, took "
         f"{search_s:.1f} s including worker start-up and Prefect task overhead.",
+        "Memory at the headline capacity (" + f"{p.hbm_gib_per_stack:g} GiB per HBM stack): " + "; ".join(
+            f"{'second' if s else 'headline'} model: " + ", ".join(
+                f"{v} ({chosen[s][v]}, {results[chosen[s][v]]['arch']['hbm_stacks'] * tech.hbm_gib_per_stack:g} GiB) "
+                + _binding(results[chosen[s][v]]["results"][s])
+                for v in ("single_chip_first", "chip_first_topk", "phaze")) for s in SIZES) + ".",
         "Throughputs are modelled (roofline latencies, an area model and link bandwidths: see assumptions), not "
         "measured on hardware; the TPUv4-like design is one point of the search space, so phaze >= tpuv4_like "
         "by construction and the ratio says how much better the best equal-area design is.",
     ]
-    sweep = regime_pick({n: r["results"] for n, r in results.items()})
+    sweep = regime_pick({n: r["results"] for n, r in results.items()}, p.chip_first_topk)
     regime = [RegimeSample(value=g, samples={v: [x] for v, x in tp.items()}, kind="modelled",
                            **_memory_validity(g, tp)) for g, tp in sweep.items()]
     notes.append(
         "Regime: HBM capacity per stack swept over " + ", ".join(f"{g:g}" for g in sweep) + " GiB (memory per chip = "
-        "stacks x capacity; the TPUv4-like design has 4 stacks): every design re-placed on the smaller model at each "
-        "capacity with the same layer costs. phaze / single_chip_first per capacity: " + ", ".join(
-            f"{g:g} GiB {tp['phaze'] / tp['single_chip_first']:.3f}x" if tp["single_chip_first"] else f"{g:g} GiB "
-            "(single_chip_first infeasible)" for g, tp in sweep.items()) + ". The co-search can differ from picking "
+        "stacks x capacity; the TPUv4-like design has 4 stacks): every design re-placed on the headline model at each "
+        "capacity with the same layer costs. phaze / single_chip_first, phaze / chip_first_topk per capacity: " + ", ".join(
+            f"{g:g} GiB " + " / ".join(f"{tp['phaze'] / tp[b]:.3f}x" if tp[b] else f"({b} infeasible)"
+                                       for b in ("single_chip_first", "chip_first_topk")) for g, tp in sweep.items())
+        + ". The co-search can differ from picking "
         "the best single chip first only where capacity binds.")
     return SystemResult(variants=variants, assumptions=assumptions, curves=curves, notes=notes,
                         deterministic={"designs_searched"}, regime=regime,

@@ -2,6 +2,7 @@
 (tensor-parallel degree, micro-batch size), then the placement DP. One call is one Dask task."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -50,6 +51,18 @@ def layer_costs(arch: Arch, tech: Tech, mdl: Model, tp: int, mb: int, time_limit
     return [per_kind["embed"], *([per_kind["block"]] * mdl.layers), per_kind["head"]]
 
 
+def single_chip_score(arch: Arch, tech: Tech, mdl: Model, space: Space) -> float:
+    """The chip-first user's ranking alone: block training samples per second on one chip (t = 1, best
+    micro-batch, no memory limit), from the same scheduling ILPs as ``evaluate_design``'s
+    ``single_chip_samples_per_s`` without scheduling the other layers and degrees."""
+    best = 0.0
+    for b in space.mbs:
+        graphs = layer_graphs("block", arch, tech, mdl, 1, b)
+        step = sum(ilp_schedule(graphs[pas], space.ilp_time_limit_s, space.seed).makespan for pas in ("fwd", "bwd"))
+        best = max(best, b / step)
+    return best
+
+
 def evaluate_design(arch: Arch, tech: Tech, mdl: Model, space: Space) -> dict:
     """Throughput of the best placement of ``mdl`` on ``space.chips`` copies of ``arch`` and the design's
     single-chip score (block training samples per second on one chip, best micro-batch, no memory limit)."""
@@ -74,6 +87,13 @@ def evaluate_design(arch: Arch, tech: Tech, mdl: Model, space: Space) -> dict:
         at, _ = place(costs, replace(sysm, hbm_bytes=arch.hbm_stacks * gib * 2 ** 30), tps, space.mbs)
         regime[gib] = 0.0 if at is None else space.global_batch * mdl.seq / at.iteration_s
     out["regime_throughput"] = regime
+    # the same placement search without a memory limit: where it is faster, HBM capacity binds on this design
+    # (the DP had to recompute, pipeline deeper or shrink micro-batches to fit)
+    free, _ = place(costs, replace(sysm, hbm_bytes=math.inf), tps, space.mbs)
+    out["unbounded_throughput"] = 0.0 if free is None else space.global_batch * mdl.seq / free.iteration_s
+    if free is not None:
+        out["unbounded_plan"] = dict(tp=free.tp, pp=free.pp, dp=free.dp, micro_batch=free.micro_batch,
+                                     peak_hbm_gib=max(free.stage_memory) / 2 ** 30)
     if plan is None:
         out.update(feasible=False, train_throughput=0.0)
         return out

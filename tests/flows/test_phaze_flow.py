@@ -11,7 +11,7 @@ from mlsys_flows.systems.phaze import Params
 def test_phaze_flow_smoke():
     report, storage = reference_run("phaze")
     v, kinds = report["variants"], report["metric_kinds"]
-    assert set(v) == {f"{n}{s}" for n in ("phaze", "tpuv4_like", "single_chip_first") for s in ("", "_large")}
+    assert set(v) == {f"{n}{s}" for n in ("phaze", "tpuv4_like", "single_chip_first", "chip_first_topk") for s in ("", "_large")}
     h = report["headline"]
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("train_throughput", "tpuv4_like", "phaze", "modelled")
     assert kinds["search_s"] == kinds["parallel_speedup"] == "measured" and kinds["tp"] == "counted"
@@ -27,10 +27,15 @@ def test_phaze_flow_smoke():
         assert v["phaze" + size]["train_throughput"] == best and v["tpuv4_like" + size]["train_throughput"] == tpu
         single = max(saved, key=lambda d: d["results"][size]["single_chip_samples_per_s"])
         assert v["single_chip_first" + size]["train_throughput"] == single["results"][size]["train_throughput"]
-        for name in ("phaze", "tpuv4_like", "single_chip_first"):
+        for name in ("phaze", "tpuv4_like", "single_chip_first", "chip_first_topk"):
             m = v[name + size]
             assert m["tp"] * m["pp"] * m["dp"] == p.chips and m["peak_hbm_gib"] <= m["hbm_gib"]
-            assert math.isclose(m["train_throughput"], p.global_batch * p.seq_len / m["iteration_s"], rel_tol=1e-9)
+            seq = p.large_seq_len if size else p.seq_len
+            assert math.isclose(m["train_throughput"], p.global_batch * seq / m["iteration_s"], rel_tol=1e-9)
+        # the practitioner's chip-first: the best placed of the top chip_first_topk single-chip designs
+        top = sorted(saved, key=lambda d: (d["results"][size]["single_chip_samples_per_s"], d["design"]),
+                     reverse=True)[:p.chip_first_topk]
+        assert v["chip_first_topk" + size]["train_throughput"] == max(d["results"][size]["train_throughput"] for d in top)
     # the fan-out: every task's wall time recorded, the search's wall time below their sum on 2 workers
     tasks = [d["task_s"] for d in saved]
     assert v["phaze"]["candidate_task_s_sum"] == sum(tasks) and v["phaze"]["candidate_task_s_max"] == max(tasks)

@@ -30,12 +30,15 @@ def test_regime_pick(smoke_results):
     assert list(sweep) == [0.003, 1.0, 8.0]
     for g, tp in sweep.items():
         assert tp["phaze"] == max(r[""]["regime_throughput"][g] for r in res.values())
-        assert tp["phaze"] >= tp["single_chip_first"] and tp["phaze"] >= tp["tpuv4_like"]
+        assert tp["phaze"] >= tp["chip_first_topk"] >= tp["single_chip_first"] and tp["phaze"] >= tp["tpuv4_like"]
+    assert all(tp["chip_first_topk"] == tp["single_chip_first"] for tp in regime_pick(res, 1).values())
     assert sweep[0.003]["phaze"] < sweep[8.0]["phaze"]  # a few MiB per stack binds
 
 
 def test_spec_is_v3():
     assert SPEC.contract_v3 and SPEC.mechanism.ablation == "single_chip_first"
+    # the paper's two-step ablation is no deployable rival; the practitioner's top-k chip-first is
+    assert "deployable" not in SPEC.roles["single_chip_first"] and "deployable" in SPEC.roles["chip_first_topk"]
     assert SPEC.regime.paper_value == Params().hbm_gib_per_stack
     with pytest.raises(Exception, match="regime_gib_per_stack"):
         Params.for_scale("smoke", regime_gib_per_stack=[1.0, 1.0])
