@@ -5,7 +5,7 @@ has its verdict judged by ``systems/common/verdict.py``, the rule a new report r
 from __future__ import annotations
 
 from mlsys_flows.systems.common import formatting as fmt
-from mlsys_flows.systems.common.runreport import Ratio, RunReport
+from mlsys_flows.systems.common.runreport import ConstraintReport, Ratio, RunReport
 
 SMOKE_NOTE = ("Smoke run: a pipeline check on a tiny workload. Its ratios are not "
               "measurements of the technique; run at scale quick or full for those.")
@@ -31,6 +31,14 @@ def verdict_text(report: dict) -> str:
     """``ties 1.04x (3 pairs: fewer than 6) vs hybrid``: what a reader sees first."""
     vs = report["headline"].get("vs_strongest") or report["headline"]
     return f"{verdict_of(report).label()} vs {vs['baseline']}"
+
+
+def constraint_text(report: dict) -> str:
+    """The constraint the verdict's comparison is held to and who broke it (a report as JSON; issue 47):
+    the deployable baselines left out of the strongest, a fallback, the technique breaking it; '' where
+    the report records no constraint."""
+    c = report.get("constraint")
+    return ConstraintReport.model_validate(c).sentence() if c else ""
 
 
 def ratio_label(r: Ratio) -> str:
@@ -151,6 +159,8 @@ def summary_markdown(report: RunReport) -> str:
                  f"{fmt.ratio(h.paper)}; >1 means the technique wins).")
     if s is not None:
         lines.append(f"Against the strongest deployable baseline of this run, **{s.baseline}**: {ratio_label(s)}.")
+    if report.constraint is not None:
+        lines.append(report.constraint.sentence())
     if h.mechanism is not None:
         lines.append(f"The paper's mechanism alone (technique vs **{h.mechanism.baseline}**, the ablation): "
                      f"{ratio_label(h.mechanism)}.")

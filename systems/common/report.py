@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .runreport import (Assumption, ContractError, Curve, Environment, Ratio, RegimePoint, RegimeReport, RunReport,
-                        _ratio_range, oriented_ratio)
-from .spec import KINDS, Better, Claim, Kind, SystemSpec
+from .runreport import (Assumption, ConstraintCheck, ConstraintReport, ContractError, Curve, Environment, Ratio,
+                        RegimePoint, RegimeReport, RunReport, Verdict, _ratio_range, oriented_ratio)
+from .spec import KINDS, Better, Claim, Constraint, Kind, SystemSpec
 from .verdict import against_strongest, judge
 
 __all__ = ["Assumption", "ContractError", "Curve", "Projection", "RegimeSample", "SystemResult", "build_report",
@@ -135,6 +135,59 @@ def _rivals(spec: SystemSpec, present) -> tuple[list[str], list[str]]:
     return deployable, oracles
 
 
+def _constraint_check(spec: SystemSpec, c: Constraint, bound: float | None, tolerance: float, variant: str,
+                      other: str, variants: dict[str, dict[str, float]],
+                      samples: dict[str, dict[str, list[float]]]) -> ConstraintCheck:
+    """Whether ``variant`` met constraint ``c``: held to the absolute ``bound``, or (``bound`` None, a
+    relative constraint) to ``other``'s value, within ``tolerance``. Judged on the medians and, where
+    the constraint's metric was sampled per repeat or seed (against ``other``'s samples of the same
+    length where relative), per pair: it meets it only where its median does and most of its pairs do."""
+    try:
+        value = float(variants[variant][c.metric])
+        reference = float(bound if bound is not None else variants[other][c.metric])
+    except KeyError as exc:
+        raise ContractError(f"{spec.name}: the declared constraint's metric {c.metric!r} is missing for {exc}: "
+                            "every compared variant must report it") from None
+    xs = samples.get(variant, {}).get(c.metric) or []
+    if bound is not None:
+        refs = [bound] * len(xs)
+    else:  # pair i of the variant with pair i of the other side
+        ys = samples.get(other, {}).get(c.metric) or []
+        refs = list(ys) if len(ys) == len(xs) else []
+    refs = refs if len(xs) >= 2 else []
+    pairs = len(refs)
+    pairs_met = sum(c.meets(x, r, tolerance) for x, r in zip(xs, refs))
+    met = c.meets(value, reference, tolerance) and (not pairs or 2 * pairs_met > pairs)
+    why = ""
+    against = f"the bound {reference:.4g}" if bound is not None else f"{other}'s {reference:.4g}"
+    if not c.meets(value, reference, tolerance):
+        why = (f"{c.metric} {value:.4g} {'below' if c.better == 'higher' else 'above'} {against}"
+               + (f" by more than the tolerance {tolerance:g}" if tolerance else "")
+               + (f"; met in {pairs_met} of {pairs} pairs" if pairs else ""))
+    elif not met:
+        why = (f"{c.metric} {value:.4g} (median) meets {against}" + (" within the tolerance" if tolerance else "")
+               + f", but only {pairs_met} of {pairs} pairs do")
+    return ConstraintCheck(variant=variant, value=value, reference=reference, met=met, pairs=pairs,
+                           pairs_met=pairs_met, why=why)
+
+
+def _held(verdict: Verdict, baseline_broke: str, technique_broke: str) -> Verdict:
+    """``verdict`` where a side of its comparison broke the declared constraint (each: who and how, ''
+    where it met it). A side that broke it gains nothing from the comparison (REVIEW.md 3): a baseline
+    that broke it (the fallback) decides nothing, a tie whatever the samples say; the technique breaking
+    it turns a win into a tie and leaves a loss a loss (it is behind on both). The outcome the samples
+    gave is kept in ``why``."""
+    broke = [b for b in (baseline_broke, technique_broke) if b]
+    if not broke:
+        return verdict
+    tie = bool(baseline_broke) or verdict.outcome == "wins"
+    said = f"the samples say {verdict.outcome}" + (f" ({verdict.why})" if verdict.why else "")
+    return verdict.model_copy(update={"outcome": "ties" if tie else verdict.outcome,
+                                      "why": f"{said}, but {' and '.join(broke)}" +
+                                             (": not a comparison at the constraint" if tie else
+                                              ": behind on both, a loss")})
+
+
 def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> tuple[RegimeReport, Curve]:
     head = spec.headline
     independent = spec.pairing != "turns"
@@ -254,9 +307,38 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     deployable, oracles = _rivals(spec, present)
     at_metric = {v: variants[v][head.metric] for v in present}
     rivals = deployable or [head.baseline]
+    constraint, c = None, spec.constraint  # c: the declared constraint (None: none)
+    baseline_broke = technique_broke = ""
+    if c is not None:  # contract v4 (issue 47): the strongest among the baselines that met the constraint
+        try:
+            bound, tol = c.resolve(params, spec.params)
+        except ValueError as exc:
+            raise ContractError(f"{spec.name}: {exc}") from None
+        checks = [_constraint_check(spec, c, bound, tol, b, head.technique, variants, result.samples) for b in rivals]
+        excluded = [k.variant for k in checks if not k.met]
+        fallback = ""
+        rivals = [k.variant for k in checks if k.met]
+        if not rivals:
+            rivals = [head.baseline]
+            k = next((k for k in checks if k.variant == head.baseline), None) or \
+                _constraint_check(spec, c, bound, tol, head.baseline, head.technique, variants, result.samples)
+            fallback = (f"Every deployable baseline broke the constraint: the strongest falls back to the headline's "
+                        f"baseline, {head.baseline}" + (f", which broke it ({k.why})" if not k.met else "")
+                        + ", and its verdict decides nothing at the constraint.")
+            if not k.met:
+                baseline_broke = f"{head.baseline} broke the constraint ({k.why})"
     best = _strongest(rivals, at_metric, head.better)
+    if c is not None:
+        tech = _constraint_check(spec, c, bound, tol, head.technique, best, variants, result.samples)
+        if not tech.met:
+            technique_broke = f"{head.technique} broke the constraint ({tech.why})"
+        constraint = ConstraintReport(metric=c.metric, better=c.better, bound=bound, tolerance=tol,
+                                      statement=c.statement, technique=tech, baselines=checks, excluded=excluded,
+                                      fallback=fallback)
+    what = " that met the constraint" if c is not None and not constraint.fallback else ""
     headline.vs_strongest = ratio(Claim(head.metric, best, head.technique, head.better,
-                                        statement=f"the strongest deployable baseline of this run on {head.metric}"))
+                                        statement=f"the strongest deployable baseline{what} of this run on "
+                                                  f"{head.metric}"))
     if len(rivals) > 1:  # chosen as the best of several on this run's data: judged as such
         def samples_of(v: str) -> list[float]:
             return result.samples.get(v, {}).get(head.metric) or [variants[v][head.metric]]
@@ -265,6 +347,8 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
             {b: samples_of(b) for b in rivals}, best, samples_of(head.technique), head.better,
             deterministic=head.metric in deterministic, independent=spec.pairing != "turns",
             looks=(result.repeats or {}).get("looks", 1))
+    if headline.vs_strongest.verdict is not None:
+        headline.vs_strongest.verdict = _held(headline.vs_strongest.verdict, baseline_broke, technique_broke)
     if oracles:
         top = _strongest(oracles, at_metric, head.better)
         headline.vs_oracle = ratio(Claim(head.metric, top, head.technique, head.better,
@@ -294,5 +378,6 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
                      samples=result.samples, assumptions=result.assumptions, headline=headline,
                      ratios=[ratio(c) for c in spec.claims if not c.headline], curves=curves,
                      roles={b: list(r) for b, r in spec.roles.items()}, regime=regime, projection=projection,
-                     notes=result.notes, deterministic_metrics=result.deterministic_metrics(variants),
+                     notes=result.notes, constraint=constraint,
+                     deterministic_metrics=result.deterministic_metrics(variants),
                      environment=environment, wall_time_s=wall_time_s)

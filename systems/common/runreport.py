@@ -188,6 +188,60 @@ class RegimeReport(BaseModel):
     statement: str = ""
 
 
+class ConstraintCheck(BaseModel):
+    """Whether one variant met the headline's declared constraint (contract v4, issue 47)."""
+
+    variant: str
+    value: float = Field(description="Its value of the constraint's metric (the median where sampled).")
+    reference: float = Field(description="What it was held to: the absolute bound, or (a relative constraint) the "
+                                         "technique's value for a baseline, the compared baseline's for the technique.")
+    met: bool = Field(description="Its median meets the reference within the tolerance and, where the metric was "
+                                  "sampled per repeat or seed, so do most of its pairs.")
+    pairs: int = Field(0, description="Pairs (repeats or seeds) judged one by one; 0: one value only.")
+    pairs_met: int = Field(0, description="Of those, the pairs in which it met the reference.")
+    why: str = Field("", description="Which way it broke the constraint, in words ('' where met).")
+
+
+class ConstraintReport(BaseModel):
+    """The constraint the headline's comparison against the strongest deployable baseline is held to
+    (``SystemSpec.constraint``), and who met it: a deployable baseline that broke it is not a candidate
+    for ``vs_strongest``; where every one broke it, ``vs_strongest`` is the headline's baseline and
+    ``fallback`` says why and the verdict is a tie; the technique breaking it makes a win a tie."""
+
+    metric: str
+    better: Better
+    bound: float | None = Field(None, description="The absolute bound; None: relative to the technique's value.")
+    tolerance: float = 0.0
+    statement: str = ""
+    technique: ConstraintCheck = Field(description="The technique: against the absolute bound, or (relative) "
+                                                   "against the baseline of vs_strongest.")
+    baselines: list[ConstraintCheck] = Field(default_factory=list, description="Every deployable baseline present.")
+    excluded: list[str] = Field(default_factory=list, description="Deployable baselines that broke the constraint, "
+                                                                  "left out of the candidates for vs_strongest.")
+    fallback: str = Field("", description="Why vs_strongest is the headline's baseline although it broke the "
+                                          "constraint (every deployable baseline did); '' otherwise.")
+
+    def sentence(self) -> str:
+        """The constraint and who broke it, in words (the rendered report and docs)."""
+        tol = f" (tolerance {self.tolerance:g})" if self.tolerance else ""
+        at = "at least" if self.better == "higher" else "at most"
+        held = (f"{self.metric} {at} {self.bound:g}{tol}" if self.bound is not None else
+                f"{self.metric} {at} the technique's{tol}")
+        out = [f"Compared at the constraint {held}"]
+        if self.excluded:
+            out.append("left out of the strongest deployable baseline, having broken it: " + "; ".join(
+                f"{c.variant} ({c.why})" for c in self.baselines if c.variant in self.excluded))
+        else:
+            out.append("every deployable baseline met it")
+        text = ": ".join(out) + "."
+        if self.fallback:
+            text += f" {self.fallback}"
+        if not self.technique.met:
+            text += (f" The technique broke it ({self.technique.why}): no win at the constraint (a loss stays a "
+                     "loss).")
+        return text
+
+
 class Environment(BaseModel):
     device: str
     cores: int = Field(description="CPUs of the machine.")
@@ -239,6 +293,9 @@ class RunReport(BaseModel):
     projection: Ratio | None = Field(None, description="The headline metric at the paper's hardware constants, "
                                      "modelled from this run's measured and counted quantities; never the headline.")
     notes: list[str] = Field(default_factory=list, description="Why numbers differ from the paper, etc.")
+    constraint: ConstraintReport | None = Field(None, description="The constraint the headline's comparison with "
+                                                "the strongest deployable baseline is held to, and who broke it (issue "
+                                                "47); None: the spec declares none, or a report made before it.")
     deterministic_metrics: list[str] = Field(default_factory=list, description="Metrics that depend only on the "
                                              "parameters and seed, equal in every run with the same parameters.")
     environment: Environment

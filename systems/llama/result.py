@@ -129,16 +129,20 @@ def equal_attainment_notes(p: Params, att: dict[str, list[float]], cost: dict[st
             "or met more videos and costs less")
     if ev["strongest"] is None:
         head = (f"Verdict at equal attainment (per pair; {rule}): none: no deployable plan's pair stands in most of the "
-                f"{n} repeats, so no deployable plan is compared at Llama's attainment; the report's verdict ranks "
-                "the deployable plans by cost alone and is no result at equal attainment.")
+                f"{n} repeats, so no deployable plan is compared at Llama's attainment; the report's verdict "
+                "compares only with plans that met the spec's constraint (attainment at least Llama's less the "
+                "tolerance, by median and in most pairs; the report's constraint field says which broke it), and "
+                "where every plan broke it, it is a tie against best_static.")
     else:
         b = ev["strongest"]
         used = sum(x["stands"] for x in ev["pairs"][b])
         head = (f"Verdict at equal attainment (per pair; {rule}): llama {verdict_words(ev['verdict'])} on cost "
                 f"(modelled) vs {b}, the cheapest deployable plan whose pair stands in most repeats ({used} of {n} "
-                f"pairs stand; rivals at Llama's attainment: {', '.join(ev['rivals'])}). The report's verdict ranks the "
-                "deployable plans by cost alone: where it names another plan, that plan was not at Llama's attainment "
-                "(within the tolerance) in most repeats, and this verdict is the one at equal attainment.")
+                f"pairs stand; rivals at Llama's attainment: {', '.join(ev['rivals'])}). The report's verdict takes "
+                "the cheapest deployable plan that met the spec's constraint (attainment at least Llama's less the "
+                "tolerance, by median and in most pairs; the report's constraint field says which broke it) over "
+                "every pair; this verdict keeps only the pairs that stand, and where the two differ, this one is at "
+                "equal attainment.")
     notes = [head]
     for b in COMPARED:
         pairs = ev["pairs"][b]
