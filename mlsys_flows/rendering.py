@@ -123,8 +123,11 @@ def claim_rows(report: dict, short: bool = False) -> list[tuple[str, dict]]:
         _, afters, labels = found.setdefault(key, (r, [], []))
         afters += [after] if after and after not in afters else []
         labels += [label] if label and label not in labels else []
+    broke = set((report.get("constraint") or {}).get("excluded") or [])  # issue 47: baselines that broke it
+    mark = "broke constraint" if short else "baseline broke the constraint: not a comparison at it"
     return [(f"{r['metric']}: {r['technique']} vs {r['baseline']}" + "".join(afters)
-             + (f" ({'; '.join(labels)})" if labels else ""), r) for r, afters, labels in found.values()]
+             + (f" ({'; '.join(labels + ([mark] if r['baseline'] in broke else []))})"
+                if labels or r["baseline"] in broke else ""), r) for r, afters, labels in found.values()]
 
 
 def variant_tables(report: dict, width: int = 6) -> list[tuple[list[str], list[list[str]]]]:
@@ -155,8 +158,10 @@ def summary_markdown(report: RunReport) -> str:
     lines.append(f"**Verdict**: {h.technique} **{verdict_text(report.model_dump(mode='json'))}**, the strongest "
                  "deployable baseline of this run (a win or a loss only when a 95% interval over at least 6 "
                  "independent pairs excludes 1, or the result is exact).")
+    broke = report.constraint is not None and h.baseline in report.constraint.excluded
     lines.append(f"**Headline** {h.metric}: {h.technique} vs {h.baseline} = **{ratio_label(h)}** (paper: "
-                 f"{fmt.ratio(h.paper)}; >1 means the technique wins).")
+                 f"{fmt.ratio(h.paper)}; >1 means the technique wins)"
+                 + ("; its baseline broke the declared constraint: not a comparison at it." if broke else "."))
     if s is not None:
         lines.append(f"Against the strongest deployable baseline of this run, **{s.baseline}**: {ratio_label(s)}.")
     if report.constraint is not None:

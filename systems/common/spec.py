@@ -91,8 +91,10 @@ class Constraint:
     technique's less the tolerance (higher; at most the technique's plus it where lower is better), so
     the comparison is at the technique's own constraint. ``tolerance_param`` reads the tolerance from a
     run parameter. ``report.build_report`` judges each variant by its median and, where the constraint
-    metric was sampled per repeat or seed, per pair (most pairs must meet it); a deployable baseline
-    that broke it is never the strongest (``vs_strongest``), and a side that broke it decides nothing."""
+    metric was sampled per repeat or seed, per pair: a deployable baseline broke it only where its
+    median and most of its pairs miss it (then it is never the strongest, ``vs_strongest``); the
+    technique met it only where its median and most of its pairs do; and the headline's verdicts count
+    only the pairs where both sides met it (and those where the technique broke it and was behind)."""
 
     metric: str                  # the constraint's metric, a key of each compared variant's metrics
     better: Better               # which direction of that metric is better

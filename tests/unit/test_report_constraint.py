@@ -6,6 +6,7 @@ before the field load unchanged."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,11 @@ def test_a_cheaper_baseline_that_broke_the_constraint_is_not_the_strongest():
     md = summary_markdown(r)
     assert "left out of the strongest deployable baseline, having broken it: base (att 0.6 below" in md
     assert "cheap (att 0.3 below tech's 0.9 by more than the tolerance 0.05; met in 0 of 8 pairs)" in md
+    assert "att (median): tech 0.9, gpu 0.92." in md  # both compared sides' constraint values, always
+    # a per-claim row whose baseline broke the constraint is marked (the headline's own row, vs base)
+    row = next(line for line in md.splitlines() if line.startswith("| cost: tech vs base"))
+    assert "baseline broke the constraint" in row and "its baseline broke the declared constraint" in md
+    assert not any("baseline broke the constraint" in line for line in md.splitlines() if "tech vs gpu" in line)
 
 
 def test_a_baseline_within_the_tolerance_is_the_strongest_and_the_tolerance_is_the_run_parameter():
@@ -79,22 +85,57 @@ def test_every_deployable_baseline_broke_it_the_headline_baseline_stands_in_and_
     s, c = r.headline.vs_strongest, r.constraint
     assert s.baseline == "base" and c.excluded == ["base", "gpu", "cheap"]
     assert "Every deployable baseline broke the constraint" in c.fallback and "base, which broke it" in c.fallback
-    assert s.verdict.outcome == "ties" and "the samples say loses" in s.verdict.why \
-        and "base broke the constraint" in s.verdict.why
+    assert s.verdict.outcome == "ties" and "0 of 8 pairs stand at the constraint" in s.verdict.why \
+        and "base broke the constraint" in s.verdict.why and "decides nothing at the constraint" in c.fallback
     assert r.verdict().outcome == "ties" and c.fallback in constraint_text(r.model_dump(mode="json"))
 
 
-def test_a_baseline_met_by_its_median_but_not_in_most_pairs_broke_it():
-    s = spec()
-    samples = {"tech": {"cost": [1.0] * N, "att": [0.6] * 4 + [1.0] * 4},   # median 0.8
-               "gpu": {"cost": [1.9] * N, "att": [0.8] * N},                # median 0.8: short in pairs 4-7
-               "base": {"cost": [1.6] * N, "att": [0.95] * N}, "cheap": {"cost": [0.55] * N, "att": [0.3] * N}}
-    result = SystemResult(variants={}, kinds={"cost": "counted", "att": "counted"}, samples=samples)
-    r = build_report(s, params={"scale": "quick", "tol": 0.05}, result=result, run_id="r", environment=ENV,
-                     wall_time_s=1.0)
+def _build(s: SystemSpec, samples: dict, **params):
+    # cost measured (sampled: a paired verdict, not an exact one), the constraint's metric counted
+    result = SystemResult(variants={}, kinds={"cost": "measured", "att": "counted"}, samples=samples)
+    return build_report(s, params={"scale": "quick", "tol": 0.05, **params}, result=result, run_id="r",
+                        environment=ENV, wall_time_s=1.0)
+
+
+def test_a_baseline_is_excluded_only_on_an_established_shortfall():
+    """M3: an equal baseline whose median sits at the bar or that misses it in one noisy pair is not
+    excluded (before: a miss of the median or of most pairs excluded it, moving the comparator to a
+    costlier plan); one whose median misses AND most of whose pairs miss is."""
+    tech = {"cost": [1.0] * N, "att": [0.9] * N}
+    noisy = {"cost": [1.2] * N, "att": [0.9] * (N - 1) + [0.7]}       # equal, one noisy pair
+    split = {"cost": [1.3] * N, "att": [0.8] * 4 + [0.95] * 4}       # median 0.875 meets; 4 of 8 pairs miss
+    edge = {"cost": [1.4] * N, "att": [0.84] * 3 + [0.9] * 5}        # median meets; most pairs meet
+    r = _build(spec(), {"tech": tech, "base": noisy, "gpu": split, "cheap": edge})
+    assert r.constraint.excluded == [] and r.headline.vs_strongest.baseline == "base"
+    short = {"cost": [0.5] * N, "att": [0.8] * 5 + [0.9] * 3}       # median 0.8 misses, 5 of 8 pairs miss
+    half = {"cost": [0.6] * N, "att": [0.8] * 4 + [0.9] * 4}        # median 0.85 meets: half the pairs are no shortfall
+    r = _build(spec(), {"tech": tech, "base": noisy, "gpu": short, "cheap": half})
     gpu = next(k for k in r.constraint.baselines if k.variant == "gpu")
-    assert not gpu.met and (gpu.pairs, gpu.pairs_met) == (N, 4) and "but only 4 of 8 pairs do" in gpu.why
-    assert r.headline.vs_strongest.baseline == "base"
+    assert r.constraint.excluded == ["gpu"] and (gpu.pairs, gpu.pairs_met) == (N, 3) and "met in 3 of 8" in gpu.why
+    assert r.headline.vs_strongest.baseline == "cheap"
+
+
+def test_pairs_where_the_technique_broke_the_constraint_never_count_as_wins():
+    """M2: the technique cheaper in every pair but short of the baseline's attainment in 3 of 8 (under
+    half, so its median and most pairs meet it): those 3 pairs are dropped, 5 stand, fewer than 6: a tie
+    (before: 8 pairs, a win). With 6 standing pairs the win stands, over those 6 only."""
+    base = {"cost": [2.0] * N, "att": [0.9] * N}
+    tech = {"cost": [1.0] * N, "att": [0.9] * 5 + [0.7] * 3}
+    s1 = SystemSpec(name="demo", title="Demo", paper="p", family="f",
+                    claims=(Claim("cost", "base", "tech", "lower", None, "cheaper", headline=True),),
+                    baselines=("base",), roles={"base": ("deployable",)}, constraint=ATTAINMENT)
+    r = _build(s1, {"tech": tech, "base": base})
+    v, c = r.headline.vs_strongest.verdict, r.constraint
+    assert c.technique.met and (c.pairs, c.pairs_standing, c.pairs_counted) == (N, 5, 5)
+    assert v.outcome == "ties" and v.pairs == 5 and "5 of 8 pairs stand at the constraint" in v.why
+    assert r.headline.verdict.outcome == "ties"  # the headline's own row: the same pairs
+    assert "over the 5 of 8 pairs where both sides met it (fewer than 6: a tie)" in c.sentence()
+    six = _build(s1, {"tech": {"cost": [1.0] * N, "att": [0.9] * 6 + [0.7] * 2}, "base": base})
+    assert six.headline.vs_strongest.verdict.outcome == "wins" and six.headline.vs_strongest.verdict.pairs == 6
+    assert six.constraint.pairs_standing == 6
+    # a pair where the technique broke it and was behind on cost too counts, as a loss
+    dear = _build(s1, {"tech": {"cost": [3.0] * N, "att": [0.9] * 5 + [0.7] * 3}, "base": base})
+    assert dear.constraint.pairs_counted == N and dear.headline.vs_strongest.verdict.outcome == "loses"
 
 
 def test_the_technique_breaking_an_absolute_bound_is_never_a_silent_win():
@@ -105,7 +146,7 @@ def test_the_technique_breaking_an_absolute_bound_is_never_a_silent_win():
     c, v = r.constraint, r.headline.vs_strongest
     assert v.baseline == "base" and c.excluded == ["cheap"] and c.bound == 0.02  # more hits by breaking delta
     assert not c.technique.met and "error_rate 0.03 above the bound 0.02" in c.technique.why
-    assert v.verdict.outcome == "ties" and "the samples say wins" in v.verdict.why
+    assert v.verdict.outcome == "ties" and "0 of 8 pairs stand" in v.verdict.why  # every pair broke delta
     assert "The technique broke it" in summary_markdown(r)
     within = run(s, {**hits, "tech": (0.6, 0.018)}, metric="hit_rate", cmetric="error_rate", delta=0.02)
     assert within.constraint.technique.met and within.headline.vs_strongest.verdict.outcome == "wins"
@@ -150,7 +191,10 @@ def test_every_committed_report_loads_and_the_ones_before_the_field_record_no_co
     for path in paths:
         raw = json.loads(path.read_text())
         report = RunReport.model_validate(raw)
-        assert report.constraint is None or "constraint" in raw, path.name
+        if "constraint" not in raw:  # made before the field: loads with none recorded
+            assert report.constraint is None, path.name
+        else:
+            assert (report.constraint is None) == (raw["constraint"] is None), path.name
         summary_markdown(report)
 
 
@@ -177,8 +221,28 @@ def test_the_committed_samples_rebuilt_compare_only_with_baselines_at_the_constr
     assert c.fallback or next(k for k in c.baselines if k.variant == best).met
     for k in c.baselines:
         assert k.met == (k.variant not in c.excluded)
+    assert c.baseline == best and c.baseline_check is not None and c.baseline_check.variant == best
+    assert f"{spec_.headline.technique} " in c.sentence() and f"{best} " in c.sentence()  # both sides' values
     if name == "llama":
-        cpu = next(k for k in c.baselines if k.variant == "all_cpu")
-        tech = r.variants["llama"]["slo_attainment"]
-        assert cpu.met == (cpu.value >= tech - raw["parameters"]["attainment_tolerance"] - 1e-9 and
-                           2 * cpu.pairs_met > cpu.pairs)
+        # recomputed here from the committed samples, not from the checks: all_cpu met the SLO on a fraction of
+        # the videos Llama met, so its median and most of its repeats miss Llama's less the tolerance (M3)
+        tol, att = raw["parameters"]["attainment_tolerance"], samples["llama"]["slo_attainment"]
+        cpu = samples["all_cpu"]["slo_attainment"]
+        assert statistics.median(cpu) < statistics.median(att) - tol
+        assert sum(x < y - tol for x, y in zip(cpu, att)) > len(att) / 2
+        assert "all_cpu" in c.excluded and best != "all_cpu"
+        # the verdict counts the repeats where both sides are within the tolerance of each other, and those where
+        # Llama fell short and cost more (M2): recounted from the samples
+        ours = samples[best]["slo_attainment"]
+        both = [i for i, (x, y) in enumerate(zip(att, ours)) if abs(x - y) <= tol + 1e-9]
+        lost = [i for i, (x, y) in enumerate(zip(att, ours)) if x < y - tol - 1e-9
+                and samples["llama"]["cost"][i] > samples[best]["cost"][i]]
+        assert (c.pairs, c.pairs_standing, c.pairs_counted) == (len(att), len(both), len(both) + len(lost))
+        v = r.headline.vs_strongest.verdict
+        assert v.outcome == "ties" or v.pairs == len(both) + len(lost) >= 6
+        if len(both) < len(att):
+            assert f"{len(both)} of {len(att)} pairs stand at the constraint" in v.why
+    else:  # vcache: every committed seed met delta on both sides or the verdict says how many stood
+        errs = [samples[v]["error_rate"] for v in ("vcache", "static_threshold")]
+        both = [i for i, (x, y) in enumerate(zip(*errs)) if x <= c.bound + 1e-9 and y <= c.bound + 1e-9]
+        assert c.pairs_standing == len(both) and c.pairs == len(errs[0])
