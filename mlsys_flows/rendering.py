@@ -5,7 +5,7 @@ has its verdict judged by ``systems/common/verdict.py``, the rule a new report r
 from __future__ import annotations
 
 from mlsys_flows.systems.common import formatting as fmt
-from mlsys_flows.systems.common.runreport import Ratio, RunReport
+from mlsys_flows.systems.common.runreport import ConstraintReport, Ratio, RunReport
 
 SMOKE_NOTE = ("Smoke run: a pipeline check on a tiny workload. Its ratios are not "
               "measurements of the technique; run at scale quick or full for those.")
@@ -31,6 +31,14 @@ def verdict_text(report: dict) -> str:
     """``ties 1.04x (3 pairs: fewer than 6) vs hybrid``: what a reader sees first."""
     vs = report["headline"].get("vs_strongest") or report["headline"]
     return f"{verdict_of(report).label()} vs {vs['baseline']}"
+
+
+def constraint_text(report: dict) -> str:
+    """The constraint the verdict's comparison is held to and who broke it (a report as JSON; issue 47):
+    the deployable baselines left out of the strongest, a fallback, the technique breaking it; '' where
+    the report records no constraint."""
+    c = report.get("constraint")
+    return ConstraintReport.model_validate(c).sentence() if c else ""
 
 
 def ratio_label(r: Ratio) -> str:
@@ -115,8 +123,11 @@ def claim_rows(report: dict, short: bool = False) -> list[tuple[str, dict]]:
         _, afters, labels = found.setdefault(key, (r, [], []))
         afters += [after] if after and after not in afters else []
         labels += [label] if label and label not in labels else []
+    broke = set((report.get("constraint") or {}).get("excluded") or [])  # issue 47: baselines that broke it
+    mark = "broke constraint" if short else "baseline broke the constraint: not a comparison at it"
     return [(f"{r['metric']}: {r['technique']} vs {r['baseline']}" + "".join(afters)
-             + (f" ({'; '.join(labels)})" if labels else ""), r) for r, afters, labels in found.values()]
+             + (f" ({'; '.join(labels + ([mark] if r['baseline'] in broke else []))})"
+                if labels or r["baseline"] in broke else ""), r) for r, afters, labels in found.values()]
 
 
 def variant_tables(report: dict, width: int = 6) -> list[tuple[list[str], list[list[str]]]]:
@@ -147,10 +158,14 @@ def summary_markdown(report: RunReport) -> str:
     lines.append(f"**Verdict**: {h.technique} **{verdict_text(report.model_dump(mode='json'))}**, the strongest "
                  "deployable baseline of this run (a win or a loss only when a 95% interval over at least 6 "
                  "independent pairs excludes 1, or the result is exact).")
+    broke = report.constraint is not None and h.baseline in report.constraint.excluded
     lines.append(f"**Headline** {h.metric}: {h.technique} vs {h.baseline} = **{ratio_label(h)}** (paper: "
-                 f"{fmt.ratio(h.paper)}; >1 means the technique wins).")
+                 f"{fmt.ratio(h.paper)}; >1 means the technique wins)"
+                 + ("; its baseline broke the declared constraint: not a comparison at it." if broke else "."))
     if s is not None:
         lines.append(f"Against the strongest deployable baseline of this run, **{s.baseline}**: {ratio_label(s)}.")
+    if report.constraint is not None:
+        lines.append(report.constraint.sentence())
     if h.mechanism is not None:
         lines.append(f"The paper's mechanism alone (technique vs **{h.mechanism.baseline}**, the ablation): "
                      f"{ratio_label(h.mechanism)}.")

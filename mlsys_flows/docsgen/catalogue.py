@@ -30,7 +30,8 @@ from markupsafe import Markup, escape
 from mlsys_flows import registry
 from mlsys_flows.settings import project_root
 from mlsys_flows.systems.common import formatting as fmt
-from mlsys_flows.rendering import SMOKE_NOTE, claim_rows, v3_cells, variant_tables, verdict_of, verdict_text
+from mlsys_flows.rendering import (SMOKE_NOTE, claim_rows, constraint_text, v3_cells, variant_tables, verdict_of,
+                                   verdict_text)
 
 REPO = project_root()  # the checkout, or the wheel's copy of benchmarks/results (settings.py)
 RESULTS = REPO / "benchmarks" / "results"
@@ -350,6 +351,8 @@ def _run_context(run: Found) -> dict[str, Any]:
              ("code hash", env.get("code_hash", "")), ("harness hash", env.get("harness_hash", "")),
              ("versions", ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items())),
              ("wall time", f"{r.get('wall_time_s', 0):.1f} s")]
+    if r.get("constraint"):
+        facts.insert(0, ("constraint", constraint_text(r)))
     return {"id": r["run_id"], "scale": r.get("scale", ""), "date": r["created_at"][:10], "claims": claims,
             "verdict": verdict_text(r),
             "variants": variant_tables(r),

@@ -12,7 +12,7 @@ from pathlib import Path
 from mlsys_flows import registry
 from mlsys_flows.docsgen import docnumbers
 from mlsys_flows.settings import project_root
-from mlsys_flows.rendering import v3_cells, verdict_text
+from mlsys_flows.rendering import constraint_text, v3_cells, verdict_text
 
 SECTIONS = {"systems": registry.markdown_table}
 RESULTS = Path("benchmarks/results")  # shown relative; read under the repository (REPO / an absolute path = it)
@@ -57,7 +57,7 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     load = f", load {env['load_before'][0]:.2f} -> {env['load_after'][0]:.2f}" if env.get("load_before") else ""
     lines = [f"**Verdict: {h['technique']} {verdict_text(r)}**, the strongest deployable baseline of this run "
              "(a win or a loss only when a 95% interval over at least 6 independent pairs excludes 1, "
-             "or when the result is exact).", "",
+             "or when the result is exact)." + (f" {constraint_text(r)}" if r.get("constraint") else ""), "",
              f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
              f"{env.get('usable_cores') or env['cores']} usable cores{load}, headline over {_samples(h)}, "
              f"code `{env['code_hash'][:10]}`. Ratios above 1 mean the technique wins; measured ratios show their "

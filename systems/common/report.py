@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .runreport import (Assumption, ContractError, Curve, Environment, Ratio, RegimePoint, RegimeReport, RunReport,
-                        _ratio_range, oriented_ratio)
-from .spec import KINDS, Better, Claim, Kind, SystemSpec
-from .verdict import against_strongest, judge
+from .runreport import (Assumption, ConstraintCheck, ConstraintReport, ContractError, Curve, Environment, Ratio,
+                        RegimePoint, RegimeReport, RunReport, Verdict, _ratio_range, oriented_ratio)
+from .spec import KINDS, Better, Claim, Constraint, Kind, SystemSpec
+from .verdict import MIN_PAIRS, against_strongest, judge
 
 __all__ = ["Assumption", "ContractError", "Curve", "Projection", "RegimeSample", "SystemResult", "build_report",
            "crossover", "oriented_ratio", "param_assumptions"]
@@ -135,6 +135,115 @@ def _rivals(spec: SystemSpec, present) -> tuple[list[str], list[str]]:
     return deployable, oracles
 
 
+def _constraint_check(spec: SystemSpec, c: Constraint, bound: float | None, tolerance: float, variant: str,
+                      other: str, variants: dict[str, dict[str, float]],
+                      samples: dict[str, dict[str, list[float]]], *, baseline: bool) -> ConstraintCheck:
+    """Whether ``variant`` met constraint ``c``: held to the absolute ``bound``, or (``bound`` None, a
+    relative constraint) to ``other``'s value, within ``tolerance``. Judged on the medians and, where
+    the constraint's metric was sampled per repeat or seed (against ``other``'s samples of the same
+    length where relative), per pair. The doubt goes against the technique: a ``baseline`` broke it
+    only on an established shortfall (its median misses AND most of its pairs miss: one noisy pair or a
+    median at the edge does not drop an equal baseline); the technique met it only where its median does
+    and most of its pairs do."""
+    try:
+        value = float(variants[variant][c.metric])
+        reference = float(bound if bound is not None else variants[other][c.metric])
+    except KeyError as exc:
+        raise ContractError(f"{spec.name}: the declared constraint's metric {c.metric!r} is missing for {exc}: "
+                            "every compared variant must report it") from None
+    xs = samples.get(variant, {}).get(c.metric) or []
+    if bound is not None:
+        refs = [bound] * len(xs)
+    else:  # pair i of the variant with pair i of the other side
+        ys = samples.get(other, {}).get(c.metric) or []
+        refs = list(ys) if len(ys) == len(xs) else []
+    refs = refs if len(xs) >= 2 else []
+    pairs = len(refs)
+    pairs_met = sum(c.meets(x, r, tolerance) for x, r in zip(xs, refs))
+    median_met = c.meets(value, reference, tolerance)
+    most_missed = bool(pairs) and 2 * (pairs - pairs_met) > pairs
+    most_met = not pairs or 2 * pairs_met > pairs
+    met = (median_met or (bool(pairs) and not most_missed)) if baseline else (median_met and most_met)
+    why = ""
+    against = f"the bound {reference:.4g}" if bound is not None else f"{other}'s {reference:.4g}"
+    if not met and not median_met:
+        why = (f"{c.metric} {value:.4g} {'below' if c.better == 'higher' else 'above'} {against}"
+               + (f" by more than the tolerance {tolerance:g}" if tolerance else "")
+               + (f"; met in {pairs_met} of {pairs} pairs" if pairs else ""))
+    elif not met:
+        why = (f"{c.metric} {value:.4g} (median) meets {against}" + (" within the tolerance" if tolerance else "")
+               + f", but only {pairs_met} of {pairs} pairs do")
+    return ConstraintCheck(variant=variant, value=value, reference=reference, met=met, pairs=pairs,
+                           pairs_met=pairs_met, why=why)
+
+
+def _standing(c: Constraint, bound: float | None, tolerance: float, claim: Claim,
+              samples: dict[str, dict[str, list[float]]]) -> tuple[list[int], int, int] | None:
+    """The pairs (repeat or seed indices) of ``claim``'s technique against its baseline that count at
+    the constraint: those where BOTH met it (against the bound, or, relative, each within the tolerance
+    of the other's value in that pair), and those where the baseline met it and the technique broke it
+    yet was behind on the claim's metric too (behind on both: a loss, never a win). A pair where the
+    technique broke it and was ahead, or where the baseline broke it, is dropped. Returns (the pairs
+    counted, how many pairs there were, how many of them both sides met); None where the constraint's
+    metric was not sampled per pair on both sides (then only the medians are judged)."""
+    xs = samples.get(claim.technique, {}).get(c.metric) or []
+    ys = samples.get(claim.baseline, {}).get(c.metric) or []
+    if len(xs) != len(ys) or len(xs) < 2:
+        return None
+    ts = samples.get(claim.technique, {}).get(claim.metric) or []
+    bs = samples.get(claim.baseline, {}).get(claim.metric) or []
+    keep, both = [], 0
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        tech_met = c.meets(x, bound if bound is not None else y, tolerance)
+        base_met = c.meets(y, bound if bound is not None else x, tolerance)
+        if tech_met and base_met:
+            keep.append(i)
+            both += 1
+        elif base_met and len(ts) == len(bs) == len(xs) and oriented_ratio(bs[i], ts[i], claim.better) < 1:
+            keep.append(i)
+    return keep, len(xs), both
+
+
+def _only(samples: dict[str, dict[str, list[float]]], keep: list[int], n: int) -> dict[str, dict[str, list[float]]]:
+    """``samples`` with every list of the paired length ``n`` cut to the pairs ``keep`` (they stay aligned)."""
+    return {v: {m: [xs[i] for i in keep] if len(xs) == n else list(xs) for m, xs in ms.items()}
+            for v, ms in samples.items()}
+
+
+def _stood(verdict: Verdict, keep: list[int], n: int, both: int) -> Verdict:
+    """``verdict`` over the pairs counted at the constraint only, saying how many stood; fewer than the
+    minimum decide nothing."""
+    said = f"{both} of {n} pairs stand at the constraint (both sides met it)" + (
+        f", {len(keep) - both} more counted where the technique broke it and was behind (losses)"
+        if len(keep) > both else "")
+    if len(keep) == n and both == n:
+        return verdict
+    if not keep:
+        return Verdict(outcome="ties", ratio=None, pairs=0, why=f"{said}: no comparison at the constraint")
+    if len(keep) < MIN_PAIRS and not verdict.exact:
+        return verdict.model_copy(update={"outcome": "ties", "pairs": len(keep),
+                                          "why": f"{said}: fewer than {MIN_PAIRS}, a tie"})
+    return verdict.model_copy(update={"why": f"{verdict.why}; {said}" if verdict.why else said})
+
+
+def _held(verdict: Verdict, baseline_broke: str, technique_broke: str) -> Verdict:
+    """``verdict`` where a side of its comparison broke the declared constraint (each: who and how, ''
+    where it met it). A side that broke it gains nothing from the comparison (REVIEW.md 3): a baseline
+    that broke it (the fallback) decides nothing, a tie whatever the samples say; the technique breaking
+    it turns a win into a tie and leaves a loss a loss (it is behind on both). The outcome the samples
+    gave is kept in ``why``."""
+    broke = [b for b in (baseline_broke, technique_broke) if b]
+    if not broke:
+        return verdict
+    tie = bool(baseline_broke) or verdict.outcome == "wins"
+    said = f"the samples say {verdict.outcome}" + (f" ({verdict.why})" if verdict.why else "")
+    outcome = "ties" if tie else verdict.outcome
+    return verdict.model_copy(update={"outcome": outcome,
+                                      "why": f"{said}, but {' and '.join(broke)}" +
+                                             (": behind on both, a loss" if outcome == "loses" else
+                                              ": not a comparison at the constraint")})
+
+
 def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> tuple[RegimeReport, Curve]:
     head = spec.headline
     independent = spec.pairing != "turns"
@@ -249,22 +358,86 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
                         looks=(result.repeats or {}).get("looks", 1))
 
     head = spec.headline
-    headline = ratio(head)
+    c = spec.constraint  # contract v4 (issue 47): the declared constraint (None: none)
+    bound = tol = None
+    if c is not None:
+        try:
+            bound, tol = c.resolve(params, spec.params)
+        except ValueError as exc:
+            raise ContractError(f"{spec.name}: {exc}") from None
+
+    def held_ratio(claim: Claim) -> tuple[Ratio, tuple[list[int], int, int] | None]:
+        """The claim's ratio; where a constraint is declared and sampled per pair on both sides, its
+        range, repeats and verdict over only the pairs counted at it (``_standing``: a pair where the
+        technique broke it never counts as a win)."""
+        st = _standing(c, bound, tol, claim, result.samples) if c is not None else None
+        if st is None:
+            return ratio(claim), None
+        keep, n, both = st
+        r = Ratio.of(variants, claim, result.kinds, _only(result.samples, keep, n) if keep else {},
+                     result.assumptions, deterministic=claim.metric in deterministic,
+                     independent=spec.pairing != "turns", looks=(result.repeats or {}).get("looks", 1))
+        r.verdict = _stood(r.verdict, keep, n, both) if r.verdict is not None else None
+        return r, st
+
+    headline, _ = held_ratio(head)
     present = [v for v in variants if head.metric in variants[v]]
     deployable, oracles = _rivals(spec, present)
     at_metric = {v: variants[v][head.metric] for v in present}
     rivals = deployable or [head.baseline]
+    constraint = None
+    baseline_broke = technique_broke = ""
+    checks: list[ConstraintCheck] = []
+    excluded: list[str] = []
+    fallback = ""
+    if c is not None:  # the strongest among the baselines that met the constraint
+        checks = [_constraint_check(spec, c, bound, tol, b, head.technique, variants, result.samples, baseline=True)
+                  for b in rivals]
+        excluded = [k.variant for k in checks if not k.met]
+        rivals = [k.variant for k in checks if k.met]
+        if not rivals:
+            rivals = [head.baseline]
+            k = next((k for k in checks if k.variant == head.baseline), None) or \
+                _constraint_check(spec, c, bound, tol, head.baseline, head.technique, variants, result.samples,
+                                  baseline=True)
+            fallback = (f"Every deployable baseline broke the constraint: the strongest falls back to the headline's "
+                        f"baseline, {head.baseline}" + (f", which broke it ({k.why}), and its verdict decides "
+                                                        "nothing at the constraint" if not k.met else "") + ".")
+            if not k.met:
+                baseline_broke = f"{head.baseline} broke the constraint ({k.why})"
     best = _strongest(rivals, at_metric, head.better)
-    headline.vs_strongest = ratio(Claim(head.metric, best, head.technique, head.better,
-                                        statement=f"the strongest deployable baseline of this run on {head.metric}"))
+    what = " that met the constraint" if c is not None and not fallback else ""
+    strongest_claim = Claim(head.metric, best, head.technique, head.better,
+                            statement=f"the strongest deployable baseline{what} of this run on {head.metric}")
+    headline.vs_strongest, st = held_ratio(strongest_claim)
+    keep, n, both = st if st is not None else (None, 0, 0)
     if len(rivals) > 1:  # chosen as the best of several on this run's data: judged as such
-        def samples_of(v: str) -> list[float]:
-            return result.samples.get(v, {}).get(head.metric) or [variants[v][head.metric]]
+        pool = _only(result.samples, keep, n) if keep else result.samples
 
-        headline.vs_strongest.verdict = against_strongest(
-            {b: samples_of(b) for b in rivals}, best, samples_of(head.technique), head.better,
-            deterministic=head.metric in deterministic, independent=spec.pairing != "turns",
-            looks=(result.repeats or {}).get("looks", 1))
+        def samples_of(v: str) -> list[float]:
+            return pool.get(v, {}).get(head.metric) or [variants[v][head.metric]]
+
+        if keep is None or keep:
+            headline.vs_strongest.verdict = against_strongest(
+                {b: samples_of(b) for b in rivals}, best, samples_of(head.technique), head.better,
+                deterministic=head.metric in deterministic, independent=spec.pairing != "turns",
+                looks=(result.repeats or {}).get("looks", 1))
+        if keep is not None:
+            headline.vs_strongest.verdict = _stood(headline.vs_strongest.verdict, keep, n, both)
+    if c is not None:
+        tech = _constraint_check(spec, c, bound, tol, head.technique, best, variants, result.samples, baseline=False)
+        if not tech.met:
+            technique_broke = f"{head.technique} broke the constraint ({tech.why})"
+        chosen = next((k for k in checks if k.variant == best), None) or \
+            _constraint_check(spec, c, bound, tol, best, head.technique, variants, result.samples, baseline=True)
+        constraint = ConstraintReport(metric=c.metric, better=c.better, bound=bound, tolerance=tol,
+                                      statement=c.statement, technique=tech, baselines=checks, excluded=excluded,
+                                      fallback=fallback, baseline=best, baseline_check=chosen,
+                                      pairs=n if keep is not None else None,
+                                      pairs_standing=both if keep is not None else None,
+                                      pairs_counted=len(keep) if keep is not None else None)
+    if headline.vs_strongest.verdict is not None:
+        headline.vs_strongest.verdict = _held(headline.vs_strongest.verdict, baseline_broke, technique_broke)
     if oracles:
         top = _strongest(oracles, at_metric, head.better)
         headline.vs_oracle = ratio(Claim(head.metric, top, head.technique, head.better,
@@ -294,5 +467,6 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
                      samples=result.samples, assumptions=result.assumptions, headline=headline,
                      ratios=[ratio(c) for c in spec.claims if not c.headline], curves=curves,
                      roles={b: list(r) for b, r in spec.roles.items()}, regime=regime, projection=projection,
-                     notes=result.notes, deterministic_metrics=result.deterministic_metrics(variants),
+                     notes=result.notes, constraint=constraint,
+                     deterministic_metrics=result.deterministic_metrics(variants),
                      environment=environment, wall_time_s=wall_time_s)

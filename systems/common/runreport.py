@@ -188,6 +188,82 @@ class RegimeReport(BaseModel):
     statement: str = ""
 
 
+class ConstraintCheck(BaseModel):
+    """Whether one variant met the headline's declared constraint (contract v4, issue 47)."""
+
+    variant: str
+    value: float = Field(description="Its value of the constraint's metric (the median where sampled).")
+    reference: float = Field(description="What it was held to: the absolute bound, or (a relative constraint) the "
+                                         "technique's value for a baseline, the compared baseline's for the technique.")
+    met: bool = Field(description="A deployable baseline: unless its median misses the reference (beyond the "
+                                  "tolerance) and, where the metric was sampled per repeat or seed, most of its "
+                                  "pairs miss it too (an established shortfall); the technique: its median meets it "
+                                  "and so do most of its pairs (the doubt goes against the technique).")
+    pairs: int = Field(0, description="Pairs (repeats or seeds) judged one by one; 0: one value only.")
+    pairs_met: int = Field(0, description="Of those, the pairs in which it met the reference.")
+    why: str = Field("", description="Which way it broke the constraint, in words ('' where met).")
+
+
+class ConstraintReport(BaseModel):
+    """The constraint the headline's comparison against the strongest deployable baseline is held to
+    (``SystemSpec.constraint``), and who met it: a deployable baseline that broke it is not a candidate
+    for ``vs_strongest``; where every one broke it, ``vs_strongest`` is the headline's baseline and
+    ``fallback`` says why and the verdict is a tie; the technique breaking it makes a win a tie."""
+
+    metric: str
+    better: Better
+    bound: float | None = Field(None, description="The absolute bound; None: relative to the technique's value.")
+    tolerance: float = 0.0
+    statement: str = ""
+    technique: ConstraintCheck = Field(description="The technique: against the absolute bound, or (relative) "
+                                                   "against the baseline of vs_strongest.")
+    baselines: list[ConstraintCheck] = Field(default_factory=list, description="Every deployable baseline present.")
+    excluded: list[str] = Field(default_factory=list, description="Deployable baselines that broke the constraint, "
+                                                                  "left out of the candidates for vs_strongest.")
+    fallback: str = Field("", description="Why vs_strongest is the headline's baseline although it broke the "
+                                          "constraint (every deployable baseline did); '' otherwise.")
+    baseline: str = Field("", description="The baseline of vs_strongest ('' in a report made before the field).")
+    baseline_check: ConstraintCheck | None = Field(None, description="That baseline's check.")
+    pairs: int | None = Field(None, description="Pairs of vs_strongest (repeats or seeds); None: the constraint's "
+                                                "metric was not sampled per pair on both sides (medians only).")
+    pairs_standing: int | None = Field(None, description="Of those, the pairs where both sides met the constraint: "
+                                                         "the only ones vs_strongest's verdict (and the headline's "
+                                                         "own) is judged over, with those where the technique "
+                                                         "broke it and was behind (losses); fewer than 6 counted "
+                                                         "decide nothing.")
+    pairs_counted: int | None = Field(None, description="The pairs the verdict counted: the standing ones and those "
+                                                        "where the technique broke the constraint and was behind.")
+
+    def sentence(self) -> str:
+        """The constraint, both compared sides' values and who broke it, in words (the rendered report and docs)."""
+        tol = f" (tolerance {self.tolerance:g})" if self.tolerance else ""
+        at = "at least" if self.better == "higher" else "at most"
+        held = (f"{self.metric} {at} {self.bound:g}{tol}" if self.bound is not None else
+                f"{self.metric} {at} the technique's{tol}")
+        out = [f"Compared at the constraint {held}"]
+        if self.excluded:
+            out.append("left out of the strongest deployable baseline, having broken it: " + "; ".join(
+                f"{c.variant} ({c.why})" for c in self.baselines if c.variant in self.excluded))
+        else:
+            out.append("every deployable baseline met it")
+        text = ": ".join(out) + "."
+        if self.baseline:
+            b = self.baseline_check
+            text += (f" {self.metric} (median): {self.technique.variant} {self.technique.value:.4g}, "
+                     f"{self.baseline} {b.value:.4g}" if b is not None else "") + "."
+        if self.pairs is not None:
+            extra = (self.pairs_counted or 0) - self.pairs_standing
+            text += (f" The verdict is over the {self.pairs_standing} of {self.pairs} pairs where both sides met it"
+                     + (f" and {extra} where the technique broke it and was behind (losses)" if extra > 0 else "")
+                     + (" (fewer than 6: a tie)" if (self.pairs_counted or self.pairs_standing) < 6 else "") + ".")
+        if self.fallback:
+            text += f" {self.fallback}"
+        if not self.technique.met:
+            text += (f" The technique broke it ({self.technique.why}): no win at the constraint (a loss stays a "
+                     "loss).")
+        return text
+
+
 class Environment(BaseModel):
     device: str
     cores: int = Field(description="CPUs of the machine.")
@@ -239,6 +315,9 @@ class RunReport(BaseModel):
     projection: Ratio | None = Field(None, description="The headline metric at the paper's hardware constants, "
                                      "modelled from this run's measured and counted quantities; never the headline.")
     notes: list[str] = Field(default_factory=list, description="Why numbers differ from the paper, etc.")
+    constraint: ConstraintReport | None = Field(None, description="The constraint the headline's comparison with "
+                                                "the strongest deployable baseline is held to, and who broke it (issue "
+                                                "47); None: the spec declares none, or a report made before it.")
     deterministic_metrics: list[str] = Field(default_factory=list, description="Metrics that depend only on the "
                                              "parameters and seed, equal in every run with the same parameters.")
     environment: Environment

@@ -82,6 +82,67 @@ class Regime:
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """Contract v4 (issue 47): what every side of the headline's comparison must hold for it to count
+    (an SLO attainment, an error bound, an accuracy target), on a metric each variant reports. Either an
+    absolute bound (``bound``, or the run parameter ``bound_param``): a variant meets it when its value
+    is at least the bound (``better`` higher) or at most it (lower), give or take ``tolerance``; or,
+    with neither, relative to the technique: a baseline meets it when its value is at least the
+    technique's less the tolerance (higher; at most the technique's plus it where lower is better), so
+    the comparison is at the technique's own constraint. ``tolerance_param`` reads the tolerance from a
+    run parameter. ``report.build_report`` judges each variant by its median and, where the constraint
+    metric was sampled per repeat or seed, per pair: a deployable baseline broke it only where its
+    median and most of its pairs miss it (then it is never the strongest, ``vs_strongest``); the
+    technique met it only where its median and most of its pairs do; and the headline's verdicts count
+    only the pairs where both sides met it (and those where the technique broke it and was behind)."""
+
+    metric: str                  # the constraint's metric, a key of each compared variant's metrics
+    better: Better               # which direction of that metric is better
+    bound: float | None = None   # an absolute bound
+    bound_param: str | None = None   # an absolute bound read from this run parameter
+    tolerance: float = 0.0
+    tolerance_param: str | None = None   # the tolerance read from this run parameter
+    statement: str = ""          # the constraint in words
+
+    def __post_init__(self) -> None:
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"constraint {self.metric!r}: better must be 'higher' or 'lower' (got {self.better!r})")
+        if self.bound is not None and self.bound_param is not None:
+            raise ValueError(f"constraint {self.metric!r}: give bound or bound_param, not both")
+        if self.tolerance < 0:
+            raise ValueError(f"constraint {self.metric!r}: the tolerance must not be negative (got {self.tolerance})")
+
+    @property
+    def relative(self) -> bool:
+        """Whether the bound is the technique's own value (no absolute bound declared)."""
+        return self.bound is None and self.bound_param is None
+
+    def resolve(self, params: dict[str, Any], model: Any = None) -> tuple[float | None, float]:
+        """(the absolute bound, None where relative; the tolerance) for a run with ``params``; a parameter
+        the run's dict lacks takes its default in the pydantic ``model`` (the spec's parameter model)."""
+        fields = getattr(model, "model_fields", {}) or {}
+
+        def read(name: str) -> float:
+            value = params.get(name)
+            if value is None and name in fields and not fields[name].is_required():
+                value = fields[name].default
+            if value is None:
+                raise ValueError(f"constraint {self.metric!r} reads the run parameter {name!r}, which this run lacks")
+            return float(value)
+        bound = read(self.bound_param) if self.bound_param else self.bound
+        tolerance = read(self.tolerance_param) if self.tolerance_param else self.tolerance
+        if tolerance < 0:
+            raise ValueError(f"constraint {self.metric!r}: the tolerance must not be negative (got {tolerance})")
+        return bound, tolerance
+
+    def meets(self, value: float, reference: float, tolerance: float) -> bool:
+        """Whether ``value`` is at least ``reference`` (the bound, or the technique's value) less the
+        tolerance in the constraint's direction."""
+        slack = tolerance + 1e-9
+        return value >= reference - slack if self.better == "higher" else value <= reference + slack
+
+
+@dataclass(frozen=True)
 class SystemSpec:
     name: str
     title: str
@@ -106,6 +167,9 @@ class SystemSpec:
     # system's result may override a metric whose kind depends on a parameter (a replayed model is
     # ``emulated``, the real one ``measured``); the override is made by its pure package.
     kinds: dict[str, "Kind"] = field(default_factory=dict)
+    # Contract v4 (issue 47): the constraint the headline's comparison holds at (see Constraint): a
+    # deployable baseline that broke it is not the strongest; None: no declared constraint.
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         heads = [c for c in self.claims if c.headline]
@@ -167,5 +231,5 @@ class SystemSpec:
                 "roles": {b: list(r) for b, r in self.roles.items()},
                 "mechanism": asdict(self.mechanism) if self.mechanism else None,
                 "regime": asdict(self.regime) if self.regime else None, "hardware": list(self.hardware),
-                "pairing": self.pairing,
+                "pairing": self.pairing, "constraint": asdict(self.constraint) if self.constraint else None,
                 "claims": [asdict(c) for c in self.claims]}

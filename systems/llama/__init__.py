@@ -1,6 +1,6 @@
 """Llama (arXiv 2102.01887): latency-targeted, per-invocation configuration of video pipelines on
 serverless CPU and GPU workers, vs all-CPU, all-GPU and the cheapest static plan reaching Llama's own
-predicted attainment (within attainment_tolerance) on separate calibration videos (all deployable), with
+predicted attainment on separate calibration videos (all deployable), with
 the cheapest static plan reaching Llama's measured attainment on repeat 0's videos beside them (hindsight,
 an oracle). Each repeat runs every variant on its own videos (seed + repeat)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Constraint, Mechanism, Regime, SystemSpec
 
 VARIANTS = ("all_cpu", "all_gpu", "best_static", "static_oracle", "llama", "llama_once")
 
@@ -25,7 +25,8 @@ class Params(SystemParams):
         # rival at 95% (contract v4), but a loss against the strongest of the three deployable plans is judged at
         # 1 - 0.05 / 3 and needs at least seven pairs on one side (2 / 2^7 < 0.05 / 3); eight leave one pair to
         # fall out of the equal-attainment check. 64 calibration videos, so that one video moves a plan's
-        # calibration attainment by less than attainment_tolerance. slo_cold_starts=0: the SLO is warm latency
+        # calibration attainment by less than attainment_tolerance (best_static reaches Llama's itself, none
+        # subtracted). slo_cold_starts=0: the SLO is warm latency
         # (instances are provisioned, prewarm), between the all-GPU and all-CPU plans' slowest calibration
         # videos, so it binds for the cheapest plan on its busiest videos; with one cold start of allowance
         # (the default) every plan met every deadline in earlier runs and no policy could be cheaper than all-CPU
@@ -46,8 +47,9 @@ class Params(SystemParams):
                                     "plans on them is modelled (no processes); with more than 1 / attainment_tolerance "
                                     "of them one video does not decide which plan reaches Llama's attainment.")
     attainment_tolerance: float = Field(0.05, ge=0.0, le=0.5, description="Two SLO attainments (shares of videos) "
-                                        "count as equal when they differ by at most this much: best_static must "
-                                        "reach Llama's predicted calibration attainment less this, and a repeat's "
+                                        "count as equal when they differ by at most this much (best_static must "
+                                        "reach Llama's predicted calibration attainment itself, none "
+                                        "subtracted): a repeat's "
                                         "cost ratio counts at equal attainment only where the two sides' evaluated "
                                         "attainments are this close (or where the baseline met more videos and costs less). "
                                         "0.05: one evaluated video of 32 at quick, not two.")
@@ -162,6 +164,15 @@ SPEC = SystemSpec(
            "slo_s": "modelled", "invocations": "counted", "cold_starts": "counted", "cold_start_s": "measured",
            "execution_wall_s": "measured", "objects_classified": "counted", "frames_with_motion": "counted",
            "answers_match": "counted", "profile_cold_start_s": "measured", "videos_evaluated": "counted"},
+    # cost counts at Llama's own attainment (issue 47): a plan cheaper by missing more deadlines than the tolerance
+    # (all-CPU on a binding SLO) is not the strongest deployable baseline; the harness judges medians and pairs
+    constraint=Constraint(
+        "slo_attainment", "higher", tolerance_param="attainment_tolerance",
+        statement="SLO attainment (share of the evaluated videos within the SLO): a deployable plan counts as the "
+                  "strongest on cost unless its median and most repeats fall short of Llama's less "
+                  "attainment_tolerance; "
+                  "the verdict counts the repeats where both are within the tolerance of each other (and Llama's "
+                  "losses where it fell short); Llama's own attainment at least that plan's less the tolerance"),
     mechanism=Mechanism(
         "dynamic per-invocation configuration", "llama_once",
         "llama_once keeps Llama's profile, latency targets and cost-based choice of tier and batch size, but fixes "
@@ -179,7 +190,7 @@ SPEC = SystemSpec(
         Claim("cost", "best_static", "llama", "lower", 17.2,
               "7.9x lower latency and 17.2x lower cost (paper: against cluster and serverless video systems; "
               "here: against the cheapest static plan, all-CPU ones included, predicted to meet the SLO for at "
-              "least Llama's own predicted share of separate calibration videos less attainment_tolerance, so that no "
+              "least Llama's own predicted share of separate calibration videos (no tolerance subtracted), so that no "
               "static plan is as cheap and at least as good there, run on the evaluated videos; a repeat's cost ratio "
               "counts only where the baseline reaches Llama's attainment within the tolerance (or met more videos "
               "and costs less): the run's notes judge every pair and give the verdict at equal attainment)",

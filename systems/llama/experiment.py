@@ -1,6 +1,6 @@
 """The steps of a Llama run, each a plain function the flow's tasks call: profile the workers,
 plan (reference answers, SLO and deployable static plans on calibration videos: best_static reaches
-Llama's own predicted attainment there, within ``attainment_tolerance``), execute one variant for real
+Llama's own predicted attainment there, no tolerance subtracted), execute one variant for real
 on one repeat's videos (repeat r: videos and arrivals of seed + r), and search in hindsight for the
 cheapest static plan reaching Llama's measured attainment on repeat 0's videos (static_oracle)."""
 from __future__ import annotations
@@ -61,8 +61,10 @@ def policy_of(p: Params, name: str, plans: dict, profile: Profile):
 def deployable_plans(p: Params, jobs, profile: Profile, trace: dict, slo: float) -> tuple[dict, dict[str, float], list[dict]]:
     """The deployable static plans, chosen on calibration ``jobs`` (never the evaluated videos): all_cpu,
     all_gpu and best_static, the cheapest static plan (all-CPU ones included) predicted to meet the SLO for
-    at least Llama's own predicted share of these videos less ``attainment_tolerance`` (two attainments
-    that close count as equal), so that cost is compared at equal attainment. No other scored plan, all_cpu
+    at least Llama's own predicted share of these videos (no tolerance subtracted: picked at the bottom edge
+    of the tolerance band, a plan tends to fall below it on the evaluated videos, where the harness's
+    constraint holds it to Llama's attainment less ``attainment_tolerance``), so that cost is compared at
+    equal attainment. No other scored plan, all_cpu
     and all_gpu included, is as cheap and at least as good on these videos (``choose_statics``): where
     all-CPU reaches the target, best_static is all-CPU or a cheaper plan. Returns the plans, the predicted
     attainment on these videos of Llama and of each plan, and every scored plan. Llama's prediction cannot
@@ -71,8 +73,11 @@ def deployable_plans(p: Params, jobs, profile: Profile, trace: dict, slo: float)
     # Llama predicted by the same executor, profile and trace that score the static plans
     llama = predict_run(jobs, LlamaPolicy(profile, p.max_instances), profile, trace, args, slo, p.keep_alive_s,
                         p.max_instances, p.prewarm).summary(slo)["slo_attainment"]
+    # Llama's predicted attainment itself, no tolerance subtracted (the review of issue 47, M1): a plan picked at
+    # the band's bottom edge on calibration falls below it on the evaluated videos about half the time, the
+    # harness's constraint then excludes it and only all-GPU, the dearest plan, is left to compare with
     plans, scored = choose_statics(jobs, profile, trace, args, slo, p.keep_alive_s, p.max_instances,
-                                   llama - p.attainment_tolerance, p.prewarm)
+                                   llama, p.prewarm)
     att = {"llama": llama, **{n: next(c["slo_attainment"] for c in scored if c["plan"] is pl) for n, pl in plans.items()}}
     return plans, att, scored
 
@@ -143,8 +148,8 @@ def run_profile(p: Params) -> dict:
 
 def make_plan(p: Params, profile: Profile) -> dict:
     """The SLO and the deployable static plans (both from the separate calibration videos;
-    ``calibration``: the predicted attainment there of Llama, which best_static must reach within
-    ``attainment_tolerance``, and of each deployable plan; ``calibration_scored``: every static plan's
+    ``calibration``: the predicted attainment there of Llama, which best_static must reach (no
+    tolerance subtracted), and of each deployable plan; ``calibration_scored``: every static plan's
     predicted cost and attainment there), and for every repeat's evaluated videos the reference answers
     (``answers[r]``) and every deployable plan's (and Llama's) predicted outcome (``predicted``: the median
     over the repeats, ``predicted_repeats[r]``: per repeat). Every static plan's predicted outcome on repeat

@@ -44,6 +44,13 @@ def test_smoke_run_meets_the_contract(name, smoke_run):
         assert r.verdict is not None and (r.verdict.exact or r.verdict.outcome == "ties" or r.verdict.pairs >= 6)
     deployable = [b for b in spec.baselines if ("deployable" in spec.role(b) if spec.roles else "oracle" not in spec.role(b))]
     rivals = {b: report.variants[b][h.metric] for b in deployable if h.metric in report.variants.get(b, {})}
+    c = report.constraint
+    assert (c is not None) == (spec.constraint is not None)
+    if c is not None:  # issue 47: the strongest among the deployable baselines that met the constraint
+        assert {k.variant for k in c.baselines if not k.met} == set(c.excluded) and c.technique.variant == h.technique
+        met = {b: v for b, v in rivals.items() if b not in c.excluded}
+        rivals = met or {claim.baseline: report.variants[claim.baseline][h.metric]}
+        assert bool(c.fallback) == (not met)
     best = max(rivals.values()) if h.better == "higher" else min(rivals.values())
     assert h.vs_strongest.baseline in rivals and rivals[h.vs_strongest.baseline] == best
     if spec.contract_v3:  # the mechanism's ablation and the regime sweep ran, even at smoke

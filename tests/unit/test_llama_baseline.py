@@ -3,7 +3,9 @@ Llama's own predicted attainment on the calibration videos, so cost is compared 
 not at a goal (every deadline) that Llama itself misses. On a trace where all-CPU meets the SLO for as
 many calibration videos as Llama, though not for all of them, and an all-GPU plan meets it for every one,
 the baseline is the all-CPU plan; the selection before issue 47 (every calibration deadline) took the
-all-GPU plan there and failed this test. Llama's attainment is reached within attainment_tolerance, and no
+all-GPU plan there and failed this test. Llama's predicted attainment is reached itself, no tolerance
+subtracted (the review of issue 47, M1: a plan picked at the tolerance band's bottom edge fell below it on
+the evaluated videos and the harness's constraint left only all-GPU to compare with), and no
 static plan (all_cpu and all_gpu included) is as cheap and at least as good on the calibration videos as
 best_static: it is never a dominated plan there. The choice never sees the evaluated videos. Pure: the
 executor on a constructed profile, no processes."""
@@ -53,12 +55,12 @@ def test_best_static_is_the_cheapest_plan_reaching_llamas_predicted_attainment()
     trace, _ = reference(cal_videos, p.op_args())
     jobs = ex.jobs_of(p, cal_videos, calibration=True)
     plans, att, scored = ex.deployable_plans(p, jobs, profile(), trace, SLO)
-    target = att["llama"] - p.attainment_tolerance
+    target = att["llama"]   # no tolerance subtracted
     ok = [c for c in scored if c["slo_attainment"] >= target - 1e-9]
     best = next(c for c in scored if c["plan"] is plans["best_static"])
     assert best in ok and best["cost"] == min(c["cost"] for c in ok)
     assert att["best_static"] == best["slo_attainment"] >= target
-    # cheaper plans exist only below Llama's attainment (less the tolerance)
+    # cheaper plans exist only below Llama's attainment
     assert all(c["slo_attainment"] < target for c in scored if c["cost"] < best["cost"])
 
 
@@ -84,14 +86,16 @@ def test_best_static_is_never_dominated_by_another_deployable_plan_on_the_calibr
         other = next(c for c in scored if c["plan"] is plans[name])
         assert not (other["cost"] <= best["cost"] and other["slo_attainment"] >= best["slo_attainment"]
                     and (other["cost"], other["slo_attainment"]) != (best["cost"], best["slo_attainment"]))
-    # and where all-CPU reaches Llama's attainment (less the tolerance), best_static costs at most all_cpu
-    if att["all_cpu"] >= att["llama"] - tolerance - 1e-9:
+    # and where all-CPU reaches Llama's attainment, best_static costs at most all_cpu
+    if att["all_cpu"] >= att["llama"] - 1e-9:
         assert best["cost"] <= next(c for c in scored if c["plan"] is plans["all_cpu"])["cost"]
 
 
-def test_a_tolerance_lets_all_cpu_stand_where_it_misses_one_calibration_video_more_than_llama():
-    # on the six calibration videos at a tight SLO, all-CPU meets one video fewer than Llama is predicted to:
-    # without a tolerance a dearer plan must be taken; with one of a video's step, all-CPU is the baseline
+def test_the_tolerance_does_not_lower_the_calibration_target_all_cpu_one_video_short_is_not_the_baseline():
+    """M1 (the review of issue 47): on the six calibration videos at a tight SLO, all-CPU meets one video fewer
+    than Llama is predicted to. With the target lowered by a tolerance of one video's step (before), all-CPU
+    was the baseline, picked at the band's bottom edge; now the target is Llama's attainment whatever the
+    tolerance, so a dearer plan reaching it is, the same one as with no tolerance."""
     p0, p1 = params(attainment_tolerance=0.0), params(attainment_tolerance=1 / CAL)
     cal_videos = ex.workload(p0, calibration=True)
     trace, _ = reference(cal_videos, p0.op_args())
@@ -100,17 +104,8 @@ def test_a_tolerance_lets_all_cpu_stand_where_it_misses_one_calibration_video_mo
         plans0, att, scored = ex.deployable_plans(p0, jobs, profile(), trace, slo)
         if abs(att["llama"] - att["all_cpu"] - 1 / CAL) > 1e-9:
             continue
-        plans1, _, scored1 = ex.deployable_plans(p1, jobs, profile(), trace, slo)
-        cost = {id(c["plan"]): c["cost"] for c in scored1}
-        assert cost[id(plans1["best_static"])] <= cost[id(plans1["all_cpu"])]
-        assert plans0["best_static"] != plans0["all_cpu"]
+        plans1, att1, _ = ex.deployable_plans(p1, jobs, profile(), trace, slo)
+        assert plans0["best_static"] != plans0["all_cpu"] and plans1["best_static"] != plans1["all_cpu"]
+        assert plans1["best_static"] == plans0["best_static"] and att1["best_static"] >= att1["llama"] - 1e-9
         return
     pytest.skip("no SLO in the list makes all-CPU miss exactly one calibration video more than Llama")
-
-
-def test_the_choice_never_sees_the_evaluated_videos():
-    # the SLO derived too: it comes from the calibration videos alone
-    small = {"calibration_videos": 2, "slo_s": None}
-    a, b = ex.make_plan(params(**small), profile()), ex.make_plan(params(**small, videos=3), profile())
-    assert a["slo_s"] == b["slo_s"] and a["labels"] == b["labels"] and a["calibration"] == b["calibration"]
-    assert a["predicted"] != b["predicted"]   # the evaluated videos did change

@@ -1,6 +1,6 @@
 """Contract v4 for vcache: vCache and the calibrated static threshold are compared only where both met
-delta (issue 47): a regime point where either broke it is invalid and says who, a seed where either broke it
-is left out of the headline's pairs; and the spec declares every kind."""
+delta (issue 47): a regime point where either broke it is invalid and says who; every seed reaches the
+harness, whose declared constraint counts only the seeds where both met delta; and the spec declares every kind."""
 from __future__ import annotations
 
 from mlsys_flows.systems.vcache import SPEC, Params
@@ -66,20 +66,43 @@ def _mini():
                        **{k: {"hit_rate": 0.2, "error_rate": 0.0} for k in ("static_oracle", "static_oracle_low", "static_oracle_high")}}}
 
 
-def test_the_headline_pairs_only_the_seeds_where_both_met_delta():
+def test_every_seed_reaches_the_harness_which_pairs_only_the_seeds_where_both_met_delta():
+    """M4: the result no longer drops seeds itself (so the harness's constraint check could never fire):
+    every seed's samples reach build_report, whose per-pair rule counts only the seeds where both met
+    delta; vCache breaking delta on a seed is never a win there."""
+    from mlsys_flows.systems.common.report import build_report
+    from mlsys_flows.systems.common.runreport import Environment
+
     p = Params.for_scale("smoke", seeds=4)
     per_seed = [_seed(0.30, 0.006, 0.35, 0.012, full=True), _seed(0.30, 0.006, 0.45, 0.025),   # static bought hits
                 _seed(0.40, 0.006, 0.35, 0.030), _seed(0.38, 0.007, 0.33, 0.010)]              # static broke, fewer
     points = {0.0: _seed(0.3, 0.005, 0.4, 0.01), 0.2: _seed(0.3, 0.005, 0.4, 0.01)}
     res = build_result(p, per_seed, _mini(), points)
-    assert res.samples["vcache"]["hit_rate"] == [0.30, 0.38]
-    assert res.samples["static_threshold"]["hit_rate"] == [0.35, 0.33]
-    assert all(len(res.samples[v]["hit_rate"]) == 2 for v in res.samples)   # the pairs stay aligned
+    assert res.samples["vcache"]["hit_rate"] == [0.30, 0.30, 0.40, 0.38]
+    assert res.samples["static_threshold"]["error_rate"] == [0.012, 0.025, 0.030, 0.010]
+    assert all(len(res.samples[v]["hit_rate"]) == 4 for v in res.samples)   # the pairs stay aligned
     notes = " ".join(res.notes)
     assert "seed 1: static_threshold error 0.0250 > delta 0.02" in notes
-    assert "seed 2: static_threshold error 0.0300 > delta 0.02" in notes and "2 of 4 seeds are paired" in notes
+    assert "seed 2: static_threshold error 0.0300 > delta 0.02" in notes and "the 2 of 4 seeds where both" in notes
     assert "fewer than the 6 a verdict needs" in notes
     assert "Error budget used" in notes and "static_threshold 0.60, 1.25, 1.50, 0.50" in notes
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="abc", git_dirty=False, code_hash="c0de")
+    rep = build_report(SPEC, params=p.model_dump(mode="json"), result=res, run_id="r", environment=env,
+                       wall_time_s=1.0)
+    c = rep.constraint
+    assert (c.pairs, c.pairs_standing, c.pairs_counted) == (4, 2, 2) and c.bound == 0.02
+    v = rep.headline.vs_strongest.verdict
+    assert v.outcome == "ties" and "2 of 4 pairs stand" in v.why
+    # vCache breaking delta on 3 of 8 seeds with more hits: those seeds are dropped, 5 stand, a tie (before: a win)
+    p8 = Params.for_scale("smoke", seeds=8)
+    seeds8 = [_seed(0.40, 0.030 if i < 3 else 0.006, 0.30, 0.010, full=i == 0) for i in range(8)]
+    rep8 = build_report(SPEC, params=p8.model_dump(mode="json"), result=build_result(p8, seeds8, _mini(), points),
+                        run_id="r", environment=env, wall_time_s=1.0)
+    assert rep8.constraint.pairs_standing == 5 and rep8.headline.vs_strongest.verdict.outcome == "ties"
+    seeds8 = [_seed(0.40, 0.030 if i < 2 else 0.006, 0.30, 0.010, full=i == 0) for i in range(8)]
+    rep6 = build_report(SPEC, params=p8.model_dump(mode="json"), result=build_result(p8, seeds8, _mini(), points),
+                        run_id="r", environment=env, wall_time_s=1.0)
+    assert rep6.constraint.pairs_standing == 6 and rep6.headline.vs_strongest.verdict.outcome == "wins"
 
 
 def test_single_seed_comparisons_are_ties_not_exact():
