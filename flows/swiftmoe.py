@@ -7,7 +7,8 @@ from __future__ import annotations
 from prefect import get_run_logger
 
 from mlsys_flows.flows.common import RunContext, system_flow
-from mlsys_flows.systems.swiftmoe import CAPACITY_SWEEP, REGIME_VARIANTS, TUNED, choose_capacity
+from mlsys_flows.systems.swiftmoe import (CAPACITY_SWEEP, REPLACE_GRID, TUNED, choose_capacity,
+                                          choose_replace_every)
 from mlsys_flows.systems.swiftmoe.calibrate import WORLD, gloo_available, replay_rank
 from mlsys_flows.systems.swiftmoe.calibrate import summarize as summarize_calibration
 from mlsys_flows.systems.swiftmoe.result import LINK_FACTORS, POLICIES, STATE_SCALES, build_result
@@ -39,15 +40,25 @@ def swiftmoe(ctx: RunContext):
                                   c["simulated_iter_s"] * 1e3, c["link_gbps"])
     else:
         get_run_logger().warning("swiftmoe calibration skipped: torch.distributed with gloo is not available")
-    futures = {n: t.train.submit(n, p, ctx.storage, data, prof, ctx.devices, record=n in ("flexmoe", "swiftmoe"))
-               for n in POLICIES}
-    # the deployable DeepSpeed: every capacity factor on the calibration trace (another seed), the fastest kept
+    # the deployable baselines, tuned on the calibration trace (another seed): DeepSpeed's capacity factor and
+    # FlexMoE's re-placement period, each the fastest there to its target
     factors = (p.capacity_factor, *CAPACITY_SWEEP)
     cal_futures = {cf: t.train_point.submit("deepspeed", p.calibration(), prof, ctx.devices, cf) for cf in factors}
+    periods = sorted({*REPLACE_GRID, p.replace_every})
+    flex_futures = {k: t.train_point.submit("flexmoe", p.calibration().model_copy(update={"replace_every": k}), prof,
+                                            ctx.devices) for k in periods}
+    futures = {n: t.train.submit(n, p, ctx.storage, data, prof, ctx.devices, record=n == "swiftmoe")
+               for n in POLICIES if n != "flexmoe"}
     # the regime: every drift rate and seed (a point equal to this run reuses its trainings)
     fresh = {key: pt for key, pt in points.items() if pt != p}
-    reg_futures = {(*key, n): t.train_point.submit(n, pt, rprof, ctx.devices) for key, pt in fresh.items()
-                   for n in REGIME_VARIANTS if n != TUNED}
+    reg_futures = {(*key, "swiftmoe"): t.train_point.submit("swiftmoe", pt, rprof, ctx.devices)
+                   for key, pt in fresh.items()}
+    cal_flex = {k: f.result() for k, f in flex_futures.items()}
+    tuned_re = choose_replace_every(cal_flex)
+    futures["flexmoe"] = t.train.submit("flexmoe", p.model_copy(update={"replace_every": tuned_re}), ctx.storage, data,
+                                        prof, ctx.devices, record=True)
+    reg_futures |= {(*key, "flexmoe"): t.train_point.submit(
+        "flexmoe", pt.model_copy(update={"replace_every": tuned_re}), rprof, ctx.devices) for key, pt in fresh.items()}
     cal = {cf: f.result() for cf, f in cal_futures.items()}
     tuned_cf = choose_capacity(cal)
     reg_futures |= {(*key, TUNED): t.train_point.submit(TUNED, pt, rprof, ctx.devices, tuned_cf)
@@ -58,4 +69,4 @@ def swiftmoe(ctx: RunContext):
     swept = t.sweep.submit(p, prof, *({"trace": runs[n].pop("trace"),
                                        "iterations_to_target": runs[n]["metrics"]["iterations_to_target"]}
                                       for n in ("flexmoe", "swiftmoe")), links, list(STATE_SCALES)).result()
-    return build_result(p, data, prof, calib, runs, cal, tuned_cf, reg, swept)
+    return build_result(p, data, prof, calib, runs, cal, tuned_cf, reg, swept, cal_flex, tuned_re)

@@ -5,8 +5,8 @@ import numpy as np
 
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, SystemResult, param_assumptions
 
-from . import (ABLATION, CALIBRATED, DEEPSPEED_SWEEP, FROZEN, PRECISION_BYTES, REGIME_VARIANTS, RUN_METRICS, SIMULATED,
-               SPEC, TRAINED, TUNED, sweep_variant, variant_policy)
+from . import (ABLATION, CALIBRATED, DEEPSPEED_SWEEP, FROZEN, MODELLED, PRECISION_BYTES, REGIME_VARIANTS, RUN_METRICS,
+               SIMULATED, SPEC, TRAINED, TUNED, sweep_variant, variant_policy)
 from .train import time_to_loss
 
 POLICIES = TRAINED  # every variant trained on the evaluated trace
@@ -22,8 +22,8 @@ def tuned_run(p, tuned_cf: float) -> str:
 
 def common_target(runs: dict[str, dict]) -> float:
     """The target loss every compared variant reached: the runs' own target (the Bayes loss + target_gap)
-    when all reached it, else the highest best held-out loss among them (the loosest policy's best), so a
-    regime point is always a time-to-target ratio at one target for all."""
+    when all reached it, else the highest best held-out loss among them (the loosest policy's best), so every
+    sample of a regime point is read at one target for all (a loosened point is reported but invalid)."""
     return max([next(iter(runs.values()))["target_loss"], *(r["best_eval_loss"] for r in runs.values())])
 
 
@@ -31,7 +31,9 @@ def _regime_point(rate: float, seeds: dict[int, dict[str, dict]]) -> tuple[Regim
     """One drift rate; ``seeds``: seed -> variant -> its run (metrics and held-out curve). Each seed's
     trainings are read at their common target (``common_target``): every variant's sample is its simulated
     clock at the first evaluation at or below it, samples paired by seed. Also the seeds whose target was
-    loosened (``"seed s: target t (gap g over the runs' own)"``)."""
+    loosened (``"seed s: target t (gap g over the runs' own)"``). A point with any loosened seed is invalid
+    (``valid=False``): a compared side missed the run's own target there, and the loosened target, a loss the
+    loosest variant reached only at its best, makes the ratio one of clocks read near the budget's end."""
     samples: dict[str, list[float]] = {n: [] for n in REGIME_VARIANTS}
     loosened = []
     for seed, runs in seeds.items():
@@ -44,7 +46,11 @@ def _regime_point(rate: float, seeds: dict[int, dict[str, dict]]) -> tuple[Regim
             if t is None:  # cannot happen: the target is at or above every variant's best held-out loss
                 raise ValueError(f"{n} never reached the common target {target} at drift {rate:g}, seed {seed}")
             samples[n].append(t)
-    return RegimeSample(value=rate, kind="simulated", samples=samples), loosened
+    invalid = "" if not loosened else (
+        f"at drift {rate:g} a compared variant missed the run's own target loss on {len(loosened)} of {len(seeds)} "
+        "seeds (the target had to be loosened to the loosest variant's best held-out loss): its time is not a "
+        "time to the target")
+    return RegimeSample(value=rate, kind="simulated", samples=samples, valid=not loosened, invalid=invalid), loosened
 
 
 def _point_run(run: dict) -> dict:
@@ -67,11 +73,14 @@ def _why_not_reached(name: str, run: dict, p, cf: float | None = None) -> str:
 
 
 def build_result(p, data: dict, prof: dict, calib: dict | None, runs: dict[str, dict], cal: dict[float, dict],
-                 tuned_cf: float, reg: dict[tuple[float, str], dict], swept: dict[float, list[float]]) -> SystemResult:
+                 tuned_cf: float, reg: dict[tuple[float, str], dict], swept: dict[float, list[float]],
+                 cal_flex: dict[int, dict] | None = None, tuned_re: int | None = None) -> SystemResult:
     """``runs``: every policy trained on the evaluated trace; ``cal``: DeepSpeed at each capacity factor on the
     calibration trace (``tuned_cf`` won there); ``reg``: (drift rate, seed, variant) -> its run (metrics and
     held-out curve), for the regime's trainings that differ from this run; ``swept``: the what-if re-pricing;
-    ``calib``: policy -> its 2-rank replay, or None without gloo."""
+    ``calib``: policy -> its 2-rank replay, or None without gloo; ``cal_flex``: FlexMoE at each re-placement
+    period on the calibration trace (``tuned_re`` won there and is the ``flexmoe`` variant's period)."""
+    tuned_re = p.replace_every if tuned_re is None else tuned_re
     tuned_from = tuned_run(p, tuned_cf)
     small = p.at_drift(p.regime_drift_rates[0])
     links = [p.link_gbps * f for f in LINK_FACTORS]
@@ -94,6 +103,10 @@ def build_result(p, data: dict, prof: dict, calib: dict | None, runs: dict[str, 
         variants[name]["replay_iter_ms"] = float(np.median(replay_ms))
         samples[name] = {"calibration_error": list(c["error"]), "replay_iter_ms": replay_ms}
     measured_here = f"measured in this run on {prof['device']}"
+    bytes_model = param_assumptions(p, "precision") | {
+        f"{role}_bytes": Assumption(value=b, unit="B per element",
+                                    source=f"stated for precision {p.precision!r} (PRECISION_BYTES); the training moves fp32")
+        for role, b in PRECISION_BYTES[p.precision].items()}
     clock = param_assumptions(p, "workers", "link_gbps") | {
         "expert_call_s": Assumption(value=prof["call_s"], unit="s", source=measured_here + " (fitted intercept)"),
         "expert_row_s": Assumption(value=prof["row_s"], unit="s", source=measured_here + " (fitted per-row slope)"),
@@ -121,8 +134,9 @@ def build_result(p, data: dict, prof: dict, calib: dict | None, runs: dict[str, 
         f"Time is simulated for {p.workers} workers from compute measured once in this run on {prof['device']} "
         f"(one expert call = {prof['call_s'] * 1e3:.3f} ms + {prof['row_s'] * 1e3:.4f} ms per row, fitted to "
         f"{len(prof['rows'])} row counts; dense part {prof['dense_s'] * 1e3:.2f} ms per worker micro-batch) and "
-        f"bytes of the real tensors each policy moved over {p.link_gbps} Gbit/s links. Training itself is real "
-        "torch on identical data, init and seed.",
+        f"bytes each policy moved over {p.link_gbps} Gbit/s links, modelled: element counts of the real tensors x "
+        "the bytes per element the precision states. Training itself is real fp32 torch on identical data, init and "
+        "seed.",
         f"Mean ms per iteration by part: {breakdown}.",
         f"flexmoe, {ABLATION} and swiftmoe compute the same update (no drops, Adam over the full gradient), so their "
         "loss curves coincide up to float rounding; they differ in time per iteration: load balance, gradient sync, "
@@ -146,7 +160,8 @@ def build_result(p, data: dict, prof: dict, calib: dict | None, runs: dict[str, 
         "(the best of them is chosen in hindsight).")
     notes.append(
         f"Mechanism: {ABLATION} is FlexMoE re-placed every iteration from the last iteration's load (SwiftMoE's "
-        "placement rule and period): each replica keeps its own weights and Adam state, so every new replica is a "
+        "period and load-balancing placement, plus FlexMoE's stickiness: a replica stays where it is when that costs "
+        "at most 0.25 x its load, which only saves the ablation migrations): each replica keeps its own weights and Adam state, so every new replica is a "
         "migration of weights + master + Adam moments; it drops no token, so only the time per iteration differs "
         f"from SwiftMoE. {FROZEN} is SwiftMoE with the start's placement (replicas for a uniform load) kept for the "
         "whole run (re-placement removed, decoupling kept).")
@@ -157,23 +172,34 @@ def build_result(p, data: dict, prof: dict, calib: dict | None, runs: dict[str, 
            f" at the smoke preset's sizes ({small.workers} workers, {small.n_experts} experts, {small.iterations} "
            f"iterations, batch {small.batch}; a smaller workload than the headline's, with its own compute profile)")
         + f", held-out loss every {small.eval_every} iterations, on seeds " + ", ".join(map(str, p.regime_seed_list))
-        + f" (samples paired by seed); deepspeed_tuned keeps the calibrated factor {tuned_cf:g}. Each seed's point "
-        "is read at one target for every variant: the run's own target where all reached it, else the loosest "
-        "variant's best held-out loss (every variant's time is then its clock at the first evaluation at or below "
-        "it). " + ("Targets loosened: " + "; ".join(f"drift {r:g}: " + ", ".join(ls) for r, ls in loosened.items())
-                   + "." if loosened else "No target was loosened."))
-    notes.append(_sweep_note(p, swept, links))
+        + f" (samples paired by seed); deepspeed_tuned keeps the calibrated factor {tuned_cf:g} and flexmoe the "
+        f"calibrated period {tuned_re}. Each seed's point is read at one target for every variant: the run's own "
+        "target where all reached it, else the loosest variant's best held-out loss (every variant's time is then "
+        "its clock at the first evaluation at or below it), and a point with a loosened seed is invalid (left out "
+        "of the verdicts and the crossover). "
+        + ("Targets loosened: " + "; ".join(f"drift {r:g}: " + ", ".join(ls) for r, ls in loosened.items())
+           + "." if loosened else "No target was loosened."))
+    if cal_flex:
+        notes.append(
+            f"flexmoe: FlexMoE re-placed every {tuned_re} iterations, the period that reached its target first on the "
+            f"calibration trace (seed {p.calibration().seed}, same sizes and drift; time to target by period: "
+            + ", ".join(f"{k}: {r['time_to_target_s']:.3f} s{'' if r['reached_target'] else ' (not reached)'}"
+                        for k, r in sorted(cal_flex.items()))
+            + f"), chosen as deepspeed_tuned's factor is, without the evaluated trace; the parameter's default is "
+            f"{p.replace_every}.")
+    notes.append(_sweep_note(p, swept, links, tuned_re))
     notes.append(_calibration_note(calib))
     notes += [_why_not_reached(n, runs[n], p) for n in POLICIES if not runs[n]["metrics"]["reached_target"]]
     if not runs[tuned_from]["metrics"]["reached_target"]:
         notes.append(_why_not_reached(TUNED, runs[tuned_from], p, tuned_cf))
-    return SystemResult(variants=variants, samples=samples, assumptions=dict.fromkeys(SIMULATED, clock),
+    return SystemResult(variants=variants, samples=samples,
+                        assumptions=dict.fromkeys(SIMULATED, clock) | dict.fromkeys(MODELLED, bytes_model),
                         curves=curves, notes=notes, regime=regime, regime_headline_value=p.drift_rate)
 
 
 
 
-def _sweep_note(p, swept: dict, links: list[float]) -> str:
+def _sweep_note(p, swept: dict, links: list[float], tuned_re: int) -> str:
     paper = next(c.paper for c in SPEC.claims if c.baseline == "flexmoe" and c.metric == "time_to_target_s")
     here = swept[1.0][int(np.argmin([abs(g - p.link_gbps) for g in links]))]
     hits = [(s, g) for s in STATE_SCALES for g, r in zip(links, swept[s]) if r >= paper]
@@ -187,7 +213,7 @@ def _sweep_note(p, swept: dict, links: list[float]) -> str:
             f"re-priced for links {links[0]:.3g}-{links[-1]:.3g} Gbit/s and expert weights, gradients and optimizer "
             f"state {', '.join(f'x{s:g}' for s in STATE_SCALES)} their real size (the bytes of grad sync, "
             f"reduce-scatter, all-gather and migration scale; compute and all-to-all do not). This run sits at "
-            f"x1, {p.link_gbps} Gbit/s: ratio {here:.3f}x. {where}. replace_every={p.replace_every} is fixed: a "
+            f"x1, {p.link_gbps} Gbit/s: ratio {here:.3f}x. {where}. FlexMoE's period ({tuned_re}) is fixed: a "
             "different re-placement period changes FlexMoE's placements, hence its recorded work, and needs a rerun.")
 
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlsys_flows.systems.common.params import ParamsError
+from mlsys_flows.systems.common.verdict import MIN_PAIRS
 from mlsys_flows.systems.moe.model import LocalExperts, MoEConfig, TinyMoE, initial_experts, lm_loss
 from mlsys_flows.systems.swiftmoe import Params
 from mlsys_flows.systems.swiftmoe.cost import Profile, TimeModel, fit_linear, phase_seconds
@@ -189,7 +190,7 @@ def test_capacity_choice_and_regime_params():
     assert choose_capacity(runs(cf1=(0.5, 0), cf1_25=(0.7, 1), cf2=(0.6, 1))) == 2.0
     assert variant_policy(TUNED, 1.5) == ("deepspeed", 1.5)
     p = Params.for_scale("quick")
-    assert p.drift_rate == 1.0 and p.regime_drift_rates == [0.0, 1.0, 2.5, 5.0]
+    assert p.drift_rate == 1.0 and p.regime_drift_rates == [0.0, 1.0]
     small = p.at_drift(2.5)
     assert small.drift_period == 40.0 and small.seed == p.seed and p.at_drift(0.0).drift_period == float("inf")
     assert p.calibration().seed != p.seed and p.calibration().iterations == p.iterations
@@ -206,7 +207,7 @@ def test_quick_regime_trains_at_the_headline_sizes_with_seeds_and_fine_evaluatio
     """Issue 48: the drift sweep at the headline's sizes (only the drift and the seed change), more than one
     seed, none of them the calibration trace's, and evaluations fine enough that one does not decide."""
     p = Params.for_scale("quick")
-    assert p.regime_scale == "same" and p.regime_seeds >= 2
+    assert p.regime_scale == "same" and p.regime_seeds >= MIN_PAIRS  # fewer pairs would make every point a tie
     sizes = ("workers", "n_experts", "slots_per_worker", "d_model", "d_ff", "n_layers", "batch", "iterations",
              "seq_len", "target_gap", "eval_every", "replace_every", "precision", "aux_loss_coef")
     points = p.regime_points()
@@ -231,16 +232,54 @@ def test_a_regime_point_compares_every_variant_at_one_target():
         return {"target_loss": target, "best_eval_loss": min(losses), "eval_clock_s": clock, "eval_loss": losses,
                 "reached_target": float(min(losses) <= target), "time_to_target_s": clock[-1]}
 
-    curves = {"deepspeed_tuned": [3.0, 2.0, 1.5, 1.4], "flexmoe": [3.0, 1.2, 0.9, 0.8],
-              "swiftmoe": [2.5, 0.9, 0.8, 0.7], "flexmoe_every": [3.0, 2.0, 1.0, 0.9]}
+    curves = {"deepspeed_tuned": [3.0, 2.0, 1.5, 1.4], "flexmoe": [3.0, 1.2, 0.9, 0.8], "swiftmoe": [2.5, 0.9, 0.8, 0.7]}
     assert set(curves) == set(REGIME_VARIANTS)
     runs = {n: run(c) for n, c in curves.items()}
     assert common_target(runs) == 1.4   # deepspeed_tuned missed 1.0: the point is read at its best, 1.4
     point, loosened = _regime_point(0.0, {0: runs, 3: {n: run(c, target=2.6) for n, c in curves.items()}})
-    assert point.valid and point.samples["deepspeed_tuned"] == [4.0, 2.0]  # paired by seed
+    assert point.samples["deepspeed_tuned"] == [4.0, 2.0]  # paired by seed
     assert point.samples["swiftmoe"] == [2.0, 1.0] and point.samples["flexmoe"] == [2.0, 2.0]
-    assert point.samples["flexmoe_every"] == [3.0, 2.0]
     assert len(loosened) == 1 and loosened[0].startswith("seed 0: 1.400")
+    assert not point.valid   # a loosened seed makes the point invalid (see the test below)
+    # every seed's variants all reached the run's own target: one target, a valid point
+    ok, none = _regime_point(0.0, {0: {n: run(c, target=1.5) for n, c in curves.items()},
+                                   3: {n: run(c, target=2.6) for n, c in curves.items()}})
+    assert ok.valid and not none and ok.samples["deepspeed_tuned"] == [3.0, 2.0]
+
+
+def test_a_regime_point_where_a_compared_side_missed_the_target_is_invalid():
+    """Time to target is a lower bound for a policy that missed the target, and a target loosened to the
+    loosest variant's best is reached by it only near the budget's end: such a point stays out of the verdicts
+    and the crossover, whichever compared side (SwiftMoE, FlexMoE or the deployable DeepSpeed) missed it."""
+    from mlsys_flows.systems.swiftmoe import REGIME_VARIANTS
+    from mlsys_flows.systems.swiftmoe.result import _regime_point
+
+    def run(losses, target=1.0):
+        clock = [float(i + 1) for i in range(len(losses))]
+        return {"target_loss": target, "best_eval_loss": min(losses), "eval_clock_s": clock, "eval_loss": losses,
+                "reached_target": float(min(losses) <= target), "time_to_target_s": clock[-1]}
+
+    good = [3.0, 1.0, 0.9]
+    for missed in REGIME_VARIANTS:
+        seeds = {s: {n: run([3.0, 1.5, 1.2] if n == missed and s == 7 else good) for n in REGIME_VARIANTS}
+                 for s in range(6)} | {7: {n: run([3.0, 1.5, 1.2] if n == missed else good) for n in REGIME_VARIANTS}}
+        point, loosened = _regime_point(1.0, seeds)
+        assert not point.valid and "missed the run's own target" in point.invalid and "1 of 7 seeds" in point.invalid
+        assert loosened and loosened[0].startswith("seed 7")
+    assert _regime_point(1.0, {s: {n: run(good) for n in REGIME_VARIANTS} for s in range(6)})[0].valid
+
+
+def test_flexmoe_period_is_chosen_on_the_calibration_trace():
+    """M3: FlexMoE's re-placement period is tuned like DeepSpeed's capacity factor (first to target wins, a
+    miss never wins, ties: the shorter period), from a grid that includes the parameter's default."""
+    from mlsys_flows.systems.swiftmoe import REPLACE_GRID, choose_replace_every
+
+    def runs(**times):
+        return {int(k[1:]): {"time_to_target_s": t, "reached_target": float(r)} for k, (t, r) in times.items()}
+
+    assert choose_replace_every(runs(k1=(0.9, 1), k5=(0.7, 1), k25=(0.7, 1), k50=(0.8, 1))) == 5
+    assert choose_replace_every(runs(k1=(0.5, 0), k5=(0.9, 1), k50=(0.6, 1))) == 50
+    assert len(REPLACE_GRID) >= 3 and 1 in REPLACE_GRID and Params.for_scale("quick").replace_every in REPLACE_GRID
 
 
 # --- issue 48: the decoupling's ablation, the router's auxiliary loss, state bytes per precision ------------
