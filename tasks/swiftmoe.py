@@ -40,11 +40,12 @@ def profile(p: Params, pool: ResourcePool) -> dict:
 
 @task(name="swiftmoe-calibration-job")
 def calibration_job(p: Params, repeats: int) -> dict:
-    """SwiftMoE's recorded work at 2 workers and its compute profile: what the flow's 2 ranks replay
-    (``ctx.ranks(replay_rank, ...)``) and what ``summarize`` prices on the simulator."""
+    """Each compared policy's recorded work at 2 workers and the compute profile: what the flow's 2 ranks
+    replay (``ctx.ranks(replay_rank, ...)``) and what ``summarize`` prices on the simulator."""
     prepared = prepare_calibration(p, repeats)
-    get_run_logger().info("swiftmoe calibration job: %d iterations at 2 workers x %d slots, batch %d",
-                          prepared["iterations"], prepared["slots_per_worker"], prepared["batch"])
+    get_run_logger().info("swiftmoe calibration job: %s, %d iterations each at 2 workers x %d slots, batch %d",
+                          ", ".join(prepared["job"]["traces"]), prepared["iterations"], prepared["slots_per_worker"],
+                          prepared["batch"])
     return prepared
 
 
@@ -66,20 +67,22 @@ def train(name: str, p: Params, storage: ObjectStorage, data: dict, prof: dict, 
     return asdict(run)
 
 
-_KEEP = ("time_to_target_s", "reached_target", "iterations_to_target", "tokens_dropped_frac", "mean_iter_time_s")
+_KEEP = ("time_to_target_s", "reached_target", "iterations_to_target", "tokens_dropped_frac", "mean_iter_time_s",
+         "target_loss", "best_eval_loss")
 
 
 @task(name="swiftmoe-train-point")
 def train_point(name: str, p: Params, prof: dict, pool: ResourcePool, capacity_factor: float | None = None) -> dict:
     """One variant on another trace than the evaluated one (the calibration seed, or a regime point's
-    drift): the workload is generated here; returns the time-to-target metrics only."""
+    drift and seed): the workload is generated here; returns the time-to-target metrics and the held-out
+    curve (so a regime point can be read at a target every compared variant reached)."""
     log = get_run_logger()
     torch.set_num_threads(1)
     policy, cf = variant_policy(name, p.capacity_factor if capacity_factor is None else capacity_factor)
     run = train_policy(name, p, build_workload(p), Profile(**prof), pool.device(), policy=policy, capacity_factor=cf)
     log.info("swiftmoe %s (seed %d, drift period %g, cf %g): time to target %.3f s (reached: %s)", name, p.seed,
              p.drift_period, cf, run.metrics["time_to_target_s"], bool(run.metrics["reached_target"]))
-    return {k: float(run.metrics[k]) for k in _KEEP}
+    return {k: float(run.metrics[k]) for k in _KEEP} | {"eval_clock_s": run.eval_clock_s, "eval_loss": run.eval_loss}
 
 
 @task(name="swiftmoe-sweep")
@@ -87,7 +90,8 @@ def sweep(p: Params, prof: dict, flex: dict, swift: dict, links_gbps: list[float
           state_scales: list[float]) -> dict[float, list[float]]:
     """Re-price the recorded FlexMoE and SwiftMoE traces for other links and expert-state sizes."""
     t0 = time.perf_counter()
-    out = sweep_flexmoe_ratio(flex, swift, Profile(**prof), p.d_model, p.workers, links_gbps, state_scales)
+    out = sweep_flexmoe_ratio(flex, swift, Profile(**prof), p.d_model, p.workers, links_gbps, state_scales,
+                              p.precision)
     get_run_logger().info("swiftmoe sweep: %d links x %d state sizes re-priced in %.1f s", len(links_gbps),
                           len(state_scales), time.perf_counter() - t0)
     return out

@@ -111,6 +111,7 @@ class TinyMoE(nn.Module):
         self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        self.aux_loss = torch.zeros(())  # set by every forward
 
     def forward(self, tokens: Tensor, backend: ExpertBackend | None) -> tuple[Tensor, list[Tensor]]:
         """Logits [B, T, V] and, per layer, the router's expert choices [N, k].
@@ -118,11 +119,13 @@ class TinyMoE(nn.Module):
         b, t = tokens.shape
         x = self.embed(tokens) + self.pos[:t]
         choices = []
+        aux = []
         for layer, blk in enumerate(self.blocks):
             x = blk.attention(x)
             h = blk.ln2(x).reshape(b * t, -1)
-            expert, gate, _ = blk.route(h)
+            expert, gate, probs = blk.route(h)
             choices.append(expert.detach())
+            aux.append(load_balancing_loss(probs, expert, self.cfg.n_experts))
             if backend is None:
                 continue
             n, k = expert.shape
@@ -130,7 +133,19 @@ class TinyMoE(nn.Module):
             out = backend(layer, h[rows], expert.T.reshape(-1), n)
             y = torch.zeros_like(h).index_add_(0, rows, out * gate.T.reshape(-1, 1))
             x = x + y.view(b, t, -1)
+        # the auxiliary load-balancing loss of the last forward, summed over the MoE layers as Switch and
+        # DeepSpeed-MoE do (``l_aux``): a trainer adds ``coef * model.aux_loss`` to its LM loss
+        self.aux_loss = torch.stack(aux).sum()
         return self.head(self.ln_f(x)), choices
+
+
+def load_balancing_loss(probs: Tensor, expert: Tensor, n_experts: int) -> Tensor:
+    """Switch/GShard auxiliary load-balancing loss of one MoE layer: ``E * sum_e f_e * P_e`` with
+    ``f_e`` the fraction of routed rows (all top-k choices, before any capacity drop) sent to expert e
+    (no gradient) and ``P_e`` the mean router probability of e (the gradient flows through it). It is
+    1 for a perfectly balanced router and grows as the router concentrates its tokens."""
+    f = torch.bincount(expert.reshape(-1), minlength=n_experts).to(probs.dtype) / expert.numel()
+    return n_experts * (f * probs.mean(0)).sum()
 
 
 def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:

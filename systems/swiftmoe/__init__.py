@@ -26,11 +26,32 @@ def sweep_variant(cf: float) -> str:
 
 
 DEEPSPEED_SWEEP = tuple(sweep_variant(cf) for cf in CAPACITY_SWEEP)
-ABLATION = "swiftmoe_frozen"   # SwiftMoE with the start's placement kept for the whole run
+# the mechanism's ablation: FlexMoE (replicas with their own weights AND optimizer state) re-placed every
+# iteration from the last iteration's load, as SwiftMoE is; only the decoupling of the state is missing, so
+# every re-placement migrates weights + optimizer state
+ABLATION = "flexmoe_every"
+FROZEN = "swiftmoe_frozen"     # SwiftMoE with the start's placement kept for the whole run (re-placement removed)
 TUNED = "deepspeed_tuned"      # DeepSpeed at the capacity factor that won on the calibration trace
-TRAINED = ("deepspeed", *DEEPSPEED_SWEEP, "flexmoe", "swiftmoe", ABLATION)  # every variant trained on the evaluated trace
+TRAINED = ("deepspeed", *DEEPSPEED_SWEEP, "flexmoe", "swiftmoe", ABLATION, FROZEN)  # every variant trained on the evaluated trace
 VARIANTS = (*TRAINED, TUNED)
-REGIME_VARIANTS = (TUNED, "flexmoe", "swiftmoe", ABLATION)  # trained at every drift rate of the regime
+# trained at every drift rate (and seed) of the regime; the decoupling's ablation is judged at the headline only
+REGIME_VARIANTS = (TUNED, "flexmoe", "swiftmoe")
+# FlexMoE's re-placement periods tried on the calibration trace (with the ``replace_every`` param); the
+# fastest there to its target is the ``flexmoe`` variant's period, as DeepSpeed's capacity factor is chosen
+REPLACE_GRID = (1, 5, 25, 50)
+# the policies whose recorded work the 2-rank replay times against the simulator (calibration_error)
+CALIBRATED = ("deepspeed", "flexmoe", "swiftmoe", ABLATION)
+
+# Bytes per expert parameter by role and precision. ``weight``: a replica's working copy (what the forward
+# reads, what an all-gather or migration ships); ``grad``: its gradient (what gradient sync ships);
+# ``master``: a separate fp32 master copy (mixed precision; in fp32 the weights are their own master);
+# ``adam``: Adam's two fp32 moments; ``act``: one activation element (the all-to-all and the dense
+# all-reduce, whose gradients have the weights' precision). Training runs in fp32 either way; the
+# precision sets the bytes charged to every transfer and to the state each worker holds.
+PRECISION_BYTES = {
+    "fp32": {"weight": 4, "grad": 4, "master": 0, "adam": 8, "act": 4},
+    "mixed": {"weight": 2, "grad": 2, "master": 4, "adam": 8, "act": 2},  # bf16 weights/grads/activations
+}
 
 
 def variant_policy(variant: str, capacity_factor: float) -> tuple[str, float]:
@@ -41,7 +62,7 @@ def variant_policy(variant: str, capacity_factor: float) -> tuple[str, float]:
             return "deepspeed", cf
     if variant == TUNED:
         return "deepspeed", capacity_factor
-    if variant in (*POLICIES, ABLATION):
+    if variant in (*POLICIES, ABLATION, FROZEN):
         return variant, capacity_factor
     raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
 
@@ -52,7 +73,9 @@ class Params(SystemParams):
         "smoke": dict(iterations=30, batch=16, workers=4, n_experts=8, slots_per_worker=3, d_model=32, d_ff=64,
                       vocab=256, seq_len=16, n_eval=32, eval_every=10, replace_every=10, drift_period=40,
                       profile_repeats=3, target_gap=3.0, regime_drift_rates=[0.0, 2.5]),
-        "quick": dict(regime_scale="smoke"),
+        # the regime at the headline's sizes: no drift and the headline's drift, six seeds per point (a verdict
+        # needs systems.common.verdict.MIN_PAIRS pairs), evaluated every other iteration
+        "quick": dict(eval_every=2, regime_seeds=6, regime_drift_rates=[0.0, 1.0]),
         "full": dict(iterations=4000, batch=128, workers=16, n_experts=16, slots_per_worker=2, d_model=256,
                       d_ff=1024, n_layers=4, n_heads=8, vocab=4096, regimes=16, seq_len=128, n_eval=256,
                       eval_every=50, replace_every=50, drift_period=2000, link_gbps=100.0, profile_repeats=20,
@@ -85,12 +108,15 @@ class Params(SystemParams):
     workers: int = Field(16, ge=2, le=256, description="Simulated workers (expert-parallel ranks).")
     slots_per_worker: int = Field(1, ge=1, le=64, description="Expert replicas a worker can hold (SwiftMoE, FlexMoE).")
     capacity_factor: float = Field(1.0, gt=0, le=16, description="DeepSpeed capacity factor; overflow tokens are dropped.")
-    replace_every: int = Field(50, ge=1, le=100_000, description="FlexMoE re-placement period (iterations).")
+    replace_every: int = Field(50, ge=1, le=100_000, description="FlexMoE's default re-placement period (iterations); the flexmoe variant uses the period (of this and REPLACE_GRID) with the lowest time to target on the calibration trace.")
     link_gbps: float = Field(4.0, gt=0, le=10_000, description="Simulated per-worker link bandwidth (Gbit/s).")
     profile_repeats: int = Field(15, ge=1, le=1000, description="Repeats of each compute timing (the fastest is kept).")
     # contract v3: the deployable DeepSpeed and the drift regime
     calibration_seed_offset: int = Field(1, ge=1, le=1_000_000, description="The calibration trace (language, init and stream) uses seed + this; DeepSpeed's capacity factor for deepspeed_tuned is the one (of 1.0 and the swept ones) with the lowest time to target there.")
     regime_drift_rates: list[float] = Field([0.0, 1.0, 2.5, 5.0], min_length=2, max_length=12, description="Popularity drift rates of the regime sweep, in hot-spot rotations per 100 iterations (drift_period = 100 / rate; 0: no drift).")
+    regime_seeds: int = Field(1, ge=1, le=16, description="Seeds per regime point (language, init and stream): this run's seed, then seed + calibration_seed_offset + 1, + 2, ... (never the calibration trace's); each point's samples, paired by seed.")
+    aux_loss_coef: float = Field(0.01, ge=0, le=10.0, description="Coefficient of the router's auxiliary load-balancing loss (Switch/GShard l_aux, summed over the MoE layers), added to the LM loss for every policy; 0.01 as DeepSpeed-MoE users set it.")
+    precision: Literal["fp32", "mixed"] = Field("mixed", description="Precision the transfers and the state are charged at: 'mixed' = bf16 weights, gradients and activations with fp32 master weights and Adam moments; 'fp32' = all fp32 (the arithmetic itself runs in fp32 either way).")
     regime_scale: Literal["same", "smoke"] = Field("same", description="Sizes of the regime's trainings: 'same' as this run, or the smoke preset's model, cluster and iterations (cheaper; the drift rate, seed and everything else as this run).")
 
     @field_validator("regime_drift_rates")
@@ -110,6 +136,17 @@ class Params(SystemParams):
         sizes = {k: v for k, v in self.PRESETS["smoke"].items() if k not in ("regime_drift_rates", "drift_period")} \
             if self.regime_scale == "smoke" else {}
         return self.model_copy(update=sizes | {"drift_period": 100.0 / rate if rate > 0 else float("inf")})
+
+    def regime_points(self) -> dict[tuple[float, int], "Params"]:
+        """(drift rate, seed) -> the parameters of that regime training."""
+        return {(rate, seed): self.at_drift(rate).model_copy(update={"seed": seed})
+                for rate in self.regime_drift_rates for seed in self.regime_seed_list}
+
+    @property
+    def regime_seed_list(self) -> list[int]:
+        """This run's seed, then seeds past the calibration trace's (never the trace the capacity factor
+        was chosen on)."""
+        return [self.seed] + [self.seed + self.calibration_seed_offset + i for i in range(1, self.regime_seeds)]
 
     def calibration(self) -> "Params":
         """The same run on the calibration trace (another seed)."""
@@ -138,13 +175,16 @@ class Params(SystemParams):
                          n_experts=self.n_experts, d_ff=self.d_ff, top_k=self.top_k, seq_len=self.seq_len)
 
 # what each policy's training run reports; the times are on the simulated cluster's clock (compute measured
-# once in the run, communication over assumed links), the rest counted, and the training's wall clock timed
+# once in the run, communication over assumed links), the bytes modelled (element counts of the real tensors
+# x the bytes per element that ``precision`` states: the training itself moves fp32), the rest counted, and
+# the training's wall clock timed
 RUN_METRICS = ("time_to_target_s", "reached_target", "iterations_to_target", "target_loss", "final_eval_loss",
                "best_eval_loss", "mean_iter_time_s", "total_time_s", "tokens_dropped_frac",
                "expert_bytes_moved_per_iter", "migration_bytes_total", "expert_state_bytes_per_worker", "train_wall_s")
 SIMULATED = ("time_to_target_s", "mean_iter_time_s", "total_time_s")
+MODELLED = ("expert_bytes_moved_per_iter", "migration_bytes_total", "expert_state_bytes_per_worker")
 # calibration_error and replay_iter_ms: the 2-rank gloo replay of SwiftMoE's recorded work, timed
-KINDS = (dict.fromkeys(RUN_METRICS, "counted") | dict.fromkeys(SIMULATED, "simulated")
+KINDS = (dict.fromkeys(RUN_METRICS, "counted") | dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(MODELLED, "modelled")
          | dict.fromkeys(("train_wall_s", "calibration_error", "replay_iter_ms"), "measured")
          | {"capacity_factor": "counted"})
 
@@ -158,11 +198,14 @@ SPEC = SystemSpec(
     # default factor 1.0; the swept factors on the evaluated trace are hindsight choices (their best is vs_oracle)
     roles={TUNED: ("deployable",), "deepspeed": ("paper", "deployable"), "flexmoe": ("paper", "deployable"),
            **{v: ("oracle",) for v in DEEPSPEED_SWEEP}},
-    mechanism=Mechanism("per-iteration expert re-placement (replicas follow each iteration's load at no extra "
-                        "transfer)", ABLATION,
-                        "swiftmoe_frozen is SwiftMoE (sharded optimizer state, reduce-scatter, all-gather into the "
-                        "replicas, no drops) with the start's placement kept for the whole run: only the "
-                        "re-placement from the router's load is removed"),
+    mechanism=Mechanism("decoupled expert optimizer state (sharded statically, so re-placing replicas every "
+                        "iteration moves no optimizer state)", ABLATION,
+                        "flexmoe_every is FlexMoE re-placed every iteration from the last iteration's load, as "
+                        "SwiftMoE is: replicas keep their own weights and Adam state, gradients are all-reduced "
+                        "over the replicas, and every new replica is a migration of weights + master + Adam "
+                        "state; only the decoupling is removed (SwiftMoE's period and load-balancing placement, "
+                        "plus FlexMoE's stickiness, which keeps a replica where it is when that costs at most 0.25 x "
+                        "its load and so only saves the ablation migrations; no drops, same update)"),
     regime=Regime("drift_rate", unit="hot-spot rotations per 100 iterations", paper_value=None,
                   paper_source="arXiv:2504.19925 trains on real corpora whose expert popularity drifts during "
                                "training; it gives no drift rate",
@@ -187,10 +230,17 @@ SPEC = SystemSpec(
 )
 
 __all__ = ["Params", "SPEC", "SYSTEM", "POLICIES", "CAPACITY_SWEEP", "DEEPSPEED_SWEEP", "VARIANTS", "TRAINED", "TUNED",
-           "ABLATION", "REGIME_VARIANTS", "sweep_variant", "variant_policy", "choose_capacity"]
+           "ABLATION", "FROZEN", "CALIBRATED", "PRECISION_BYTES", "REGIME_VARIANTS", "REPLACE_GRID", "sweep_variant",
+           "variant_policy", "choose_capacity", "choose_replace_every"]
 
 
 def choose_capacity(runs: dict[float, dict[str, float]]) -> float:
     """The capacity factor whose calibration run reached its target first: a run that missed the target
     never wins over one that reached it (its time is only a lower bound); ties: the smaller factor."""
     return min(runs, key=lambda cf: (not runs[cf]["reached_target"], runs[cf]["time_to_target_s"], cf))
+
+
+def choose_replace_every(runs: dict[int, dict[str, float]]) -> int:
+    """FlexMoE's re-placement period whose calibration run reached its target first, by the same rule as
+    ``choose_capacity`` (a miss never wins; ties: the shorter period)."""
+    return min(runs, key=lambda k: (not runs[k]["reached_target"], runs[k]["time_to_target_s"], k))

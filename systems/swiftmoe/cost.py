@@ -22,6 +22,7 @@ import torch
 
 from mlsys_flows.systems.moe.model import ExpertLayout, MoEConfig, TinyMoE, expert_ffn, lm_loss
 
+from . import PRECISION_BYTES
 from .policies import IterationWork
 
 
@@ -119,6 +120,7 @@ class TimeModel:
     d_model: int
     workers: int
     state_scale: float = 1.0  # multiplies the bytes of EXPERT_STATE_PHASES (what-if: larger experts)
+    precision: str = "fp32"   # bytes of an activation (all-to-all) and of a dense gradient (dense all-reduce)
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -127,6 +129,7 @@ class TimeModel:
     def iteration(self, work: IterationWork) -> dict[str, float]:
         """Seconds of one iteration, broken down by part."""
         bw = self.link_bytes_per_s
+        size = PRECISION_BYTES[self.precision]
         compute = 0.0
         a2a = 0.0
         for calls, rows in zip(work.compute, work.a2a_rows):
@@ -134,9 +137,10 @@ class TimeModel:
             for worker, n in calls:
                 per_worker[worker] += self.profile.expert_time(n)
             compute += float(per_worker.max())
-            a2a += 4 * phase_seconds(rows * self.d_model * 4, bw)  # dispatch + combine, fwd + bwd, fp32
+            a2a += 4 * phase_seconds(rows * self.d_model * size["act"], bw)  # dispatch + combine, fwd + bwd
         w = self.workers
-        dense_sync = 2 * (w - 1) / w * self.profile.dense_bytes / bw if w > 1 else 0.0
+        # profile.dense_bytes counts the fp32 parameters; their gradients travel at the precision's size
+        dense_sync = 2 * (w - 1) / w * self.profile.dense_bytes * size["grad"] / 4 / bw if w > 1 else 0.0
         out = {"dense": self.profile.dense_s, "dense_allreduce": dense_sync, "expert_compute": compute, "all_to_all": a2a}
         for phase, m in work.comm.items():
             out[phase] = phase_seconds(m, bw) * (self.state_scale if phase in EXPERT_STATE_PHASES else 1.0)
@@ -145,11 +149,11 @@ class TimeModel:
 
 
 def reprice(traces: list[dict], profile: Profile, link_gbps: float, d_model: int, workers: int,
-            state_scale: float = 1.0) -> list[float]:
+            state_scale: float = 1.0, precision: str = "fp32") -> list[float]:
     """Simulated seconds of each recorded iteration (``IterationWork.to_trace``) under another link
     bandwidth or expert-state size: the work (rows, calls, bytes) is what training really did, so
     no retraining is needed; only the clock changes."""
-    model = TimeModel(profile, link_gbps, d_model, workers, state_scale)
+    model = TimeModel(profile, link_gbps, d_model, workers, state_scale, precision)
     return [model.iteration(IterationWork.from_trace(t))["total"] for t in traces]
 
 
@@ -161,13 +165,16 @@ def time_to_target(iter_times: list[float], iterations_to_target: int) -> float:
 
 
 def sweep_flexmoe_ratio(flex: dict, swift: dict, profile: Profile, d_model: int, workers: int,
-                        links_gbps: list[float], state_scales: list[float]) -> dict[float, list[float]]:
+                        links_gbps: list[float], state_scales: list[float],
+                        precision: str = "fp32") -> dict[float, list[float]]:
     """FlexMoE / SwiftMoE simulated time to target for each expert-state scale (key) and link
     bandwidth (list entry), re-pricing each run's recorded trace. ``flex``/``swift``: ``{"trace":
     [...], "iterations_to_target": n}``. Above 1: SwiftMoE reaches the target sooner."""
     out: dict[float, list[float]] = {}
     for s in state_scales:
-        out[s] = [time_to_target(reprice(flex["trace"], profile, g, d_model, workers, s), int(flex["iterations_to_target"]))
-                  / time_to_target(reprice(swift["trace"], profile, g, d_model, workers, s), int(swift["iterations_to_target"]))
+        out[s] = [time_to_target(reprice(flex["trace"], profile, g, d_model, workers, s, precision),
+                                 int(flex["iterations_to_target"]))
+                  / time_to_target(reprice(swift["trace"], profile, g, d_model, workers, s, precision),
+                                   int(swift["iterations_to_target"]))
                   for g in links_gbps]
     return out

@@ -14,6 +14,7 @@ iteration-time model in ``cost.py``.
   state; replica gradients all-reduced; every ``replace_every`` iterations the placement is
   re-planned from the load seen since the last plan and new replicas get weights AND optimizer
   state copied from an existing one (the migration is charged).
+- ``flexmoe_every`` (the decoupling's ablation): FlexMoE with ``replace_every=1``.
 - ``swiftmoe``: every expert's fp32 master weights and Adam state are sharded statically over
   all W workers. Each iteration the replica count of each expert follows its token load; a
   replica's gradient is reduce-scattered to the shard owners, each owner steps Adam on its
@@ -33,7 +34,7 @@ from torch import Tensor
 
 from mlsys_flows.systems.moe.model import ExpertLayout, MoEConfig, expert_ffn
 
-from . import POLICIES  # noqa: F401 - the variant names live with the spec
+from . import ABLATION, FROZEN, POLICIES, PRECISION_BYTES
 from .placement import assign_workers, replica_counts, split_rows
 
 
@@ -118,9 +119,12 @@ class IterationWork:
 class Policy:
     name = "policy"
 
-    def __init__(self, cfg: MoEConfig, weights: list[list[Tensor]], workers: int, slots_per_worker: int, lr: float):
+    def __init__(self, cfg: MoEConfig, weights: list[list[Tensor]], workers: int, slots_per_worker: int, lr: float,
+                 precision: str = "fp32"):
         self.cfg, self.workers, self.slots, self.lr = cfg, workers, slots_per_worker, lr
         self.layout = ExpertLayout(cfg.d_model, cfg.d_ff)
+        # bytes per expert parameter by role (the tensors are fp32; transfers and state are charged at these)
+        self.bytes = PRECISION_BYTES[precision]
         self.load = np.zeros((cfg.n_layers, cfg.n_experts))  # rows routed this iteration
         self.work = IterationWork(cfg.n_layers, workers)
 
@@ -177,6 +181,18 @@ class Policy:
         """Most bytes of expert weights + optimizer state any worker holds."""
         raise NotImplementedError
 
+    def _replica_state_bytes(self) -> int:
+        """Bytes per parameter of a replica that owns its optimizer state (DeepSpeed, FlexMoE): weights,
+        gradient buffer, master copy (mixed precision) and Adam's moments (16 B in either precision)."""
+        b = self.bytes
+        return b["weight"] + b["grad"] + b["master"] + b["adam"]
+
+    def _migration_bytes(self) -> int:
+        """Bytes per parameter a new replica with its own optimizer state receives: weights, master copy
+        and Adam's moments (the gradient buffer is recomputed, not shipped)."""
+        b = self.bytes
+        return b["weight"] + b["master"] + b["adam"]
+
     @staticmethod
     def _grad(w: Tensor) -> Tensor:
         return w.grad if w.grad is not None else torch.zeros_like(w)
@@ -190,8 +206,8 @@ class DeepSpeed(Policy):
 
     name = "deepspeed"
 
-    def __init__(self, cfg, weights, workers, slots_per_worker, lr, capacity_factor: float):
-        super().__init__(cfg, weights, workers, slots_per_worker, lr)
+    def __init__(self, cfg, weights, workers, slots_per_worker, lr, capacity_factor: float, precision: str = "fp32"):
+        super().__init__(cfg, weights, workers, slots_per_worker, lr, precision)
         self.cf, e_n = capacity_factor, cfg.n_experts
         self.groups = max(1, workers // e_n)
         self.host = [[g * e_n + e if workers > e_n else e * workers // e_n for g in range(self.groups)] for e in range(e_n)]
@@ -218,7 +234,7 @@ class DeepSpeed(Policy):
                 ring = self.host[e]
                 for i, h in enumerate(ring):  # ring all-reduce over the expert-data-parallel copies
                     self.work.add_bytes("grad_allreduce", h, ring[(i + 1) % len(ring)],
-                                        2 * (len(ring) - 1) / len(ring) * nbytes(g))
+                                        2 * (len(ring) - 1) / len(ring) * g.numel() * self.bytes["grad"])
                 s.update(w.data, g, self.lr)
                 w.grad = None
 
@@ -227,10 +243,10 @@ class DeepSpeed(Policy):
 
     def expert_state_bytes(self):
         per_worker = np.zeros(self.workers)
-        for ws, ss in zip(self.weights, self.state):
-            for e, (w, s) in enumerate(zip(ws, ss)):
+        for ws in self.weights:
+            for e, w in enumerate(ws):
                 for h in self.host[e]:
-                    per_worker[h] += nbytes(w, *s.tensors())
+                    per_worker[h] += w.numel() * self._replica_state_bytes()
         return int(per_worker.max())
 
 
@@ -261,8 +277,8 @@ class FlexMoE(_Replicated):
 
     name = "flexmoe"
 
-    def __init__(self, cfg, weights, workers, slots_per_worker, lr, replace_every: int):
-        super().__init__(cfg, weights, workers, slots_per_worker, lr)
+    def __init__(self, cfg, weights, workers, slots_per_worker, lr, replace_every: int, precision: str = "fp32"):
+        super().__init__(cfg, weights, workers, slots_per_worker, lr, precision)
         self.replace_every, self.iteration = replace_every, 0
         self.window = np.zeros((cfg.n_layers, cfg.n_experts))
         self.replicas: list[list[dict[int, Tensor]]] = []
@@ -280,7 +296,7 @@ class FlexMoE(_Replicated):
                 ring = sorted(reps)
                 for i, w in enumerate(ring):  # ring all-reduce: 2(r-1)/r of the gradient per link
                     self.work.add_bytes("grad_allreduce", w, ring[(i + 1) % len(ring)],
-                                        2 * (len(ring) - 1) / len(ring) * nbytes(g))
+                                        2 * (len(ring) - 1) / len(ring) * g.numel() * self.bytes["grad"])
                 for w, wt in reps.items():
                     states[w].update(wt.data, g, self.lr)
                     wt.grad = None
@@ -302,15 +318,15 @@ class FlexMoE(_Replicated):
                 src = old[i % len(old)]  # copy weights AND Adam state from an existing replica
                 new_reps[w] = reps[src].detach().clone().requires_grad_(True)
                 new_states[w] = states[src].clone()
-                self.work.add_bytes("migration", src, w, nbytes(new_reps[w], *new_states[w].tensors()))
+                self.work.add_bytes("migration", src, w, new_reps[w].numel() * self._migration_bytes())
             self.replicas[layer][e], self.state[layer][e] = new_reps, new_states
 
     def expert_state_bytes(self):
         per_worker = np.zeros(self.workers)
-        for reps_l, state_l in zip(self.replicas, self.state):
-            for reps, states in zip(reps_l, state_l):
+        for reps_l in self.replicas:
+            for reps in reps_l:
                 for w in reps:
-                    per_worker[w] += nbytes(reps[w], *states[w].tensors())
+                    per_worker[w] += reps[w].numel() * self._replica_state_bytes()
         return int(per_worker.max())
 
 
@@ -322,8 +338,8 @@ class SwiftMoE(_Replicated):
 
     name = "swiftmoe"
 
-    def __init__(self, cfg, weights, workers, slots_per_worker, lr, frozen: bool = False):
-        super().__init__(cfg, weights, workers, slots_per_worker, lr)
+    def __init__(self, cfg, weights, workers, slots_per_worker, lr, frozen: bool = False, precision: str = "fp32"):
+        super().__init__(cfg, weights, workers, slots_per_worker, lr, precision)
         self.frozen = frozen  # the ablation: the start's placement kept, never re-planned from the load
         numel = self.layout.numel
         self.shard_len = -(-numel // workers)
@@ -337,7 +353,7 @@ class SwiftMoE(_Replicated):
 
     def _update(self):
         numel, pad = self.layout.numel, self.shard_len * self.workers - self.layout.numel
-        shard_bytes = self.shard_len * self.master[0][0].element_size()
+        grad_shard, weight_shard = self.shard_len * self.bytes["grad"], self.shard_len * self.bytes["weight"]
         for layer in range(self.cfg.n_layers):
             # the next iteration's placement follows this load (frozen: the same holders as now)
             nxt = [sorted(reps) for reps in self.replicas[layer]] if self.frozen else self._place(self.load[layer])
@@ -345,31 +361,36 @@ class SwiftMoE(_Replicated):
                 # reduce-scatter: row w of every replica's gradient goes to owner w, summed there
                 g = sum(torch.nn.functional.pad(self._grad(wt), (0, pad)).view(self.workers, -1) for wt in reps.values())
                 owners = np.arange(self.workers)
-                self.work.add_bytes("grad_reduce_scatter", np.array(list(reps))[:, None], owners, shard_bytes)
+                self.work.add_bytes("grad_reduce_scatter", np.array(list(reps))[:, None], owners, grad_shard)
                 self.state[layer][e].update(self.master[layer][e], g, self.lr)  # each owner steps its row
                 # the all-gather of updated shards lands directly in the next placement's replicas
                 full = self.master[layer][e].reshape(-1)[:numel]
                 self.replicas[layer][e] = {w: full.clone().requires_grad_(True) for w in nxt[e]}
-                self.work.add_bytes("weight_all_gather", owners[:, None], np.array(nxt[e]), shard_bytes)
+                self.work.add_bytes("weight_all_gather", owners[:, None], np.array(nxt[e]), weight_shard)
 
     def expert_state_bytes(self):
+        """Replicas hold weights and gradient buffers; every worker owns one shard of each expert's fp32
+        master and Adam moments (SwiftMoE keeps an fp32 master in either precision)."""
+        b = self.bytes
         per_worker = np.zeros(self.workers)
-        for layer, reps_l in enumerate(self.replicas):
-            for e, reps in enumerate(reps_l):
+        for reps_l in self.replicas:
+            for reps in reps_l:
                 for w in reps:
-                    per_worker[w] += nbytes(reps[w])
-                per_worker += nbytes(self.master[layer][e][0], self.state[layer][e].m[0], self.state[layer][e].v[0])
+                    per_worker[w] += reps[w].numel() * (b["weight"] + b["grad"])
+                per_worker += self.shard_len * (4 + b["adam"])
         return int(per_worker.max())
 
 
 def make_policy(name: str, cfg: MoEConfig, weights: list[list[Tensor]], workers: int, slots_per_worker: int,
-                lr: float, capacity_factor: float, replace_every: int) -> Policy:
+                lr: float, capacity_factor: float, replace_every: int, precision: str = "fp32") -> Policy:
     if name == "deepspeed":
-        return DeepSpeed(cfg, weights, workers, slots_per_worker, lr, capacity_factor)
+        return DeepSpeed(cfg, weights, workers, slots_per_worker, lr, capacity_factor, precision)
     if name == "flexmoe":
-        return FlexMoE(cfg, weights, workers, slots_per_worker, lr, replace_every)
+        return FlexMoE(cfg, weights, workers, slots_per_worker, lr, replace_every, precision)
+    if name == ABLATION:  # the decoupling's ablation: FlexMoE re-placed every iteration, as SwiftMoE is
+        return FlexMoE(cfg, weights, workers, slots_per_worker, lr, 1, precision)
     if name == "swiftmoe":
-        return SwiftMoE(cfg, weights, workers, slots_per_worker, lr)
-    if name == "swiftmoe_frozen":
-        return SwiftMoE(cfg, weights, workers, slots_per_worker, lr, frozen=True)
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}, swiftmoe_frozen")
+        return SwiftMoE(cfg, weights, workers, slots_per_worker, lr, precision=precision)
+    if name == FROZEN:
+        return SwiftMoE(cfg, weights, workers, slots_per_worker, lr, frozen=True, precision=precision)
+    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}, {ABLATION}, {FROZEN}")

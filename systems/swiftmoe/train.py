@@ -55,8 +55,9 @@ def train_policy(name: str, p, wl: Workload, profile: Profile, device: str = "cp
     opt = torch.optim.Adam(model.parameters(), lr=p.lr)
     weights = [[w.to(device) for w in layer] for layer in initial_experts(cfg, p.seed)]
     cf = p.capacity_factor if capacity_factor is None else capacity_factor
-    backend = make_policy(policy or name, cfg, weights, p.workers, p.slots_per_worker, p.lr, cf, p.replace_every)
-    clock = TimeModel(profile, p.link_gbps, cfg.d_model, p.workers)
+    backend = make_policy(policy or name, cfg, weights, p.workers, p.slots_per_worker, p.lr, cf, p.replace_every,
+                          p.precision)
+    clock = TimeModel(profile, p.link_gbps, cfg.d_model, p.workers, precision=p.precision)
     ev = torch.as_tensor(wl.eval, device=device)
     target = wl.bayes_loss + p.target_gap
 
@@ -70,7 +71,8 @@ def train_policy(name: str, p, wl: Workload, profile: Profile, device: str = "cp
         batch = torch.as_tensor(wl.train[it], device=device)
         logits, _ = model(batch[:, :-1], backend)
         loss = lm_loss(logits, batch[:, 1:])
-        loss.backward()
+        # the router's auxiliary load-balancing loss, for every policy (the reported loss is the LM loss)
+        (loss + p.aux_loss_coef * model.aux_loss).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         work = backend.step()
@@ -114,3 +116,9 @@ def train_policy(name: str, p, wl: Workload, profile: Profile, device: str = "cp
     return PolicyRun(name=name, metrics=metrics, iter_time_s=iter_time, train_loss=train_loss, dropped_frac=dropped,
                      eval_iters=eval_iters, eval_loss=eval_loss, eval_clock_s=eval_clock,
                      breakdown_s={k: v / n for k, v in parts.items()}, trace=trace)
+
+
+def time_to_loss(eval_clock_s: list[float], eval_loss: list[float], target: float) -> float | None:
+    """The simulated clock at the first evaluation whose held-out loss is at or below ``target``; None
+    when no evaluation reached it."""
+    return next((c for c, loss in zip(eval_clock_s, eval_loss) if loss <= target), None)

@@ -18,6 +18,7 @@ import pytest
 from faultkit import DaskProcesses, no_rank_left, rank_states, ranks_idle, wait_until
 
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage
+from mlsys_flows.systems.swiftmoe import CALIBRATED
 from mlsys_flows.systems.swiftmoe import Params as SwiftMoEParams
 from mlsys_flows.systems.swiftmoe.calibrate import calibration_job, replay_rank, summarize
 from mlsys_flows.tasks.checkpoint import train_sharded_rank
@@ -89,11 +90,13 @@ def test_swiftmoe_calibration_replays_the_recorded_work_on_two_ranks(client):
     p = SwiftMoEParams.for_scale("smoke", profile_repeats=1)
     prepared = calibration_job(p, repeats=2, iterations=1)
     launch = run_ranks(client, replay_rank, 2, prepared["job"], timeout_s=120)
-    res = summarize(prepared, launch.results[0], launch.seconds)
-    assert res["workers"] == 2 and len(res["measured_iter_s"]) == 2 and launch.backend == "gloo"
-    assert all(math.isfinite(x) and x > 0 for x in res["measured_iter_s"]) and res["simulated_iter_s"] > 0
-    assert res["error"] == pytest.approx([m / res["simulated_iter_s"] for m in res["measured_iter_s"]])
-    assert res["link_gbps"] > 0 and res["breakdown_s"]["total"] == pytest.approx(res["simulated_iter_s"])
+    by_policy = summarize(prepared, launch.results[0], launch.seconds)
+    assert set(by_policy) == set(CALIBRATED) and launch.backend == "gloo"  # every compared policy replayed
+    for res in by_policy.values():
+        assert res["workers"] == 2 and len(res["measured_iter_s"]) == 2
+        assert all(math.isfinite(x) and x > 0 for x in res["measured_iter_s"]) and res["simulated_iter_s"] > 0
+        assert res["error"] == pytest.approx([m / res["simulated_iter_s"] for m in res["measured_iter_s"]])
+        assert res["link_gbps"] > 0 and res["breakdown_s"]["total"] == pytest.approx(res["simulated_iter_s"])
     no_rank_left(client)
 
 

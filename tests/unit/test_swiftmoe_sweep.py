@@ -20,7 +20,8 @@ CFG = MoEConfig(vocab=64, d_model=16, n_heads=2, n_layers=2, n_experts=4, d_ff=3
 # ---- capacity-factor sweep ------------------------------------------------------------------------
 def test_sweep_variants_are_deepspeed_baselines():
     assert set(DEEPSPEED_SWEEP) <= set(SPEC.baselines) and "deepspeed" in SPEC.baselines
-    assert set(VARIANTS) == {"deepspeed", "flexmoe", "swiftmoe", *DEEPSPEED_SWEEP, "swiftmoe_frozen", "deepspeed_tuned"}
+    assert set(VARIANTS) == {"deepspeed", "flexmoe", "swiftmoe", *DEEPSPEED_SWEEP, "swiftmoe_frozen", "flexmoe_every",
+                             "deepspeed_tuned"}
     assert all(SPEC.role(v) == ("oracle",) for v in DEEPSPEED_SWEEP)  # swept on the evaluated trace: hindsight
     assert [variant_policy(v, 1.0) for v in DEEPSPEED_SWEEP] == [("deepspeed", cf) for cf in CAPACITY_SWEEP]
     assert variant_policy("deepspeed", 1.7) == ("deepspeed", 1.7)  # the paper's baseline keeps the param
@@ -139,9 +140,9 @@ def test_recorded_trace_reprices_to_the_training_clock():
     for name in ("flexmoe", "swiftmoe"):
         run = train_policy(name, p, build_workload(p), PROF, record=True)
         assert len(run.trace) == p.iterations
-        np.testing.assert_allclose(reprice(run.trace, PROF, p.link_gbps, p.d_model, p.workers), run.iter_time_s,
-                                   rtol=1e-12)
-        slower = reprice(run.trace, PROF, p.link_gbps, p.d_model, p.workers, state_scale=100.0)
+        np.testing.assert_allclose(reprice(run.trace, PROF, p.link_gbps, p.d_model, p.workers, precision=p.precision),
+                                   run.iter_time_s, rtol=1e-12)
+        slower = reprice(run.trace, PROF, p.link_gbps, p.d_model, p.workers, state_scale=100.0, precision=p.precision)
         assert all(b > a for a, b in zip(run.iter_time_s, slower))  # every iteration syncs expert state
 
 # the gloo calibration (2 ranks on Dask worker processes): tests/integration/test_ranks.py
