@@ -27,7 +27,7 @@ SWEPT = CHECKPOINTED
 class Params(AdaptiveRepeatParams):
     SYSTEM: ClassVar[str] = "checkpoint"
     PRESETS: ClassVar[dict] = {
-        "smoke": dict(width=768, depth=4, batch_size=32, steps=8, every=2, regime_widths=[256, 768]),
+        "smoke": dict(width=768, depth=4, batch_size=32, steps=6, every=2, regime_widths=[256, 768]),
         # 20 steps (5 checkpoints): the final drain (one flush) is a small share of the run; 6 repeats (fixed:
         # the fewest that can decide) keep the six interleaved variants within the quick budget
         "quick": dict(width=2048, depth=4, batch_size=32, steps=20, every=4, regime_widths=[256, 512, 1024, 2048],

@@ -132,15 +132,20 @@ class DcpAsyncSaver:
         if getattr(store.storage, "is_s3", False):
             raise ValueError("dcp_async writes through torch.distributed.checkpoint's FileSystemWriter: it needs a "
                              f"local (file://) storage root, not {store.storage.root_url}")
+        import warnings
+
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
+        # single process on purpose (no_dist=True): DCP says so on every save and load, from its own thread
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized",
+                                category=UserWarning)
         self.store, self.run_key = store, run_key
         self.flushes: list[dict[str, Any]] = []
         self._stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
                                                     use_async_staging=False, use_non_blocking_copy=False))
         self._future = None
         self._pending: dict[str, Any] | None = None
-        self._kept: list[tuple[int, str]] = []
+        self._kept: list[tuple[int, str]] = []  # (step, key) of the checkpoints on storage, oldest first
 
     def key_of(self, step: int) -> str:
         return f"{self.store.prefix}/{self.run_key}/step-{step:09d}"
@@ -156,9 +161,26 @@ class DcpAsyncSaver:
         t0 = time.perf_counter()
         future = dcp.async_save(state, storage_writer=writer, async_stager=self._stager, no_dist=True)
         copy_s = time.perf_counter() - t0  # staging (the copy into the cached host buffers) ran inside
-        self._pending = {"step": step, "key": key, "copy_s": copy_s, "t0": time.perf_counter()}
-        future.add_done_callback(lambda _f, p=self._pending: p.setdefault("done", time.perf_counter()))
-        self._future = future
+        pending = {"step": step, "key": key, "copy_s": copy_s, "t0": time.perf_counter(),
+                   "finished": threading.Event()}
+        future.add_done_callback(lambda f, p=pending: self._finish(f, p))
+        self._future, self._pending = future, pending
+
+    def _finish(self, future, pending: dict[str, Any]) -> None:
+        """On DCP's thread once the write is done (the block's savers, too, prune in the background):
+        the checkpoint's size, then the checkpoints past ``keep_last`` deleted."""
+        try:
+            pending["done"] = time.perf_counter()
+            if future.exception() is None:
+                fs, _ = self.store.storage.filesystem()
+                pending["bytes"] = sum(fs.size(f) for f in fs.find(self.store.storage.path(pending["key"])))
+                self._kept.append((pending["step"], pending["key"]))
+                while len(self._kept) > self.store.keep_last:
+                    self.store.storage.delete(self._kept.pop(0)[1])
+        except BaseException as exc:  # noqa: BLE001 - raised in the training loop by the next call
+            pending["error"] = exc
+        finally:
+            pending["finished"].set()
 
     def _join(self) -> None:
         if self._future is None:
@@ -166,17 +188,13 @@ class DcpAsyncSaver:
         future, pending, self._future, self._pending = self._future, self._pending, None, None
         try:
             future.result()
+            pending["finished"].wait()
+            if "error" in pending:
+                raise pending["error"]
         except BaseException as exc:  # noqa: BLE001 - raised in the training loop, like the block's savers
             raise RuntimeError(f"a torch.distributed.checkpoint save of run {self.run_key!r} failed: {exc}") from exc
-        fs, _ = self.store.storage.filesystem()
-        path = self.store.storage.path(pending["key"])
-        size = sum(fs.size(f) for f in fs.find(path))
-        self.flushes.append({"step": pending["step"], "bytes": size,
-                             "seconds": pending.get("done", time.perf_counter()) - pending["t0"],
-                             "copy_s": pending["copy_s"]})
-        self._kept.append((pending["step"], pending["key"]))
-        while len(self._kept) > self.store.keep_last:
-            self.store.storage.delete(self._kept.pop(0)[1])
+        self.flushes.append({"step": pending["step"], "bytes": pending["bytes"],
+                             "seconds": pending["done"] - pending["t0"], "copy_s": pending["copy_s"]})
 
     def before_update(self) -> None:
         """Staging copied the state inside ``save``: the optimizer step may mutate it."""
