@@ -3,6 +3,7 @@ and lazy asynchronous saves and the mechanism's ablation, repeated with the vari
 savers come from a factory)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from mlsys_flows.systems.common.repeats import AdaptiveRepeats
@@ -19,6 +20,13 @@ def order(repeat: int, variants: tuple[str, ...] = tuple(MODES)) -> list[str]:
     return [out[0], *out[:0:-1]] if repeat % 2 else out
 
 
+def settle() -> None:
+    """Before each timed run, untimed: write back every dirty page (os.sync), so that no run's final drain
+    (its last fsync) also pays for the page-cache writeback of the runs before it."""
+    if hasattr(os, "sync"):
+        os.sync()
+
+
 def summarize(result: TrainResult, flushes: list[dict[str, Any]]) -> dict[str, Any]:
     """One run's numbers: seconds per iteration (wall and stall), flush bandwidth, copy bandwidth."""
     n = result.iterations
@@ -28,7 +36,7 @@ def summarize(result: TrainResult, flushes: list[dict[str, Any]]) -> dict[str, A
                            "stall_s_per_iter": result.stall_s / n,
                            # the in-loop stall per checkpoint taken, the final drain apart
                            "stall_s_per_checkpoint": result.loop_stall_s / max(1, len(flushes)),
-                           "drain_s": result.drain_s,
+                           "drain_s": result.drain_s, "drain_share": result.drain_s / result.wall_s,
                            "digest": result.digest, "last_loss": result.last_loss, "step_s": result.step_s,
                            "checkpoints": len(flushes)}
     if flushes:
@@ -56,6 +64,7 @@ def run_bench(p: Params, make_saver: Callable[[str, int], Any], done: Callable[[
     for r in reps:
         for variant in order(r, variants):
             saver = make_saver(variant, r)
+            settle()
             res = train(p.width, p.depth, p.batch_size, p.steps, p.seed, saver=saver,
                         every=p.every if saver is not None else 0, threads=p.train_threads)
             run = summarize(res, list(getattr(saver, "flushes", [])))
@@ -83,6 +92,7 @@ def sweep_widths(p: Params, make_saver: Callable[[str, int, int], Any],
         out[width] = {}
         for variant in order(i, variants):
             saver = make_saver(variant, width, i)
+            settle()
             res = train(width, p.depth, p.batch_size, steps, p.seed, saver=saver, every=p.every,
                         threads=p.train_threads)
             out[width][variant] = run = summarize(res, list(getattr(saver, "flushes", [])))

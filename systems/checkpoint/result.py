@@ -29,7 +29,7 @@ def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_
                       "loop_iter_time_s": [r["loop_iter_time_s"] for r in rs],
                       "stall_s_per_iter": [r["stall_s_per_iter"] for r in rs],
                       "stall_s_per_checkpoint": [r["stall_s_per_checkpoint"] for r in rs],
-                      "drain_s": [r["drain_s"] for r in rs]}
+                      "drain_s": [r["drain_s"] for r in rs], "drain_share": [r["drain_share"] for r in rs]}
         if v in CHECKPOINTED:
             variants[v]["checkpoint_mb"] = rs[0]["checkpoint_bytes"] / 1e6
             variants[v]["checkpoint_equals_sync"] = equal[v]
@@ -51,15 +51,18 @@ def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_
     med = {v: {m: statistics.median(xs) for m, xs in ms.items()} for v, ms in samples.items()}
     same = len(set().union(*digests.values()) | {trained["digest"]}) == 1
     flushes = trained["flushes"]
-    asyncs = [v for v in ("async_eager", "dcp_async", "async_serialize", "async") if v in med]
+    asyncs = [v for v in ("async_eager", "dcp_async", "dcp_async_lazy", "async_serialize", "async") if v in med]
 
     def each(metric: str, fmt: str, names=None) -> str:
         return ", ".join(f"{v} {med[v][metric]:{fmt}}" for v in (names or [v for v in CHECKPOINTED if v in med]))
 
     dcp = ("dcp_async (torch.distributed.checkpoint.async_save, no_dist, one long-lived DefaultStager whose cached "
-           "host copies are reused, FileSystemWriter with sync_files, the previous save's future waited for before "
-           "the next) stages (copies) the state at save time and writes on DCP's background thread; " if "dcp_async"
-           in runs else "dcp_async was not run (it writes through DCP's FileSystemWriter, which needs a local storage "
+           "host copies are reused, FileSystemWriter with sync_files, the previous save's upload waited for before "
+           "the next) stages (copies) the state at save time and writes on DCP's background thread; dcp_async_lazy "
+           "is the same with DCP's default asynchronous staging (use_async_staging): the copy runs on the stager's "
+           "thread during the next forward and backward pass and its staging_completion is waited for right before "
+           "the next optimizer step (a lazy copy with a barrier, as DataStates-LLM's and CheckFreq's); "
+           if "dcp_async" in runs else "dcp_async was not run (it writes through DCP's FileSystemWriter, which needs a local storage "
            "root); ")
     notes = [
         f"Workload: an MLP of {p.depth} layers of {p.width} x {p.width} trained with Adam (fp32 weights and both "
@@ -81,8 +84,11 @@ def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_
         + each("iter_time_s", ".4f") + " s. "
         f"With the final drain left out (loop_iter_time_s, the limit of a longer run): "
         + each("loop_iter_time_s", ".4f") + " s. "
-        f"The final drain after the last step (drain_s, waiting for the last flush): "
-        + each("drain_s", ".3f", asyncs) + " s per run of " + f"{p.steps} steps.",
+        f"The final drain after the last step (drain_s, waiting for the last flush, which overlapped "
+        f"{p.steps % p.every} training step(s) after the last checkpoint at step {p.steps // p.every * p.every}): "
+        + each("drain_s", ".3f", asyncs) + " s per run of " + f"{p.steps} steps, a share of the run's wall time "
+        "(drain_s / wall) of " + each("drain_share", ".1%", asyncs) + ". Before each timed run every dirty page is "
+        "written back (os.sync, untimed), so no run's drain pays for the writeback of the runs before it.",
         "stall_s_per_checkpoint (a further claim) is the stall inside the loop (save and before_update) per "
         "checkpoint taken: " + each("stall_s_per_checkpoint", ".4f") + " s. "
         "overhead_s_per_iter is the whole slowdown against none in the same repeat (the background flush competes "
@@ -109,5 +115,29 @@ def build_result(p: Any, trained: dict, measured: dict, swept: dict, *, storage_
     reps = measured.get("repeats")
     if reps and reps["maximum"] > reps["minimum"]:
         notes.append(repeats_note(reps, "the bench's rounds of every variant"))
+    notes.append(_power_note(p, runs, reps))
     return SystemResult(variants=variants, samples=samples, curves=curves, notes=notes,
                         regime=regime, regime_headline_value=p.state_mb, repeats=reps)
+
+
+def _power_note(p: Any, runs: dict, reps: dict | None) -> str:
+    """How many paired repeats fell on each side of async against the strongest deployable baseline (the best
+    median iteration time), and how many of n the sign test's interval needs on one side to decide: a tie with
+    fewer is a tie for lack of power, not evidence of equality."""
+    from math import comb
+
+    from mlsys_flows.systems.checkpoint import SPEC
+    from mlsys_flows.systems.common.verdict import CONFIDENCE
+
+    rivals = [b for b in SPEC.baselines if b in runs]
+    best = min(rivals, key=lambda b: statistics.median(r["iter_time_s"] for r in runs[b]))
+    pairs = list(zip((r["iter_time_s"] for r in runs[best]), (r["iter_time_s"] for r in runs["async"])))
+    n, faster = len(pairs), sum(t < b for b, t in pairs)
+    looks = (reps or {}).get("looks", 1) if (reps or {}).get("maximum", 0) > (reps or {}).get("minimum", 0) else 1
+    alpha = (1 - CONFIDENCE) / looks
+    need = next((k for k in range(n // 2 + 1, n + 1) if 2 * sum(comb(n, i) for i in range(k, n + 1)) / 2 ** n <= alpha),
+                None)
+    return (f"Power: against the strongest deployable baseline by median ({best}), async was faster end to end in "
+            f"{faster} of {n} paired repeats; the sign test at level {alpha:.3g} ({looks} planned look(s)) decides "
+            + (f"only when at least {need} of {n} fall on one side" if need else f"no {n} pairs at all")
+            + ", so a tie with fewer on each side comes from too few repeats as much as from the two being equal.")

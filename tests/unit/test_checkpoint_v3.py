@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 from mlsys_flows.blocks import CheckpointStore
@@ -59,7 +60,8 @@ def test_make_saver_covers_every_variant(local_storage):
     store = CheckpointStore(storage=local_storage)
     assert make_saver(store, "none", "r") is None
     assert isinstance(make_saver(store, "async_serialize", "r"), SerializeAsyncSaver)
-    assert isinstance(make_saver(store, "dcp_async", "r"), DcpAsyncSaver)
+    assert isinstance(make_saver(store, "dcp_async", "r"), DcpAsyncSaver) and not make_saver(store, "dcp_async", "r").lazy
+    assert make_saver(store, "dcp_async_lazy", "r").lazy
     assert make_saver(store, "async", "r").lazy and not make_saver(store, "async_eager", "r").lazy
     assert not make_saver(store, "sync", "r").asynchronous
 
@@ -102,16 +104,19 @@ def test_sweep_runs_every_variant_at_each_width_but_the_headline_one_at_the_benc
     assert all(r["checkpoints"] == 3 for w in out for r in out[w].values())
 
 
-def test_dcp_saver_checkpoint_is_the_state_at_save_time_and_keeps_last(local_storage):
+@pytest.mark.parametrize("lazy", [False, True])
+def test_dcp_saver_checkpoint_is_the_state_at_save_time_and_keeps_last(local_storage, lazy):
     from mlsys_flows.systems.checkpoint.train import build, state_of
 
     store = CheckpointStore(storage=local_storage, keep_last=2)
     model, opt = build(16, 1, 0)
     expected = {}
-    with DcpAsyncSaver(store, "dcp") as saver:
+    with DcpAsyncSaver(store, "dcp", lazy=lazy) as saver:
         for step in range(1, 5):
             saver.save(step, state_of(model, opt, step, float(step)))
             expected[step] = model[0].weight.detach().clone()
+            saver.before_update()  # lazy: the staging (copy on DCP's stager thread) completes here
+            assert saver._staging is None
             with torch.no_grad():
                 model[0].weight.add_(1.0)  # mutated right after save: the staged copy was taken before
         restored = {s: saver.restore(state_of(*build(16, 1, 1), 0), s) for s in (3, 4)}
@@ -136,7 +141,7 @@ def test_dcp_saver_needs_a_local_root():
 
 def _run(it, drain=0.5, ckpts=4):
     return {"iter_time_s": it, "loop_iter_time_s": it - drain / 8, "stall_s_per_iter": 0.01, "stall_s_per_checkpoint":
-            0.02, "drain_s": drain, "digest": "ab" * 32, "last_loss": 0.5, "step_s": [it] * 8, "checkpoints": ckpts,
+            0.02, "drain_s": drain, "drain_share": drain / (8 * it), "digest": "ab" * 32, "last_loss": 0.5, "step_s": [it] * 8, "checkpoints": ckpts,
             "checkpoint_bytes": 1e6, "flush_mb_s": 100.0, "copy_gb_s": 2.0}
 
 
@@ -145,10 +150,10 @@ def test_result_puts_the_regime_on_iteration_time_and_survives_a_missing_dcp_var
 
     p = Params.for_scale("smoke", regime_widths=[256, 768], repeats=2)
     for with_dcp in (True, False):
-        names = [v for v in ("none", "sync", "async_eager", "dcp_async", "async_serialize", "async")
-                 if with_dcp or v != "dcp_async"]
-        its = {"none": 0.1, "sync": 0.3, "async_eager": 0.25, "dcp_async": 0.26, "async_serialize": 0.24,
-               "async": 0.22}
+        names = [v for v in ("none", "sync", "async_eager", "dcp_async", "dcp_async_lazy", "async_serialize", "async")
+                 if with_dcp or not v.startswith("dcp")]
+        its = {"none": 0.1, "sync": 0.3, "async_eager": 0.25, "dcp_async": 0.26, "dcp_async_lazy": 0.23,
+               "async_serialize": 0.24, "async": 0.22}
         runs = {v: [_run(its[v], drain=0.0 if v in ("none", "sync") else 0.5,
                          ckpts=0 if v == "none" else 4) for _ in range(2)] for v in names}
         swept = {256: {v: _run(its[v] / 10) for v in names if v != "none"}}
