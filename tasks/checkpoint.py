@@ -1,6 +1,6 @@
 """Prefect tasks of the checkpoint flow: a resumable training run with lazy asynchronous checkpoints,
-and the interleaved measurement of no / synchronous / eager-asynchronous / DCP async_save /
-lazy-asynchronous checkpoints and the mechanism's ablation."""
+and the interleaved measurement of no / synchronous / eager-asynchronous / DCP async_save (eager and
+lazy staging) / lazy-asynchronous checkpoints and the mechanism's ablation."""
 from __future__ import annotations
 
 import time
