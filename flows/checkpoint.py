@@ -1,6 +1,7 @@
 """Checkpoint flow (DataStates-LLM, HPDC 2024): training with no checkpoints, synchronous torch.save to
-the storage block, an eager asynchronous snapshot and the lazy asynchronous one, interleaved; plus a
-resumable training run with lazy asynchronous checkpoints keyed by the flow's run key."""
+the storage block, an eager asynchronous snapshot, torch.distributed.checkpoint.async_save and the lazy
+asynchronous one (and the mechanism's ablation), interleaved and judged on end-to-end iteration time; plus
+a resumable training run with lazy asynchronous checkpoints keyed by the flow's run key."""
 from __future__ import annotations
 
 from mlsys_flows.blocks import CheckpointStore

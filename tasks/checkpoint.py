@@ -1,5 +1,6 @@
 """Prefect tasks of the checkpoint flow: a resumable training run with lazy asynchronous checkpoints,
-and the interleaved measurement of no / synchronous / eager-asynchronous / lazy-asynchronous checkpoints."""
+and the interleaved measurement of no / synchronous / eager-asynchronous / DCP async_save (eager and
+lazy staging) / lazy-asynchronous checkpoints and the mechanism's ablation."""
 from __future__ import annotations
 
 import time
@@ -7,11 +8,11 @@ import time
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage
-from mlsys_flows.systems.checkpoint import Params
+from mlsys_flows.systems.checkpoint import LOCAL_ONLY, MODES, SWEPT, Params
 from mlsys_flows.systems.checkpoint.bench import run_bench, sweep_widths
 from mlsys_flows.systems.checkpoint.savers import make_saver as saver_of
 from mlsys_flows.systems.checkpoint.sharded import train_sharded
-from mlsys_flows.systems.checkpoint.train import train
+from mlsys_flows.systems.checkpoint.train import build, state_of, train
 from mlsys_flows.systems.common.distributed import RankInfo
 
 
@@ -50,6 +51,16 @@ def train_sharded_rank(info: RankInfo, checkpoints: CheckpointStore, run_key: st
     return {**asdict(res), "flushes": saver.flushes, "backend": info.backend, "device": info.device}
 
 
+def _variants(storage: ObjectStorage, names) -> tuple[str, ...]:
+    """``names`` that can run on ``storage`` (DCP's FileSystemWriter needs a local root)."""
+    return tuple(v for v in names if not (storage.is_s3 and v in LOCAL_ONLY))
+
+
+def _close(saver) -> None:
+    if hasattr(saver, "close"):
+        saver.close()
+
+
 @task(name="checkpoint-bench")
 def bench(p: Params, storage: ObjectStorage, prefix: str) -> dict:
     """Every variant trains the same ``p.steps`` steps from the same seed, ``p.repeats`` times
@@ -71,12 +82,16 @@ def bench(p: Params, storage: ObjectStorage, prefix: str) -> dict:
         if saver is None:
             return
         if repeat == 0:  # the newest checkpoint of each mode, kept for the comparison
-            first[variant] = store.restore(saver.run_key)[1]
+            if hasattr(saver, "restore"):  # DCP: loaded into a fresh state of the same structure
+                first[variant] = saver.restore(state_of(*build(p.width, p.depth, p.seed), 0, 0.0))
+            else:
+                first[variant] = store.restore(saver.run_key)[1]
+        _close(saver)
         storage.delete(f"{prefix}/{saver.run_key}")
 
     t0 = time.perf_counter()
     reps = p.adaptive_repeats()
-    runs = run_bench(p, make_saver, done, log=log.info, reps=reps)
+    runs = run_bench(p, make_saver, done, log=log.info, reps=reps, variants=_variants(storage, MODES))
     equal = {v: float(_same(first[v], first["sync"], torch)) for v in first}
     log.info("checkpoint bench done in %.1f s; last checkpoint equal to the synchronous one: %s",
              time.perf_counter() - t0, equal)
@@ -101,9 +116,11 @@ def regime(p: Params, storage: ObjectStorage, prefix: str) -> dict:
     store = CheckpointStore(storage=storage, prefix=prefix, keep_last=p.keep_last)
 
     def done(variant: str, index: int, saver) -> None:
+        _close(saver)
         storage.delete(f"{prefix}/{saver.run_key}")
 
     t0 = time.perf_counter()
-    out = sweep_widths(p, lambda v, w, i: saver_of(store, v, f"{v}-w{w}"), done, log=log.info)
+    out = sweep_widths(p, lambda v, w, i: saver_of(store, v, f"{v}-w{w}"), done, variants=_variants(storage, SWEPT),
+                       log=log.info)
     log.info("checkpoint regime sweep done in %.1f s", time.perf_counter() - t0)
     return out
