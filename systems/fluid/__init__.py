@@ -38,8 +38,8 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "fluid"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(clients=8, hidden=64, rounds=6, local_epochs=1, faulty_clients=3,
-                      regime_straggler_slowdown=[1.0, 3.0], busy_prob=0.25, busy_slowdown=3.0, busy_rounds=3,
-                      calibration_seeds=1, drop_fractions=[0.125, 0.25]),
+                      regime_straggler_slowdown=[1.5, 3.0], busy_prob=0.25, busy_slowdown=3.0, busy_rounds=3,
+                      calibration_seeds=1, drop_fractions=[0.25]),  # one re-run point, one fraction: seconds
         # 6 pairs can decide; the regime re-runs the federation at 1 and 3 (1.5: the headline's runs)
         "quick": dict(clients=16, hidden=256, rounds=25, local_epochs=2, repeats=6,
                       regime_straggler_slowdown=[1.0, 1.5, 3.0]),

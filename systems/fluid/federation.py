@@ -262,10 +262,14 @@ class History:
     r: list[list[float]] = field(default_factory=list)         # per round: their sub-model sizes, in that order
     speed: list[list[float]] = field(default_factory=list)     # per round: every client's speed factor
     dropped: list[list[int]] = field(default_factory=list)     # per round: valid updates not waited for (fedavg_drop)
+    # per round: the modelled round time, max over the aggregated clients of counted FLOPs x that round's speed
+    # / ref FLOP rate + communication: repeats with the seed (fedavg_drop's calibration ranks by it)
+    round_model_s: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("policy", "accuracy", "round_s", "round_raw_s", "client_cpu_s", "excluded", "theta",
-                                              "kept_fraction", "trained", "stragglers", "r", "speed", "dropped")}
+                                              "kept_fraction", "trained", "stragglers", "r", "speed", "dropped",
+                                              "round_model_s")}
 
 
 FAULT_ROUND = 1  # the round in which the injected faulty clients misbehave
@@ -383,6 +387,7 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
         h.stragglers.append(list(plan.stragglers))
         h.r.append([float(plan.r[c]) for c in plan.stragglers])
         h.dropped.append(sorted(set(valid) - set(waited)))
+        h.round_model_s.append(max((valid[c][2] for c in waited), default=0.0))
         progress(t, h)
         if stop_at is not None and h.accuracy[-1] >= stop_at:
             break

@@ -24,12 +24,14 @@ def seed_target(p: Params, fedavg_wait: dict) -> float:
 
 def tuned_drop_fraction(p: Params, targets: dict[int, float], calibration: dict[tuple[int, float], dict]) -> float:
     """fedavg_drop's drop fraction: the grid's fraction with the lowest median time to the target over the
-    calibration seeds (``targets``: calibration seed -> its target; ``calibration``: (seed, fraction) -> run)."""
+    calibration seeds (``targets``: calibration seed -> its target; ``calibration``: (seed, fraction) -> run).
+    Times are on the modelled round clock (counted FLOPs x speed, ``round_model_s``), so the choice, and every
+    accuracy of fedavg_drop after it, repeats with the seed (no measured CPU time enters it)."""
     return tune_drop_fraction(_calibration_times(p, targets, calibration))
 
 
 def _calibration_times(p: Params, targets: dict[int, float], calibration: dict[tuple[int, float], dict]):
-    return {d: [time_to_target(calibration[s, d]["accuracy"], calibration[s, d]["round_s"], targets[s])[0]
+    return {d: [time_to_target(calibration[s, d]["accuracy"], calibration[s, d]["round_model_s"], targets[s])[0]
                 for s in sorted(targets)] for d in p.drop_fractions}
 
 
@@ -221,7 +223,8 @@ def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict],
         "each with its own FedAvg-wait target) over the grid "
         + ", ".join(f"{d:g}" for d in p.drop_fractions) + ": "
         + (", ".join(f"{d:g}: median {np.median(v):.3f} s" for d, v in _calibration_times(p, *calibration[:2]).items())
-           + " to the target (simulated)" if calibration else "not calibrated in this run") + "; the evaluated seeds "
+           + " to the target (modelled round clock: counted FLOPs x speed, so the choice repeats with the seed)"
+           if calibration else "not calibrated in this run") + "; the evaluated seeds "
         "never entered the choice.",
         f"Mechanism: random_dropout is the ablation (FLuID with only the neuron choice replaced by chance, same "
         f"stragglers and sizes); ordered_dropout keeps the first r of each layer; fluid_static removes only the "

@@ -76,7 +76,9 @@ def test_fedavg_drop_excludes_the_slowest_clients_of_each_round_even_one_that_be
     assert x in h.dropped[3] and all(x not in d for i, d in enumerate(h.dropped) if i != 3)
     assert all(d == [] for d in wait.dropped)
     # it does not wait for the dropped: each round is as long as its slowest aggregated client
-    assert h.round_s[3] < wait.round_s[3]
+    assert h.round_s[3] < wait.round_s[3] and h.round_model_s[3] < wait.round_model_s[3]
+    link = h.trained[3][0][3]  # every client ships the full model: the same communication time
+    assert h.round_model_s[3] == pytest.approx(link + max(f for c, f in _finish(w, traj[3]).items() if c not in h.dropped[3]))
     # the dropped clients' training ran (CPU spent) but their updates are not in the model
     assert h.client_cpu_s[3] > sum(cpu for _, _, cpu, _ in h.trained[3])
     assert h.accuracy != wait.accuracy
@@ -102,9 +104,9 @@ def test_the_drop_fraction_is_tuned_on_calibration_seeds_only():
     assert len(cal) == p.calibration_seeds and not set(cal) & set(evaluated)
     # the flow's choice reads only the calibration runs, against each calibration seed's own target
     targets = {cal[0]: 0.9, cal[1]: 0.8}
-    runs = {(s, d): {"accuracy": [0.5, 0.95], "round_s": [1.0, 1.0]} for s in cal for d in p.drop_fractions}
-    runs[cal[0], p.drop_fractions[-1]] = {"accuracy": [0.95, 0.95], "round_s": [1.0, 1.0]}
-    runs[cal[1], p.drop_fractions[-1]] = {"accuracy": [0.85, 0.95], "round_s": [1.0, 1.0]}
+    runs = {(s, d): {"accuracy": [0.5, 0.95], "round_model_s": [1.0, 1.0]} for s in cal for d in p.drop_fractions}
+    runs[cal[0], p.drop_fractions[-1]] = {"accuracy": [0.95, 0.95], "round_model_s": [1.0, 1.0]}
+    runs[cal[1], p.drop_fractions[-1]] = {"accuracy": [0.85, 0.95], "round_model_s": [1.0, 1.0]}
     assert tuned_drop_fraction(p, targets, runs) == p.drop_fractions[-1]
     assert seed_target(p, {"accuracy": [0.1, 0.9, 0.9, 0.9]}) == pytest.approx(p.target_fraction * 0.9)
 
