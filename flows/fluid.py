@@ -28,16 +28,21 @@ def fluid(ctx: RunContext):
     cal_drop = {(s, d): t.federate.submit(p, "fedavg_drop", s, ctx.storage,
                                           ctx.key(f"calibration_fedavg_drop{d:g}_seed{s}.json"), d, cal_targets[s])
                 for s in cal for d in p.drop_fractions}
+    # the regime: the federation re-run at each other slowdown, each run stopping at its seed's target; every
+    # policy but fedavg_drop (which waits for its tuned fraction) is submitted while the calibration runs
+    targets = {s: seed_target(p, futures[s, "fedavg_wait"].result()) for s in seeds}
+    others = [k for k in p.regime_straggler_slowdown if k != p.straggler_slowdown]
+
+    def rerun(k, s, pol, drop=None):
+        return t.federate.submit(p.at_slowdown(k), pol, s, ctx.storage, ctx.key(f"regime_x{k:g}_{pol}_seed{s}.json"),
+                                 drop, targets[s])
+    reg = {(k, s, pol): rerun(k, s, pol) for k in others for s in seeds for pol in REGIME_RERUN if pol != "fedavg_drop"}
     calibration = {k: f.result() for k, f in cal_drop.items()}
     drop = tuned_drop_fraction(p, cal_targets, calibration)
     futures |= {(s, "fedavg_drop"): t.federate.submit(p, "fedavg_drop", s, ctx.storage,
                                                       ctx.key(f"history_fedavg_drop_seed{s}.json"), drop)
                 for s in seeds}
-    # the regime: the federation re-run at each other slowdown, each run stopping at its seed's target
-    targets = {s: seed_target(p, futures[s, "fedavg_wait"].result()) for s in seeds}
-    reg = {(k, s, pol): t.federate.submit(p.at_slowdown(k), pol, s, ctx.storage,
-                                          ctx.key(f"regime_x{k:g}_{pol}_seed{s}.json"), drop, targets[s])
-           for k in p.regime_straggler_slowdown if k != p.straggler_slowdown for s in seeds for pol in REGIME_RERUN}
+    reg |= {(k, s, "fedavg_drop"): rerun(k, s, "fedavg_drop", drop) for k in others for s in seeds}
     runs = {k: f.result() for k, f in futures.items()}
     regime_runs = {k: f.result() for k, f in reg.items()}
     fanout = t.fanout_timing.submit(p, 3).result() if p.compare_workers else None  # alone: wall clock

@@ -37,7 +37,7 @@ def _fan_out(client, tag: str, workers: list[str] | None = None):
 def federate(p: Params, policy: str, seed: int, storage: ObjectStorage, key: str, drop_fraction: float | None = None,
              stop_at: float | None = None) -> dict:
     """``p.rounds`` federated rounds of ``policy`` on the workload of ``seed`` (fedavg_drop drops
-    ``drop_fraction`` of the clients; ``stop_at``: stop at the first round reaching that test accuracy);
+    ``drop_fraction`` of the clients; ``stop_at``: stop once the running mean test accuracy over 3 rounds reaches it);
     every round's client trainings are Dask tasks on this run's cluster (this task secedes while it
     waits for them). The per-round history (accuracy, simulated round times, exclusions and their
     reasons, dropped updates, the stragglers and sizes in force, the speed factors) is saved at ``key``."""

@@ -21,7 +21,7 @@ lazy_exports(__name__, {
     ".dropout": ("UpdateError",),
     ".federation": ("POLICIES", "Config", "History", "Plan", "Workload", "drop_count", "fastest_valid",
                     "final_accuracy", "full_model_estimate", "make_workload", "observed_s", "plan_from_estimates", "plan_stragglers", "redetects",
-                    "rescale_stragglers", "round_times", "run_federation", "slow_stragglers", "speed_trajectory",
+                    "rescale_stragglers", "round_times", "run_federation", "SMOOTH", "crossed", "smoothed", "slow_stragglers", "speed_trajectory",
                     "time_to_target", "tune_drop_fraction", "with_trajectory"),
 })
 
@@ -58,7 +58,7 @@ class Params(SystemParams):
     busy_rounds: int = Field(4, ge=1, le=1000, description="Changing speeds: how many rounds a busy spell lasts (the round it starts in included).")
     redetect_every: int = Field(1, ge=1, le=1000, description="FLuID's dynamic adaptation: the stragglers and their sub-model sizes are re-detected from the server's latest observation of every client (its last round's training time) before round 1 and then every this many rounds (1: every round). Every policy but fluid_static (fixed once from the initial profile) re-detects.")
     regime_straggler_slowdown: list[float] = Field([1.0, 1.25, 1.5, 2.0, 3.0, 4.0], min_length=2, max_length=16,
-                                                   description="Regime: straggler slowdowns at which the federation is re-run (FLuID and every deployable baseline, the same seeds, splits and busy spells, the slowed clients this many times slower; stragglers re-detected and sub-models re-sized every round at that slowdown; each run stops at the round that reaches the seed's target; FedAvg-wait, whose training does not depend on the speeds, is its headline run re-timed). At straggler_slowdown the headline's runs are used.")
+                                                   description="Regime: straggler slowdowns at which the federation is re-run (FLuID and every deployable baseline, the same seeds, splits and busy spells, the slowed clients this many times slower; stragglers re-detected and sub-models re-sized every round at that slowdown; each run stops at the round where its running mean accuracy over 3 rounds reaches the seed's target; FedAvg-wait, whose training does not depend on the speeds, is its headline run re-timed). At straggler_slowdown the headline's runs are used.")
     # model and local training
     hidden: int = Field(256, ge=8, le=2048, description="Neurons of each of the MLP's two hidden layers.")
     rounds: int = Field(20, ge=2, le=1000, description="Federated rounds per policy.")
@@ -71,13 +71,13 @@ class Params(SystemParams):
     theta_init: float = Field(1e-4, gt=0.0, le=10.0, description="Invariant Dropout: first threshold on a neuron's relative update magnitude; raised until enough neurons are invariant.")
     theta_growth: float = Field(1.25, gt=1.0, le=10.0, description="Invariant Dropout: factor by which the threshold is raised per search step.")
     # simulated clock
-    ref_gflops: float = Field(10.0, gt=0.0, le=1e6, description="Reference device FLOP rate (GFLOP/s) of the straggler profile only: it orders clients and sizes sub-models (the order does not depend on it).")
+    ref_gflops: float = Field(10.0, gt=0.0, le=1e6, description="Reference device FLOP rate (GFLOP/s) of the modelled clock (counted FLOPs x speed factor / this): the straggler profile and re-detection (it orders the clients and sizes the sub-models; the order does not depend on it) and fedavg_drop's arrival order within a round (modelled compute + communication, so the order can move with it). The evaluation clock (round_s: measured CPU x speed factor + communication) and fedavg_drop's calibration do not use it.")
     comm_latency_s: float = Field(0.005, ge=0.0, le=60.0, description="Simulated clock: per-round network latency of a client (download + upload).")
     bandwidth_mb_s: float = Field(100.0, gt=0.0, le=1e5, description="Simulated clock: client link bandwidth in MB/s (model down, update up).")
-    target_fraction: float = Field(0.98, ge=0.5, le=1.0, description="Target test accuracy = this share of FedAvg-wait's final accuracy (mean of the last 3 rounds).")
+    target_fraction: float = Field(0.98, ge=0.5, le=1.0, description="Target test accuracy = this share of FedAvg-wait's final accuracy (mean of the last 3 rounds); a policy's time to it is read from its running mean accuracy over 3 rounds (the same window), interpolated in time within the crossing round.")
     # FedAvg that drops its stragglers
-    drop_fractions: list[float] = Field([0.1, 0.2, 0.3], min_length=1, max_length=8, description="fedavg_drop: the drop fractions tried on the calibration seeds (share of the clients, slowest first by that round's finish time, whose updates a round does not wait for); the one with the lowest median time to the target there is run on the evaluated seeds.")
-    calibration_seeds: int = Field(2, ge=1, le=10, description="fedavg_drop: calibration seeds (seed + 1000 + i: their own split, speeds and init, never an evaluated seed) on which its drop fraction is tuned.")
+    drop_fractions: list[float] = Field([0.1, 0.2, 0.3], min_length=1, max_length=8, description="fedavg_drop: the drop fractions tried on the calibration seeds (share of the clients, slowest first by that round's finish time, whose updates a round does not wait for); the one with the lowest median time to the target there (on the evaluation clock round_s, the smoothed crossing rule of time_to_accuracy_s) is run on the evaluated seeds.")
+    calibration_seeds: int = Field(3, ge=1, le=10, description="fedavg_drop: calibration seeds (seed + 1000 + i: their own split, speeds and init, never an evaluated seed) on which its drop fraction is tuned.")
     # fault injection
     faulty_clients: int = Field(0, ge=0, le=99, description="Clients 0..k-1 misbehave in round 1 (in turn: NaN update, raised error, wrong shapes) and must be excluded from it.")
     compare_workers: bool = Field(True, description="Also time FedAvg rounds with the clients fanned out on 1 worker vs every worker (measured).")
@@ -203,5 +203,5 @@ SPEC = SystemSpec(
 __all__ = ["Params", "SPEC", "POLICIES", "REGIME_POLICIES", "REGIME_RERUN", "CALIBRATION_SEED_OFFSET", "Config", "History", "Plan",
            "Workload", "UpdateError", "drop_count", "fastest_valid", "tune_drop_fraction", "final_accuracy",
            "full_model_estimate", "make_workload", "observed_s", "plan_from_estimates", "plan_stragglers", "redetects",
-           "rescale_stragglers", "round_times", "run_federation", "slow_stragglers", "speed_trajectory",
+           "rescale_stragglers", "round_times", "run_federation", "SMOOTH", "crossed", "smoothed", "slow_stragglers", "speed_trajectory",
            "time_to_target", "with_trajectory"]

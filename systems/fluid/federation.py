@@ -240,7 +240,8 @@ def fastest_valid(finish_s: dict[int, float], keep: int) -> list[int]:
 
 def tune_drop_fraction(times: dict[float, list[float]]) -> float:
     """The drop fraction with the lowest median time to the target over the calibration seeds (ties: the
-    smaller fraction, which drops less data)."""
+    smaller fraction, which drops less data). ``times``: on the evaluation clock (``round_s``), read by
+    ``time_to_target``'s smoothed rule."""
     if not times or any(not v for v in times.values()):
         raise ValueError("every calibrated drop fraction needs at least one calibration time")
     return min(sorted(times), key=lambda f: float(np.median(times[f])))
@@ -263,7 +264,8 @@ class History:
     speed: list[list[float]] = field(default_factory=list)     # per round: every client's speed factor
     dropped: list[list[int]] = field(default_factory=list)     # per round: valid updates not waited for (fedavg_drop)
     # per round: the modelled round time, max over the aggregated clients of counted FLOPs x that round's speed
-    # / ref FLOP rate + communication: repeats with the seed (fedavg_drop's calibration ranks by it)
+    # / ref FLOP rate + communication: repeats with the seed (fedavg_drop's arrival order within a round uses it;
+    # its calibration ranks on round_s, the clock it is judged on)
     round_model_s: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -305,7 +307,8 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
     aggregates only the valid updates that arrive first (all but ``drop_count`` clients, by that round's
     finish times: ``observed_s`` at that round's speed + communication); the round lasts until the last of
     them. ``progress(round, history)`` is called after every round. ``stop_at``: stop after the first
-    round whose test accuracy reaches it (a time-to-target run needs no later round)."""
+    round at which the running mean of the test accuracy over the last ``SMOOTH`` rounds reaches it
+    (``crossed``; the rule ``time_to_target`` reads: a time-to-target run needs no later round)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; one of {POLICIES}")
     if cfg.redetect_every < 1:
@@ -389,7 +392,7 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
         h.dropped.append(sorted(set(valid) - set(waited)))
         h.round_model_s.append(max((valid[c][2] for c in waited), default=0.0))
         progress(t, h)
-        if stop_at is not None and h.accuracy[-1] >= stop_at:
+        if stop_at is not None and crossed(h.accuracy, stop_at):
             break
     h.round_s, h.round_raw_s = round_times(trained, speeds)
     h.trained = trained
@@ -418,16 +421,39 @@ def round_times(trained: list[list[tuple[int, int, float, float]]], speed) -> tu
     return robust, raw
 
 
-def final_accuracy(acc: list[float], last: int = 3) -> float:
+SMOOTH = 3  # rounds in the accuracy window: final_accuracy's, time_to_target's and the runs' stop rule
+
+
+def final_accuracy(acc: list[float], last: int = SMOOTH) -> float:
     """Mean test accuracy of the last ``last`` rounds (one round's accuracy is noisy under label skew)."""
     return float(np.mean(acc[-last:]))
 
 
+def smoothed(acc: list[float], window: int = SMOOTH) -> list[float]:
+    """The running mean of the test accuracy over the last ``window`` rounds (fewer in the first rounds):
+    the curve a time to target is read from, so one round's noise (one test image of a few hundred)
+    does not decide it."""
+    a = np.asarray(acc, float)
+    return [float(a[max(0, i - window + 1):i + 1].mean()) for i in range(len(a))]
+
+
+def crossed(acc: list[float], target: float) -> bool:
+    """Whether the smoothed accuracy has reached ``target`` by the last round run (the stop rule)."""
+    return bool(acc) and float(np.mean(acc[-SMOOTH:])) >= target
+
+
 def time_to_target(acc: list[float], round_s: list[float], target: float) -> tuple[float, int | None]:
-    """Simulated time until the first round whose test accuracy reaches ``target``, and that round's
-    number (1-based); when never reached: the whole run's time and None."""
+    """Simulated time until the running mean of the test accuracy over ``SMOOTH`` rounds (``smoothed``)
+    reaches ``target``, interpolated linearly in time within the round in which it crosses (from the
+    end of the round before, at the smoothed value there, to the end of that round), and that round's
+    number (1-based); when never reached: the whole run's time (a lower bound, not a time to target)
+    and None. One noisy round moves the time by a fraction of a round, not by whole rounds."""
     clock = np.cumsum(round_s)
-    for i, a in enumerate(acc):
+    sm = smoothed(acc)
+    for i, a in enumerate(sm):
         if a >= target:
-            return float(clock[i]), i + 1
+            if i == 0 or a <= sm[i - 1]:
+                return float(clock[i]), i + 1
+            frac = (target - sm[i - 1]) / (a - sm[i - 1])
+            return float(clock[i - 1] + frac * (clock[i] - clock[i - 1])), i + 1
     return float(clock[-1]) if len(clock) else 0.0, None

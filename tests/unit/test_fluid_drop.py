@@ -10,7 +10,7 @@ import pytest
 from mlsys_flows.systems.common.params import ParamsError
 from mlsys_flows.systems.fluid import (REGIME_POLICIES, REGIME_RERUN, SPEC, Config, Params, drop_count, fastest_valid,
                                        make_workload, observed_s, plan_stragglers, run_federation,
-                                       slow_stragglers, time_to_target, tune_drop_fraction, with_trajectory)
+                                       slow_stragglers, smoothed, time_to_target, tune_drop_fraction, with_trajectory)
 from mlsys_flows.systems.fluid.federation import profile_flops
 from mlsys_flows.systems.fluid.model import train_client
 from mlsys_flows.systems.fluid.result import _point, seed_target, tuned_drop_fraction
@@ -104,9 +104,9 @@ def test_the_drop_fraction_is_tuned_on_calibration_seeds_only():
     assert len(cal) == p.calibration_seeds and not set(cal) & set(evaluated)
     # the flow's choice reads only the calibration runs, against each calibration seed's own target
     targets = {cal[0]: 0.9, cal[1]: 0.8}
-    runs = {(s, d): {"accuracy": [0.5, 0.95], "round_model_s": [1.0, 1.0]} for s in cal for d in p.drop_fractions}
-    runs[cal[0], p.drop_fractions[-1]] = {"accuracy": [0.95, 0.95], "round_model_s": [1.0, 1.0]}
-    runs[cal[1], p.drop_fractions[-1]] = {"accuracy": [0.85, 0.95], "round_model_s": [1.0, 1.0]}
+    runs = {(s, d): {"accuracy": [0.5, 0.95, 0.95, 0.95], "round_s": [1.0] * 4} for s in cal for d in p.drop_fractions}
+    runs[cal[0], p.drop_fractions[-1]] = {"accuracy": [0.95] * 4, "round_s": [1.0] * 4}
+    runs[cal[1], p.drop_fractions[-1]] = {"accuracy": [0.85, 0.95, 0.95, 0.95], "round_s": [1.0] * 4}
     assert tuned_drop_fraction(p, targets, runs) == p.drop_fractions[-1]
     assert seed_target(p, {"accuracy": [0.1, 0.9, 0.9, 0.9]}) == pytest.approx(p.target_fraction * 0.9)
 
@@ -130,7 +130,7 @@ def test_bad_drop_parameters_fail_naming_the_field(bad, field):
 def test_a_run_that_stops_at_its_target_gives_the_full_runs_time_to_target():
     w, plan = _workload()
     full = _run(w, plan, _cfg(), "fluid")
-    target = sorted(full.accuracy)[len(full.accuracy) // 2]
+    target = sorted(smoothed(full.accuracy))[len(full.accuracy) // 2]  # the stop rule reads the smoothed curve
     cut = _run(w, plan, _cfg(), "fluid", stop_at=target)
     reached = time_to_target(full.accuracy, full.round_s, target)[1]
     assert len(cut.accuracy) == reached < ROUNDS and cut.accuracy == full.accuracy[:reached]
@@ -154,15 +154,16 @@ def test_a_regime_point_re_runs_the_federation_with_sub_models_sized_to_its_slow
     def hist(acc, dt):  # one client (0, slowed) that trains the full model in 1 CPU s every round
         return {"accuracy": acc, "round_s": [dt] * len(acc), "trained": [[(0, 64, 1.0, 0.0)]] * len(acc),
                 "speed": [[1.5]] * len(acc), "slowed": [0]}
-    runs = {(s, pol): hist([0.5, 0.9], 1.0) for s in seeds for pol in REGIME_POLICIES}
-    rerun = {(3.0, s, pol): hist([0.5, 0.6, 0.9], 2.0 if pol == "fluid" else 3.0) for s in seeds for pol in REGIME_RERUN}
+    # the smoothed accuracy (running mean over 3 rounds) reaches 0.8 exactly at the end of round 2 / round 3
+    runs = {(s, pol): hist([0.6, 1.0], 1.0) for s in seeds for pol in REGIME_POLICIES}
+    rerun = {(3.0, s, pol): hist([0.7, 0.7, 1.0 + 1e-9], 2.0 if pol == "fluid" else 3.0) for s in seeds for pol in REGIME_RERUN}
     head = _point(p, p.straggler_slowdown, seeds, targets, runs, rerun)
     at3 = _point(p, 3.0, seeds, targets, runs, rerun)
-    assert head.samples["fluid"] == [2.0, 2.0] and at3.samples["fluid"] == [6.0, 6.0]
-    assert at3.samples["fedavg_drop"] == [9.0, 9.0] and at3.valid
+    assert head.samples["fluid"] == pytest.approx([2.0, 2.0]) and at3.samples["fluid"] == pytest.approx([6.0, 6.0])
+    assert at3.samples["fedavg_drop"] == pytest.approx([9.0, 9.0]) and at3.valid
     # FedAvg-wait's headline run re-timed: the slowed client 3 / 1.5 times slower in both rounds
-    assert head.samples["fedavg_wait"] == [2.0, 2.0] and at3.samples["fedavg_wait"] == pytest.approx([6.0, 6.0])
-    rerun[3.0, 1, "fluid"] = hist([0.5, 0.6], 2.0)  # FLuID misses the target in a seed there: invalid
+    assert head.samples["fedavg_wait"] == pytest.approx([2.0, 2.0]) and at3.samples["fedavg_wait"] == pytest.approx([6.0, 6.0])
+    rerun[3.0, 1, "fluid"] = hist([0.7, 0.7, 0.9], 2.0)  # FLuID misses the target in a seed there: invalid
     assert not _point(p, 3.0, seeds, targets, runs, rerun).valid
 
 
