@@ -34,27 +34,33 @@ def _fan_out(client, tag: str, workers: list[str] | None = None):
 
 
 @task(name="fluid-federate")
-def federate(p: Params, policy: str, seed: int, storage: ObjectStorage, key: str) -> dict:
-    """``p.rounds`` federated rounds of ``policy`` on the workload of ``seed``; every round's client
-    trainings are Dask tasks on this run's cluster (this task secedes while it waits for them). The
-    per-round history (accuracy, simulated round times, exclusions and their reasons, the stragglers
-    and sizes in force, the speed factors) is saved at ``key``."""
+def federate(p: Params, policy: str, seed: int, storage: ObjectStorage, key: str, drop_fraction: float | None = None,
+             stop_at: float | None = None) -> dict:
+    """``p.rounds`` federated rounds of ``policy`` on the workload of ``seed`` (fedavg_drop drops
+    ``drop_fraction`` of the clients; ``stop_at``: stop once the running mean test accuracy over 3 rounds reaches it);
+    every round's client trainings are Dask tasks on this run's cluster (this task secedes while it
+    waits for them). The per-round history (accuracy, simulated round times, exclusions and their
+    reasons, dropped updates, the stragglers and sizes in force, the speed factors) is saved at ``key``."""
     from distributed import worker_client
 
     log = get_run_logger()
     w = p.workload(seed)
     plan = p.plan(w)
     with worker_client() as client:
-        h = run_federation(w, plan, p.config(seed), policy, _fan_out(client, f"{policy}-s{seed}"), log=log.warning,
+        cfg = p.config(seed, drop_fraction)
+        tag = f"{policy}-s{seed}-x{p.straggler_slowdown:g}-d{cfg.drop_fraction:g}"
+        h = run_federation(w, plan, cfg, policy, _fan_out(client, tag), log=log.warning, stop_at=stop_at,
                            progress=lambda t, h: (t + 1) % 10 or log.info(
                                "%s seed %d: round %d/%d, test accuracy %.3f", policy, seed, t + 1, p.rounds,
                                h.accuracy[-1]))
     excluded = sum(len(e) for e in h.excluded)
     changes = sum(a != b for a, b in zip(h.stragglers[1:], h.stragglers[2:]))
-    log.info("%s seed %d: %d rounds, final test accuracy %.3f, simulated %.2f s, %d update(s) excluded; profile "
-             "stragglers %s (sub-model r %s), straggler set changed %d time(s) after round 1", policy, seed, p.rounds,
-             h.accuracy[-1], sum(h.round_s), excluded, plan.stragglers, [plan.r[c] for c in plan.stragglers], changes)
+    log.info("%s seed %d (straggler slowdown %g): %d rounds, last test accuracy %.3f, simulated %.2f s, %d update(s) "
+             "excluded; profile stragglers %s (sub-model r %s), straggler set changed %d time(s) after round 1", policy,
+             seed, p.straggler_slowdown, len(h.accuracy), h.accuracy[-1], sum(h.round_s), excluded, plan.stragglers,
+             [plan.r[c] for c in plan.stragglers], changes)
     out = {**h.to_dict(), "profile_stragglers": plan.stragglers, "profile_r": [plan.r[c] for c in plan.stragglers],
+           "straggler_slowdown": p.straggler_slowdown, "drop_fraction": cfg.drop_fraction, "stop_at": stop_at,
            "slowed": list(w.slowed), "samples": [len(s[1]) for s in w.shards],
            "labels_per_client": [int((c > 0).sum()) for c in w.label_counts]}
     storage.write_bytes(key, json.dumps(out).encode())

@@ -2,10 +2,13 @@
 client trainings run, e.g. as Dask tasks).
 
 Policies: ``fedavg_wait`` (every client trains the full model, the round waits for the slowest),
-``random_dropout`` (stragglers train a random sub-model of size r), ``ordered_dropout`` (stragglers
+``fedavg_drop`` (every client trains the full model, the round waits only for the fastest: the slowest
+``Config.drop_fraction`` of the clients' updates are dropped, as FedAvg with a deadline or over-selection
+is deployed), ``random_dropout`` (stragglers train a random sub-model of size r), ``ordered_dropout`` (stragglers
 keep the first r of each hidden layer) and ``fluid`` (Invariant Dropout: stragglers drop the neurons
 whose updates, tracked on the non-stragglers, stay below the threshold theta). ``fluid_static`` is
 ``fluid`` with its stragglers and sizes fixed once from the initial profile (the re-detection's ablation).
+``fedavg_drop``'s drop fraction is tuned on calibration seeds (``tune_drop_fraction``).
 
 Client speeds change between rounds (``speed_trajectory``: devices become busy for a few rounds). All
 policies but ``fluid_static`` re-detect the stragglers and re-size their sub-models every
@@ -23,7 +26,7 @@ import numpy as np
 from . import dropout as dr
 from .model import Weights, accuracy, init_mlp, model_bytes, train_flops
 
-POLICIES = ("fedavg_wait", "random_dropout", "ordered_dropout", "fluid", "fluid_static")
+POLICIES = ("fedavg_wait", "fedavg_drop", "random_dropout", "ordered_dropout", "fluid", "fluid_static")
 INVARIANT = ("fluid", "fluid_static")  # the policies that pick neurons by Invariant Dropout
 FAULTS = ("nan", "raise", "shape")  # what the injected faulty clients do, in turn
 N_IN, N_OUT = 64, 10
@@ -214,6 +217,34 @@ class Config:
     min_r: float = 0.5
     ref_gflops: float = 10.0
     redetect_every: int = 1
+    # fedavg_drop: the share of the clients whose updates the round does not wait for (the slowest)
+    drop_fraction: float = 0.2
+
+
+def drop_count(clients: int, drop_fraction: float) -> int:
+    """How many clients' updates ``fedavg_drop`` does not wait for: round(fraction x clients), at least
+    one when the fraction is above 0, and never every client."""
+    if not 0.0 <= drop_fraction < 1.0:
+        raise ValueError(f"drop_fraction must be in [0, 1) (got {drop_fraction})")
+    n = int(round(drop_fraction * clients))
+    return min(max(n, 1 if drop_fraction > 0 else 0), clients - 1)
+
+
+def fastest_valid(finish_s: dict[int, float], keep: int) -> list[int]:
+    """The ``keep`` clients (ascending) whose valid updates arrive first this round: ``finish_s`` maps
+    each client with a valid update to its finish time (ties: lower client first). FedAvg that drops its
+    stragglers aggregates these and does not wait for the rest."""
+    order = sorted(finish_s, key=lambda c: (finish_s[c], c))
+    return sorted(order[:max(keep, 0)])
+
+
+def tune_drop_fraction(times: dict[float, list[float]]) -> float:
+    """The drop fraction with the lowest median time to the target over the calibration seeds (ties: the
+    smaller fraction, which drops less data). ``times``: on the evaluation clock (``round_s``), read by
+    ``time_to_target``'s smoothed rule."""
+    if not times or any(not v for v in times.values()):
+        raise ValueError("every calibrated drop fraction needs at least one calibration time")
+    return min(sorted(times), key=lambda f: float(np.median(times[f])))
 
 
 @dataclass
@@ -226,15 +257,21 @@ class History:
     excluded: list[list[tuple[int, str]]] = field(default_factory=list)
     theta: list[tuple[float, float]] = field(default_factory=list)
     kept_fraction: list[float] = field(default_factory=list)  # mean kept share of hidden neurons over stragglers
-    # per round: (client, kept neurons, CPU s, comm s) of every valid client: re-timed by round_times
+    # per round: (client, kept neurons, CPU s, comm s) of every aggregated client: re-timed by round_times
     trained: list[list[tuple[int, int, float, float]]] = field(default_factory=list)
     stragglers: list[list[int]] = field(default_factory=list)  # per round: the stragglers of the plan in force
     r: list[list[float]] = field(default_factory=list)         # per round: their sub-model sizes, in that order
     speed: list[list[float]] = field(default_factory=list)     # per round: every client's speed factor
+    dropped: list[list[int]] = field(default_factory=list)     # per round: valid updates not waited for (fedavg_drop)
+    # per round: the modelled round time, max over the aggregated clients of counted FLOPs x that round's speed
+    # / ref FLOP rate + communication: repeats with the seed (fedavg_drop's arrival order within a round uses it;
+    # its calibration ranks on round_s, the clock it is judged on)
+    round_model_s: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("policy", "accuracy", "round_s", "round_raw_s", "client_cpu_s", "excluded", "theta",
-                                              "kept_fraction", "trained", "stragglers", "r", "speed")}
+                                              "kept_fraction", "trained", "stragglers", "r", "speed", "dropped",
+                                              "round_model_s")}
 
 
 FAULT_ROUND = 1  # the round in which the injected faulty clients misbehave
@@ -257,7 +294,8 @@ def redetects(cfg: Config, policy: str, t: int) -> bool:
 
 def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_clients: RunClients,
                    log: Callable[[str], None] = lambda s: None,
-                   progress: Callable[[int, "History"], None] = lambda t, h: None) -> History:
+                   progress: Callable[[int, "History"], None] = lambda t, h: None,
+                   stop_at: float | None = None) -> History:
     """``cfg.rounds`` rounds of ``policy``. Round 0 trains the full model everywhere (the profiling
     round that gives Invariant Dropout its first non-straggler updates); from round 1 the dropout
     policies send each straggler its sub-model. ``plan`` is the initial profile's: ``fluid_static``
@@ -265,7 +303,12 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
     from the server's estimates, which each round's valid clients update with what the server saw of
     them (``observed_s`` at that round's speed, ``full_model_estimate``; an excluded client keeps its
     last estimate). A client whose task raised or whose update is malformed is excluded from the round
-    (logged); the round completes with the others. ``progress(round, history)`` is called after every round."""
+    (logged); the round completes with the others. ``fedavg_drop`` trains the full model everywhere and
+    aggregates only the valid updates that arrive first (all but ``drop_count`` clients, by that round's
+    finish times: ``observed_s`` at that round's speed + communication); the round lasts until the last of
+    them. ``progress(round, history)`` is called after every round. ``stop_at``: stop after the first
+    round at which the running mean of the test accuracy over the last ``SMOOTH`` rounds reaches it
+    (``crossed``; the rule ``time_to_target`` reads: a time-to-target run needs no later round)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; one of {POLICIES}")
     if cfg.redetect_every < 1:
@@ -280,12 +323,13 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
     last_ns: list[Weights] = []   # last round's valid non-straggler models (trained from last_glob)
     last_glob = glob
     trained: list[list[tuple[int, int, float, float]]] = []  # per round: (client, kept neurons, CPU s, comm s)
+    n_keep = w.clients - (drop_count(w.clients, cfg.drop_fraction) if policy == "fedavg_drop" else 0)
     for t in range(cfg.rounds):
         if redetects(cfg, policy, t):
             plan = plan_from_estimates(estimate, cfg.hidden, cfg.straggler_fraction, cfg.min_r)
         keeps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         thetas = (float("nan"), float("nan"))
-        dropping = policy != "fedavg_wait" and t > 0
+        dropping = policy not in ("fedavg_wait", "fedavg_drop") and t > 0
         scores = dr.neuron_scores(last_glob, last_ns) if policy in INVARIANT and dropping and last_ns else None
         for c in range(w.clients):
             if not dropping or c not in plan.stragglers or plan.r[c] >= 1.0:
@@ -304,6 +348,7 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
                  "fault": fault_of(c, t, cfg.faulty_clients)} for c in range(w.clients)]
         results = run_clients(jobs)
         entries, excluded, done, cpu, ns = [], [], [], 0.0, []
+        valid: dict[int, tuple] = {}
         for c, res in enumerate(results):
             shapes = dr.submodel_shapes(full_shapes, keeps[c])
             try:
@@ -316,14 +361,19 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
                 excluded.append((c, str(exc)))
                 log(f"{policy} round {t}: client {c} excluded: {exc}")
                 continue
+            cpu += res["cpu_s"]  # a dropped client's training ran too: its CPU is spent, its update unused
+            kept = len(keeps[c][0])
+            seen = observed_s(flops[c], kept, cfg.hidden, speeds[t, c], cfg.ref_gflops)
+            link = comm_s(res["weights"], cfg.comm_latency_s, cfg.bandwidth_mb_s)
+            valid[c] = (res, kept, seen + link)
+            # what the server saw of this client this round: the input to the next re-detection
+            estimate[c] = full_model_estimate(seen, kept, cfg.hidden)
+        waited = fastest_valid({c: v[2] for c, v in valid.items()}, n_keep) if policy == "fedavg_drop" else sorted(valid)
+        for c in waited:
+            res, kept, _ = valid[c]
             full, mask = dr.expand(res["weights"], keeps[c], glob)
             entries.append((full, mask, float(res["samples"])))
-            cpu += res["cpu_s"]
-            kept = len(keeps[c][0])
             done.append((c, kept, res["cpu_s"], comm_s(res["weights"], cfg.comm_latency_s, cfg.bandwidth_mb_s)))
-            # what the server saw of this client this round: the input to the next re-detection
-            estimate[c] = full_model_estimate(observed_s(flops[c], kept, cfg.hidden, speeds[t, c], cfg.ref_gflops),
-                                              kept, cfg.hidden)
             if c not in plan.stragglers:
                 ns.append(full)
         new = dr.aggregate(glob, entries) if entries else glob
@@ -339,7 +389,11 @@ def run_federation(w: Workload, plan: Plan, cfg: Config, policy: str, run_client
         h.kept_fraction.append(float(np.mean(strag_keep)) if strag_keep else 1.0)
         h.stragglers.append(list(plan.stragglers))
         h.r.append([float(plan.r[c]) for c in plan.stragglers])
+        h.dropped.append(sorted(set(valid) - set(waited)))
+        h.round_model_s.append(max((valid[c][2] for c in waited), default=0.0))
         progress(t, h)
+        if stop_at is not None and crossed(h.accuracy, stop_at):
+            break
     h.round_s, h.round_raw_s = round_times(trained, speeds)
     h.trained = trained
     h.speed = speeds.tolist()
@@ -367,16 +421,39 @@ def round_times(trained: list[list[tuple[int, int, float, float]]], speed) -> tu
     return robust, raw
 
 
-def final_accuracy(acc: list[float], last: int = 3) -> float:
+SMOOTH = 3  # rounds in the accuracy window: final_accuracy's, time_to_target's and the runs' stop rule
+
+
+def final_accuracy(acc: list[float], last: int = SMOOTH) -> float:
     """Mean test accuracy of the last ``last`` rounds (one round's accuracy is noisy under label skew)."""
     return float(np.mean(acc[-last:]))
 
 
+def smoothed(acc: list[float], window: int = SMOOTH) -> list[float]:
+    """The running mean of the test accuracy over the last ``window`` rounds (fewer in the first rounds):
+    the curve a time to target is read from, so one round's noise (one test image of a few hundred)
+    does not decide it."""
+    a = np.asarray(acc, float)
+    return [float(a[max(0, i - window + 1):i + 1].mean()) for i in range(len(a))]
+
+
+def crossed(acc: list[float], target: float) -> bool:
+    """Whether the smoothed accuracy has reached ``target`` by the last round run (the stop rule)."""
+    return bool(acc) and float(np.mean(acc[-SMOOTH:])) >= target
+
+
 def time_to_target(acc: list[float], round_s: list[float], target: float) -> tuple[float, int | None]:
-    """Simulated time until the first round whose test accuracy reaches ``target``, and that round's
-    number (1-based); when never reached: the whole run's time and None."""
+    """Simulated time until the running mean of the test accuracy over ``SMOOTH`` rounds (``smoothed``)
+    reaches ``target``, interpolated linearly in time within the round in which it crosses (from the
+    end of the round before, at the smoothed value there, to the end of that round), and that round's
+    number (1-based); when never reached: the whole run's time (a lower bound, not a time to target)
+    and None. One noisy round moves the time by a fraction of a round, not by whole rounds."""
     clock = np.cumsum(round_s)
-    for i, a in enumerate(acc):
+    sm = smoothed(acc)
+    for i, a in enumerate(sm):
         if a >= target:
-            return float(clock[i]), i + 1
+            if i == 0 or a <= sm[i - 1]:
+                return float(clock[i]), i + 1
+            frac = (target - sm[i - 1]) / (a - sm[i - 1])
+            return float(clock[i - 1] + frac * (clock[i] - clock[i - 1])), i + 1
     return float(clock[-1]) if len(clock) else 0.0, None

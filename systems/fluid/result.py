@@ -1,24 +1,76 @@
 """The fluid SystemResult from its tasks' outputs: per seed and policy the time to the target accuracy
 (FedAvg-wait's final accuracy x target_fraction) and the counts around it, the straggler-slowdown regime
-re-timed from the same runs, the clock's assumptions, the curves and the notes (pure: the flow only
-submits). A regime point where FLuID or the baseline it is compared with never reached the target in
-some seed is invalid: its time is the whole run, not a time to accuracy."""
+from the federations re-run at each slowdown, fedavg_drop's calibration, the clock's assumptions, the
+curves and the notes (pure: the flow only submits). A regime point where FLuID or the baseline it is
+compared with never reached the target in some seed is invalid: its time is the whole run, not a time
+to accuracy."""
 from __future__ import annotations
 
 import numpy as np
 
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, SystemResult, param_assumptions
 
-from . import COUNTED, POLICIES, SIMULATED, SPEC, Params, final_accuracy, rescale_stragglers, round_times, time_to_target
+from . import (COUNTED, POLICIES, REGIME_POLICIES, REGIME_RERUN, SIMULATED, SPEC, Params, drop_count, final_accuracy,
+               rescale_stragglers, round_times, time_to_target, tune_drop_fraction)
 
 FANOUT = {"one": "fanout_1_worker", "all": "fanout_all_workers"}
 DEPLOYABLE = tuple(b for b in SPEC.baselines if "deployable" in SPEC.role(b))
 
 
+def seed_target(p: Params, fedavg_wait: dict) -> float:
+    """A seed's target test accuracy: target_fraction x FedAvg-wait's final accuracy (mean of its last 3 rounds)."""
+    return p.target_fraction * final_accuracy(fedavg_wait["accuracy"])
+
+
+def tuned_drop_fraction(p: Params, targets: dict[int, float], calibration: dict[tuple[int, float], dict]) -> float:
+    """fedavg_drop's drop fraction: the grid's fraction with the lowest median time to the target over the
+    calibration seeds (``targets``: calibration seed -> its target; ``calibration``: (seed, fraction) -> run).
+    Times are on the clock fedavg_drop is judged on (``round_s``: measured CPU x speed + communication), read
+    by the same smoothed crossing rule (``time_to_target``) as every evaluated time to target."""
+    return tune_drop_fraction(_calibration_times(p, targets, calibration))
+
+
+def _calibration_times(p: Params, targets: dict[int, float], calibration: dict[tuple[int, float], dict]):
+    return {d: [time_to_target(calibration[s, d]["accuracy"], calibration[s, d]["round_s"], targets[s])[0]
+                for s in sorted(targets)] for d in p.drop_fractions}
+
+
+def charge_misses(samples: dict[str, dict[str, list[float]]], seeds: list[int], fluid_missed: list[int]) -> None:
+    """A seed where FLuID missed the target has no time to target for it (its whole run is a lower bound):
+    it is charged at least the slowest policy's time in that seed, so no pair of that seed counts as a
+    FLuID win (against every baseline it is a loss or, against the slowest, a tie), whatever the run's length."""
+    for s in fluid_missed:
+        i = seeds.index(s)
+        for m in ("time_to_accuracy_s", "time_to_accuracy_raw_s"):
+            samples["fluid"][m][i] = max(samples[pol][m][i] for pol in samples if m in samples[pol] and samples[pol][m])
+
+
+def missed_notes(samples: dict[str, dict[str, list[float]]], seeds: list[int], missed: dict[str, list[int]]) -> list[str]:
+    """Which seeds each policy missed the target in, and a warning where the strongest deployable baseline
+    by median time to target (the one the headline's vs_strongest is taken against) missed in any seed."""
+    out = []
+    if any(missed.values()):
+        out.append("Seeds in which a policy never reached the target (time_to_accuracy_s is then its whole run, a "
+                   "lower bound, not a time to target): " + "; ".join(
+                       f"{pol} {', '.join(map(str, ss))}" for pol, ss in missed.items() if ss)
+                   + (". FLuID's missed seeds are charged at least the slowest policy's time in that seed, so none "
+                      "of their pairs counts as a FLuID win." if missed.get("fluid") else "."))
+    times = {b: float(np.median(samples[b]["time_to_accuracy_s"])) for b in DEPLOYABLE if samples.get(b, {}).get("time_to_accuracy_s")}
+    if times:
+        best = min(times, key=times.get)
+        if missed.get(best):
+            out.append(f"The strongest deployable baseline by median time to the target, {best}, missed the target "
+                       f"in seed(s) {', '.join(map(str, missed[best]))}: its time there is its whole run, a lower bound "
+                       "that flatters it, so the ratio against it understates FLuID where FLuID reached the target, "
+                       "and it is the strongest only on that lower bound.")
+    return out
+
+
 def _regime_sample(slowdown: float, times: dict[str, list[float]], samples: dict[str, dict[str, list[float]]]) -> RegimeSample:
     """Time to the target per policy at one slowdown; invalid where FLuID or the fastest deployable baseline
-    there (the one the ratio is taken against) missed the target in a seed (re-timing moves no accuracy)."""
-    rival = min(DEPLOYABLE, key=lambda b: float(np.median(times[b])))
+    there (the one the ratio is taken against) missed the target in a seed (``samples``: that point's
+    reached_target per policy)."""
+    rival = min((b for b in DEPLOYABLE if b in times), key=lambda b: float(np.median(times[b])))
     missed = []
     for v in ("fluid", rival):
         reached = samples[v]["reached_target"]
@@ -28,8 +80,38 @@ def _regime_sample(slowdown: float, times: dict[str, list[float]], samples: dict
                         invalid="; ".join(missed))
 
 
-def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict], fanout: dict | None) -> SystemResult:
-    """``runs``: (seed, policy) -> the federate task's history; ``fanout``: fanout_timing's output, or None."""
+def _point(p: Params, k: float, seeds: list[int], targets: list[float], runs: dict[tuple[int, str], dict],
+           regime_runs: dict[tuple[float, int, str], dict]) -> RegimeSample:
+    """One regime point: at the headline's slowdown the headline runs, elsewhere the runs re-done there
+    (FedAvg-wait: its headline run re-timed with the slowed clients at ``k``, the run a re-run repeats)."""
+    at: dict[str, list[float]] = {pol: [] for pol in REGIME_POLICIES}
+    hit: dict[str, dict[str, list[float]]] = {pol: {"reached_target": []} for pol in REGIME_POLICIES}
+    for s, target in zip(seeds, targets):
+        for pol in REGIME_POLICIES:
+            if k == p.straggler_slowdown:
+                h = runs[s, pol]
+                round_s = h["round_s"]
+            elif pol not in REGIME_RERUN:
+                h = runs[s, pol]
+                round_s = round_times(h["trained"], rescale_stragglers(h["speed"], h["slowed"],
+                                                                      k / p.straggler_slowdown))[0]
+            else:
+                h = regime_runs[k, s, pol]
+                round_s = h["round_s"]
+            tt, reached = time_to_target(h["accuracy"], round_s, target)
+            at[pol].append(tt)
+            hit[pol]["reached_target"].append(float(reached is not None))
+    return _regime_sample(k, at, hit)
+
+
+def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict], fanout: dict | None,
+                 regime_runs: dict[tuple[float, int, str], dict] | None = None,
+                 calibration: tuple[dict, dict, float] | None = None) -> SystemResult:
+    """``runs``: (seed, policy) -> the federate task's history; ``fanout``: fanout_timing's output, or None;
+    ``regime_runs``: (slowdown, seed, policy) -> the history re-run at that slowdown (every regime slowdown
+    but the headline's, every policy of REGIME_RERUN); ``calibration``: (calibration seed -> target,
+    (seed, drop fraction) -> run, the fraction chosen)."""
+    regime_runs = regime_runs or {}
     samples: dict[str, dict[str, list[float]]] = {pol: {m: [] for m in (*SIMULATED, *COUNTED, "client_cpu_s")}
                                                    for pol in POLICIES}
     targets = []
@@ -49,22 +131,19 @@ def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict],
             m["rounds_to_target"].append(float(reached if reached is not None else p.rounds))
             m["reached_target"].append(float(reached is not None))
             m["excluded_updates"].append(float(sum(len(e) for e in h["excluded"])))
+            m["dropped_updates"].append(float(sum(len(d) for d in h["dropped"])))
             m["straggler_kept_fraction"].append(float(np.mean(h["kept_fraction"][1:])))
             # rounds (from 2) whose stragglers differ from the previous round's / (from 1) from the profile's
             m["straggler_changes"].append(float(sum(a != b for a, b in zip(h["stragglers"][1:], h["stragglers"][2:]))))
             m["rounds_off_profile"].append(float(sum(st != h["profile_stragglers"] for st in h["stragglers"][1:])))
             m["client_cpu_s"].append(float(sum(h["client_cpu_s"])))
-    # regime: the same runs re-timed with the slowed clients' speed factors rescaled to each slowdown
-    regime = []
-    for k in p.regime_straggler_slowdown:
-        at: dict[str, list[float]] = {pol: [] for pol in POLICIES}
-        for s, target in zip(seeds, targets):
-            for pol in POLICIES:
-                h = runs[s, pol]
-                speed = rescale_stragglers(h["speed"], h["slowed"], k / p.straggler_slowdown)
-                at[pol].append(time_to_target(h["accuracy"], round_times(h["trained"], speed)[0], target)[0])
-        regime.append(_regime_sample(k, at, samples))
+    missed = {pol: [s for s, r in zip(seeds, samples[pol]["reached_target"]) if not r] for pol in POLICIES}
+    charge_misses(samples, seeds, missed["fluid"])
+    # regime: the federation re-run at each slowdown (the headline's runs at straggler_slowdown)
+    regime = [_point(p, k, seeds, targets, runs, regime_runs) for k in p.regime_straggler_slowdown]
     variants: dict[str, dict[str, float]] = {pol: {} for pol in POLICIES}
+    drop = calibration[2] if calibration else (runs[seeds[0], "fedavg_drop"].get("drop_fraction")
+                                              if (seeds[0], "fedavg_drop") in runs else None)
     if fanout:
         for mode, name in FANOUT.items():
             if fanout[mode]:
@@ -93,6 +172,14 @@ def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict],
                                             source="modelled from counted FLOPs (not the measured CPU time) so the "
                                                    "stragglers, and every accuracy, repeat with the seed; FLuID's "
                                                    "server re-profiles from the clients' reported training times"),
+        "fedavg_drop": Assumption(value=(f"every client trains the full model; the round aggregates the first "
+                                         f"{p.clients - drop_count(p.clients, drop)} of {p.clients} valid updates to "
+                                         f"arrive (drop fraction {drop:g}, by that round's modelled finish time) and "
+                                         "lasts until the last of them arrives" if drop is not None else "not run"),
+                                  source="tuned on calibration seeds " + ", ".join(map(str, p.calibration_seed_list()))
+                                         + f" over drop fractions {', '.join(f'{d:g}' for d in p.drop_fractions)}: "
+                                         "the lowest median time to each calibration seed's own target, on the evaluation clock (round_s) "
+                                         "and its smoothed crossing rule"),
     }
     first = seeds[0]
     curves = [
@@ -105,7 +192,7 @@ def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict],
         Curve(title=f"simulated round time per round (seed {first}; speeds change between rounds)", x_label="round",
               y_label="simulated round time (s)",
               series={pol: (list(range(1, p.rounds + 1)), runs[first, pol]["round_s"])
-                      for pol in ("fedavg_wait", "fluid", "fluid_static")}),
+                      for pol in ("fedavg_wait", "fedavg_drop", "fluid", "fluid_static")}),
     ]
     th = [(i, a, b) for i, (a, b) in enumerate(runs[first, "fluid"]["theta"]) if np.isfinite(a) and np.isfinite(b)]
     if th:
@@ -120,6 +207,10 @@ def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict],
     changes_first = int(samples["fluid"]["straggler_changes"][0])
     off_first = int(samples["fluid"]["rounds_off_profile"][0])
     cpu_full, cpu_fluid = (np.median(samples[pol]["client_cpu_s"]) for pol in ("fedavg_wait", "fluid"))
+    cal_runs = calibration[1] if calibration else {}
+    n_rounds = (sum(len(h["accuracy"]) for h in (*runs.values(), *regime_runs.values(), *cal_runs.values()))
+                + (len(calibration[0]) * p.rounds if calibration else 0))  # + the calibration seeds' FedAvg-wait
+    reach = {pol: [int(x) for x in samples[pol]["rounds_to_target"]] for pol in ("fedavg_wait", "fluid")}
     reasons = sorted({why.split(":")[0] + (": " + why.split(": ")[1] if why.startswith("task failed") else "")
                       for pol in POLICIES for s in seeds for rnd in runs[s, pol]["excluded"] for _, why in rnd})
     notes = [
@@ -128,7 +219,9 @@ def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict],
         f"{max(r0['labels_per_client'])} labels per client), a 64-{p.hidden}-{p.hidden}-10 ReLU MLP, {p.local_epochs} "
         f"local epoch(s) of SGD per round, {p.rounds} rounds per policy, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), "
         f"each seed its own split, speeds and init. Every client's local training really ran, as one Dask task per "
-        f"client per round ({len(seeds) * len(POLICIES) * p.rounds * p.clients} tasks).",
+        f"client per round ({p.clients * n_rounds} tasks: {len(seeds) * len(POLICIES)} headline runs, "
+        f"{len(regime_runs)} regime re-runs, {len(cal_runs) + (len(calibration[0]) if calibration else 0)} "
+        "calibration runs).",
         "The clock is simulated: a client's round time is its measured local-training CPU time (the median over the "
         "run's rounds in which it trained the same model size, so one scheduling spike on the shared machine does not "
         "become the round's maximum; time_to_accuracy_raw_s uses each round's own measurement) x its speed factor in "
@@ -152,18 +245,37 @@ def build_result(p: Params, seeds: list[int], runs: dict[tuple[int, str], dict],
         f"{p.rounds - 1} dropout rounds). fluid_static is FLuID with the profile's stragglers and sizes kept for the "
         "whole run (no re-detection): the ablation of the dynamic adaptation.",
         f"Target accuracy: {p.target_fraction:.0%} of FedAvg-wait's final accuracy (mean of the last 3 rounds), i.e. "
-        + ", ".join(f"{x:.3f}" for x in targets) + " per seed; a policy that never reaches it is charged its whole "
-        "run (reached_target < 1 marks it). accuracy_gap_pts = final accuracy minus FedAvg-wait's, in points.",
+        + ", ".join(f"{x:.3f}" for x in targets) + " per seed (held-out test set). A policy's time to it is read from "
+        "its running mean accuracy over the last 3 rounds (the window of the final accuracy), interpolated linearly in "
+        "time within the round in which it crosses, so one round's noise (one test image) moves it by a fraction of "
+        "a round; a policy that never reaches it is charged its whole run (reached_target < 1 marks it). Rounds to the target (counted, per seed): FedAvg-wait "
+        f"{reach['fedavg_wait']}, FLuID {reach['fluid']} of {p.rounds}. accuracy_gap_pts = final accuracy minus "
+        "FedAvg-wait's, in points.",
+        "FedAvg that drops its stragglers (fedavg_drop): every client trains the full model and the round aggregates "
+        "only the valid updates that arrive first, by that round's finish times (the slowest "
+        + (f"{drop:g} of the clients, {drop_count(p.clients, drop)} of {p.clients}, are not waited for; their training "
+           "ran and its CPU is counted" if drop is not None else "share") + "). Its drop fraction was tuned on "
+        f"calibration seed(s) {', '.join(map(str, p.calibration_seed_list()))} (their own split, speeds and init, "
+        "each with its own FedAvg-wait target) over the grid "
+        + ", ".join(f"{d:g}" for d in p.drop_fractions) + ": "
+        + (", ".join(f"{d:g}: median {np.median(v):.3f} s" for d, v in _calibration_times(p, *calibration[:2]).items())
+           + " to the target (on the evaluation clock, the smoothed crossing rule)"
+           if calibration else "not calibrated in this run") + "; the evaluated seeds "
+        "never entered the choice.",
         f"Mechanism: random_dropout is the ablation (FLuID with only the neuron choice replaced by chance, same "
         f"stragglers and sizes); ordered_dropout keeps the first r of each layer; fluid_static removes only the "
         f"re-detection. Regime: the slowed clients are {p.straggler_slowdown:g}x slower than their drawn speed factor "
-        f"in the runs; each regime point re-times the same runs (accuracy curves, each client's measured compute, the "
-        f"stragglers and sub-model sizes chosen at {p.straggler_slowdown:g}x, the busy spells) with that slowdown "
-        f"instead: slowdowns {', '.join(f'{k:g}' for k in p.regime_straggler_slowdown)}. Below "
-        f"{p.straggler_slowdown:g}x the sub-models are smaller than the gap needs; above it they no longer close it.",
+        f"in the headline runs; at every other slowdown ({', '.join(f'{k:g}' for k in p.regime_straggler_slowdown if k != p.straggler_slowdown)}) "
+        f"the federation is re-run ({', '.join(REGIME_RERUN)}; the same seeds, splits, slowed clients and busy "
+        "spells, the slowed clients that many times slower), so the stragglers are re-detected and their sub-models "
+        "re-sized to that slowdown in every round, and fedavg_drop races at it with the tuned drop fraction; each "
+        "re-run stops at the first round whose running mean accuracy over 3 rounds reaches its seed's target (the headline's). FedAvg-wait's training "
+        "does not depend on the speeds, so its point is its headline run re-timed at that slowdown: the run a "
+        "re-run would repeat.",
         f"Local training CPU (measured, median over seeds): {cpu_full:.2f} s for FedAvg-wait, {cpu_fluid:.2f} s for "
         "FLuID: the stragglers' sub-models really do less work.",
     ]
+    notes += missed_notes(samples, seeds, missed)
     if reasons:
         notes.append("Excluded client updates (the round completed without them), by reason: " + "; ".join(reasons)
                      + f". Injected faulty clients: {p.faulty_clients}.")

@@ -1,5 +1,5 @@
-"""The FLuID flow at smoke scale (the session's shared reference run): four policies and FLuID with fixed
-stragglers, with a simulated time-to-accuracy headline, counted accuracies, client speeds that change
+"""The FLuID flow at smoke scale (the session's shared reference run): five policies (FedAvg dropping its
+stragglers with a drop fraction tuned on a calibration seed among them) and FLuID with fixed stragglers, with a simulated time-to-accuracy headline, counted accuracies, client speeds that change
 between rounds and stragglers re-detected from the previous round (the same for every re-detecting
 policy), the injected faulty clients excluded from round 1 with their reasons while every round
 completed, the 1-vs-all-workers fan-out, histories on storage."""
@@ -8,7 +8,7 @@ import math
 
 from faultkit import reference_run
 
-POLICIES = ("fedavg_wait", "random_dropout", "ordered_dropout", "fluid", "fluid_static")
+POLICIES = ("fedavg_wait", "fedavg_drop", "random_dropout", "ordered_dropout", "fluid", "fluid_static")
 
 
 def test_fluid_flow_smoke(prefect_api):
@@ -17,7 +17,7 @@ def test_fluid_flow_smoke(prefect_api):
     assert (h["metric"], h["baseline"], h["technique"], h["kind"]) == ("time_to_accuracy_s", "fedavg_wait", "fluid",
                                                                        "simulated")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0 and h["assumptions"]
-    assert h["vs_strongest"]["baseline"] in ("fedavg_wait", "random_dropout", "ordered_dropout")
+    assert h["vs_strongest"]["baseline"] in ("fedavg_wait", "fedavg_drop", "random_dropout", "ordered_dropout")
     v, kinds, params = report["variants"], report["metric_kinds"], report["parameters"]
     assert set(v) == {*POLICIES, "fanout_1_worker", "fanout_all_workers"}
     assert kinds["time_to_accuracy_s"] == kinds["mean_round_s"] == kinds["time_to_accuracy_raw_s"] == "simulated"
@@ -30,7 +30,8 @@ def test_fluid_flow_smoke(prefect_api):
         m = v[pol]
         assert 0.0 < m["final_accuracy"] <= 1.0 and m["time_to_accuracy_s"] > 0 and m["mean_round_s"] > 0
         assert m["excluded_updates"] == params["faulty_clients"] == 3  # NaN, raised error, wrong shapes: round 1
-        assert (m["straggler_kept_fraction"] == 1.0) == (pol == "fedavg_wait")
+        assert (m["straggler_kept_fraction"] == 1.0) == (pol in ("fedavg_wait", "fedavg_drop"))
+        assert (m["dropped_updates"] > 0) == (pol == "fedavg_drop")
         # the smoke preset's busy spells move the straggler set; fluid_static keeps the profile's all run
         assert (m["straggler_changes"] == 0 and m["rounds_off_profile"] == 0) == (pol == "fluid_static")
     assert v["fanout_1_worker"]["round_wall_s"] > 0 and v["fanout_all_workers"]["round_wall_s"] > 0
@@ -50,13 +51,13 @@ def test_fluid_flow_smoke(prefect_api):
     assert any(row != hist["speed"][0] for row in hist["speed"][1:])  # speeds changed between rounds
     others = {pol: json.loads(storage.read_bytes(f"runs/fluid/{report['run_id']}/history_{pol}_seed{params['seed']}.json"))
               for pol in POLICIES if pol != "fluid"}
-    for pol in ("fedavg_wait", "random_dropout", "ordered_dropout"):  # the same speeds, stragglers and sizes
+    for pol in ("fedavg_wait", "fedavg_drop", "random_dropout", "ordered_dropout"):  # the same speeds, stragglers, sizes
         assert (others[pol]["speed"], others[pol]["stragglers"], others[pol]["r"]) == (hist["speed"], hist["stragglers"],
                                                                                    hist["r"])
     assert others["fluid_static"]["speed"] == hist["speed"]
     assert all(s == hist["profile_stragglers"] for s in others["fluid_static"]["stragglers"])
     # contract v3: random dropout (same stragglers and sizes, neurons by chance) is the mechanism's ablation;
-    # the regime re-times the runs at each straggler slowdown, the headline's among them
+    # the regime re-runs the federation at each straggler slowdown
     mech = h["mechanism"]
     assert mech["baseline"] == "random_dropout" and mech["technique"] == "fluid" and mech["ratio"] > 0
     assert report["roles"]["fedavg_wait"] == ["paper", "deployable"] and "fluid_static" not in report["roles"]
@@ -66,8 +67,22 @@ def test_fluid_flow_smoke(prefect_api):
     assert all(r["kind"] == "simulated" and r["assumptions"] for r in report["ratios"]
                if r["baseline"] == "fluid_static" and r["metric"] != "final_accuracy")
     assert any("Straggler re-detection" in n for n in report["notes"])
+    # fedavg_drop: tuned on the calibration seed (never an evaluated one), then run with that fraction
+    drop = others["fedavg_drop"]["drop_fraction"]
+    assert drop in params["drop_fractions"]  # round 1's faulty clients leave fewer valid updates than it waits for
+    assert all(len(d) > 0 for i, d in enumerate(others["fedavg_drop"]["dropped"]) if i != 1)
+    cal = params["seed"] + 1000
+    for d in params["drop_fractions"]:
+        run = json.loads(storage.read_bytes(f"runs/fluid/{report['run_id']}/calibration_fedavg_drop{d:g}_seed{cal}.json"))
+        assert run["drop_fraction"] == d and run["stop_at"] > 0
+    assert any("fedavg_drop" in n and "calibration seed" in n for n in report["notes"])
     reg = report["regime"]
-    assert reg["parameter"] == "straggler_slowdown" and [pt["value"] for pt in reg["points"]] == [1.0, 3.0]
+    assert reg["parameter"] == "straggler_slowdown" and [pt["value"] for pt in reg["points"]] == [1.5, 3.0]
+    # the point at 3 re-ran the federation there (sub-models sized to it), stopping at the target
+    rerun = json.loads(storage.read_bytes(f"runs/fluid/{report['run_id']}/regime_x3_fluid_seed{params['seed']}.json"))
+    assert rerun["straggler_slowdown"] == 3 and rerun["slowed"] == hist["slowed"]
+    assert rerun["stop_at"] > 0 and len(rerun["accuracy"]) <= params["rounds"]
+    assert sum(rerun["profile_r"]) < sum(hist["profile_r"])
     assert reg["headline_value"] == params["straggler_slowdown"] == 1.5
     assert all(pt["kind"] == "simulated" and pt["repeats"] == 1 for pt in reg["points"])
     assert reg["wins"] in ("above", "below", "everywhere", "nowhere", "undecided")  # smoke: one sample a point

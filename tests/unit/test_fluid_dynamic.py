@@ -150,7 +150,7 @@ def test_every_policy_sees_the_same_speeds_stragglers_and_sizes_and_sends_them_t
         runs[pol] = _run(dyn, plan, _cfg(), pol, sizes[pol])
     ref = runs["fluid"]
     assert len({tuple(s) for s in ref.stragglers[1:]}) > 1  # the set really changed in this run
-    for pol in ("fedavg_wait", "random_dropout", "ordered_dropout"):
+    for pol in ("fedavg_wait", "fedavg_drop", "random_dropout", "ordered_dropout"):
         assert runs[pol].speed == ref.speed and runs[pol].stragglers == ref.stragglers and runs[pol].r == ref.r
     assert runs["fluid_static"].speed == ref.speed and runs["fluid_static"].stragglers != ref.stragglers
     for pol in POLICIES:  # every round, every straggler of the plan in force trains its sub-model
@@ -158,7 +158,7 @@ def test_every_policy_sees_the_same_speeds_stragglers_and_sizes_and_sends_them_t
         for t in range(ROUNDS):
             for c in range(CLIENTS):
                 i = h.stragglers[t].index(c) if c in h.stragglers[t] else None
-                want = H if pol == "fedavg_wait" or t == 0 or i is None else dr.keep_count(H, h.r[t][i])
+                want = H if pol in ("fedavg_wait", "fedavg_drop") or t == 0 or i is None else dr.keep_count(H, h.r[t][i])
                 assert sizes[pol][t][c] == want, (pol, t, c)
             assert all(0.5 <= r <= 1.0 for r in h.r[t])
 
