@@ -170,6 +170,8 @@ def test_survivors_of_a_lost_rank_0_carry_on(dask, client):
     """Issue 48: the launch's rendezvous store lived in rank 0's worker, so losing rank 0 failed every
     survivor (DistNetworkError at their next store access); it lives in the launching process now, and
     losing rank 0 is like losing any rank."""
+    for _ in range(3 - len(client.scheduler_info(n_workers=-1)["workers"])):  # the test before killed one
+        dask.add_worker()
     dask.wait_for_workers(3)
     with pytest.raises(RanksFailed) as err:
         run_ranks(client, survivors_carry_on, 3, 0, timeout_s=TIMEOUT_S)
