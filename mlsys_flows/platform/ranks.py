@@ -6,7 +6,8 @@ port the OS picks (``master_store``: bound to that address only, loopback for a 
 hands ``host:port`` to every rank, which connects as a client: no rank hosts it, so losing any rank,
 rank 0 included, leaves the survivors their store (process groups of their own, membership rounds).
 Where the caller cannot listen on the ranks' host (their workers span hosts, or run on a machine
-other than the caller's), rank 0 opens it on its worker's host and publishes ``host:port`` in a
+other than the caller's, or rank 0's worker cannot read back a nonce the caller set in it: a remote
+worker that advertises 127.0.0.1 through a tunnel), rank 0 opens it on its worker's host and publishes ``host:port`` in a
 Dask ``Variable`` private to the launch, as before: there, losing rank 0 fails the launch
 (``RanksRun.store`` / ``RanksFailed.store`` say which: "caller" or "rank 0"). The
 backend is gloo on CPU, nccl when every chosen worker sees a GPU (each rank then takes the next GPU
@@ -31,6 +32,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable
 from urllib.parse import urlparse
 
@@ -214,6 +216,8 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
     payload = cloudpickle.dumps((fn, args, kwargs))
     store = _caller_store([urlparse(w).hostname or w for w in chosen], world_size, timeout_s)
     address = f"{urlparse(chosen[0]).hostname or chosen[0]}:{store.port}" if store is not None else None
+    if store is not None and not _store_reachable(client, chosen[0], store, address, launch_id):
+        store = address = None  # e.g. a remote worker that advertises 127.0.0.1 (a tunnel): rank 0 opens it
     where = "caller" if store is not None else "rank 0"
     futures = [client.submit(_rank_main, launch_id, r, world_size, backend, devices[r], timeout_s, payload,
                              tuple(chosen), address, workers=[chosen[r]], allow_other_workers=False, pure=False,
@@ -252,6 +256,33 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
         except Exception:  # noqa: BLE001 - the scheduler may be gone; the variable goes with it
             pass
         del store  # the caller's store closes with its last reference (every rank is settled or cancelled)
+
+
+def _store_reachable(client, worker: str, store, address: str, launch_id: str, timeout_s: float = 5.0) -> bool:
+    """Whether ``worker`` reaches the caller's store at ``address``: a nonce set here is read back there. A
+    worker that advertises the caller's host without being on it (a tunnel to 127.0.0.1) reaches no
+    store, or another one, and fails this (within ``timeout_s``)."""
+    nonce = uuid.uuid4().hex
+    key = f"mlsys-ranks/{launch_id}/nonce"
+    store.set(key, nonce)
+    try:
+        got = client.run(_read_store_key, address, key, timeout_s, workers=[worker])
+    except Exception:  # noqa: BLE001 - unreachable, refused, timed out: not the caller's store
+        return False
+    return got.get(worker) == nonce
+
+
+def _read_store_key(address: str, key: str, timeout_s: float) -> str | None:
+    """On a worker: the value of ``key`` in the store at ``address``, or None where it cannot be read."""
+    try:
+        host, port = address.rsplit(":", 1)
+        import torch.distributed as dist
+
+        # a client that counts for no rank (no world size: it joins no rendezvous count)
+        return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s),
+                             wait_for_workers=False).get(key).decode()
+    except Exception:  # noqa: BLE001 - no store there, or not ours
+        return None
 
 
 def _caller_store(hosts: list[str], world_size: int, timeout_s: float):

@@ -22,7 +22,8 @@ SIMULATED = ("throughput", "steady_throughput", "iteration_ms", "compute_utiliza
 CALIBRATED = {"forward_ms": "forward", "backward_input_ms": "backward_input", "backward_weight_ms": "backward_weight",
               "backward_fused_ms": "backward_fused", "optimizer_ms": "optimizer"}
 # everything timed on real ranks (restart, stage pair, failover) is measured, the simulator's predictions of
-# those runs simulated, sizes and counts counted
+# those runs simulated, sizes and counts counted; the two prediction errors are derived (a measurement over a
+# simulation, minus 1) and carry "measured", the contract having no kind for a derived quantity
 KINDS = (dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(CALIBRATED, "measured")
          | dict.fromkeys(("live_workers", "param_bytes", "activation_bytes", "restart_shard_bytes"), "counted")
          | dict.fromkeys(("restart_ms", "pair_step_ms", "real_samples_s", "real_recover_s", "real_detection_s",

@@ -52,7 +52,7 @@ def test_recycle_flow_smoke():
     survivors = [w for r, w in enumerate(launches[-2]["workers"]) if r not in victims]
     assert restarted in (2, 3) and launches[-1]["workers"] == survivors[:restarted]
     # the rendezvous store lived in the flow's process, not in a rank's worker
-    assert launches[-1]["store"] == "caller" and all(launch.get("store", "caller") == "caller" for launch in launches)
+    assert launches[-1]["store"] == "caller" and all(launch["store"] == "caller" for launch in launches)
     assert not storage.list(f"runs/recycle/{report['run_id']}/restart")  # the restart's checkpoint is removed
     assert not storage.list(f"runs/recycle/{report['run_id']}/failover")  # and the failover run's
     assert "measured in this run" in assumptions["stage_forward_ms"]["source"]
@@ -122,11 +122,14 @@ def test_recycle_failover_run_is_measured_beside_its_prediction():
 
 
 # a second smoke run (overrides must be hashable: tuples), as small as the failover allows
-RANK0 = {"failover_victims": (0,), "failover_fail_step": 2, "failover_steps": 1, "measure_restart": False}
+# (one repeat, the fewest regime points, the smallest stage, 2 micro-batches: the cost is the failover's)
+RANK0 = {"failover_victims": (0,), "failover_fail_step": 2, "failover_steps": 1, "measure_restart": False,
+         "repeats": 1, "regime_failures": (0, 1), "d_model": 16, "seq": 8, "micro_batch": 1, "microbatches": 2,
+         "calibration_reps": 2, "sim_iterations": 2, "failover_microbatches": 2}
 
 
-@pytest.mark.budget(150, reason="a smoke run of its own (rank 0 lost): the embedded cluster grows to 4 workers "
-                                "and runs both failover launches")
+@pytest.mark.budget(60, reason="a smoke run of its own (rank 0 lost): the embedded cluster grows to 4 workers "
+                               "and runs both failover launches")
 def test_a_run_that_loses_rank_0_completes_and_reroutes():
     """Issue 48: rank 0's worker SIGKILLed. The launch's rendezvous store lived in rank 0's worker, so its
     loss failed every survivor (DistNetworkError); it lives in the flow's process now, and rank 0's
@@ -143,3 +146,6 @@ def test_a_run_that_loses_rank_0_completes_and_reroutes():
     note = next(n for n in report["notes"] if n.startswith("Failover run"))
     assert "rank 0 (pipeline 0, stage 0)'s micro-batches ran stage 0 on rank 2" in note
     assert "survivors [1, 2, 3]" in note
+    # the simulator's error on the ratio, with its per-step range and the victim, beside the headline's margin
+    margin = next(n for n in report["notes"] if n.startswith("Simulator error vs the headline's margin"))
+    assert "per-step pairings" in margin and "rank 0 (pipeline 0, stage 0) killed" in margin

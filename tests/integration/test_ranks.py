@@ -224,3 +224,18 @@ def test_ranks_whose_caller_is_killed_are_torn_down(dask, client, tmp_path):
                what="the cancelled ranks to leave their process groups")
     again = run_ranks(client, reduce_ranks, 2, 1.0, timeout_s=TIMEOUT_S)
     assert [r["sum"] for r in again.results] == [3.0, 3.0]
+
+
+def test_the_callers_store_is_kept_only_where_rank_0_reads_it_back(client):
+    """Review of issue 48: a worker that advertises 127.0.0.1 without being on the caller's machine (a
+    tunnel) would be handed a store it cannot reach; the caller checks with a nonce read back on rank
+    0's worker and otherwise lets rank 0 open the store."""
+    from mlsys_flows.platform.ranks import _store_reachable
+    from mlsys_flows.systems.common.distributed import master_store
+
+    worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    store = master_store("127.0.0.1", 1, 10)
+    assert _store_reachable(client, worker, store, f"127.0.0.1:{store.port}", "nonce-ok")
+    other = master_store("127.0.0.1", 1, 10)   # another store at the advertised address: not ours
+    assert not _store_reachable(client, worker, store, f"127.0.0.1:{other.port}", "nonce-other", timeout_s=2)
+    assert run_ranks(client, reduce_ranks, 2, 1.0, timeout_s=TIMEOUT_S).store == "caller"

@@ -188,3 +188,27 @@ def test_two_victims_in_different_stages_are_survivable():
     pl2 = plans(costs_from(TIMES, p2p_s=0.0003, allreduce_s=0.004, cfg=cfg), cfg)
     assert pl2.rerouted.workers == ["p0s1", "p1s0"]
     assert {mb.route for mb in pl2.rerouted.microbatches} == {(1, 0)}
+
+
+def test_the_ratio_error_is_set_beside_the_headline_margin():
+    """Review of issue 48: the simulator's error on the ratio between policies (with its per-step range and
+    the victim) is compared in a note with the headline's margin over the strongest deployable baseline."""
+    from mlsys_flows.systems.recycle.result import error_vs_margin, ratio_error_range
+
+    r = {"victims": [0], "rerouted_steps_s": [0.3, 0.33], "restart_steps_s": [0.25, 0.26],
+         "restart_decoupled_steps_s": [0.2, 0.22],
+         "ratio_predicted": {"restart": 0.25 / 0.3, "restart_decoupled": 0.24 / 0.3},
+         "ratio_prediction_error": {"restart": 0.0, "restart_decoupled": (0.2 / 0.3) / (0.24 / 0.3) - 1}}
+    lo, hi = ratio_error_range(r, "restart")
+    assert lo < 0.0 < hi and lo == pytest.approx(0.25 / 0.33 / (0.25 / 0.3) - 1)
+
+    def samples(recycle: float) -> dict:
+        return {"recycle_f1": {"throughput": [recycle]}, "oobleck_f1": {"throughput": [100.0]},
+                "bamboo_f1": {"throughput": [90.0]}, "oobleck_decoupled_f1": {"throughput": [101.0]}}
+
+    close = error_vs_margin(r, samples(103.0))   # margin +2% over decoupled Oobleck, error -17%
+    assert "oobleck_decoupled_f1" in close and "LARGER than the headline's margin" in close
+    assert "rank 0 (pipeline 0, stage 0)" in close and "not a verdict change" in close
+    assert "predicts ReCycle slower than the restart" in close
+    wide = error_vs_margin(r, samples(200.0))    # margin +98%
+    assert "the margin is larger than the simulator's error" in wide and "LARGER" not in wide
