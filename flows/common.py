@@ -117,7 +117,7 @@ class RunContext:
             launch = run_ranks(runner.client, fn, world_size, *args, timeout_s=timeout_s, **kwargs)
         except RanksFailed as exc:  # recorded too: a launch that lost a rank on purpose is part of the run
             self.launches.append({"world_size": world_size, "backend": exc.backend, "workers": exc.workers,
-                                  "launch_id": exc.launch_id,
+                                  "launch_id": exc.launch_id, "store": exc.store,
                                   "lost_ranks": sorted(exc.lost), "failed_ranks": sorted(exc.failed)})
             raise
         self.launches.append(launch.describe())

@@ -9,7 +9,7 @@ import time
 from mlsys_flows.blocks import CheckpointStore
 from mlsys_flows.flows.common import RunContext, system_flow
 from mlsys_flows.systems.common.distributed import gloo_available
-from mlsys_flows.systems.recycle.failover import PIPELINES, STAGES, VICTIM, FailoverConfig, summarize
+from mlsys_flows.systems.recycle.failover import PIPELINES, STAGES, FailoverConfig, draw_failure, summarize
 from mlsys_flows.systems.recycle.result import build_result, shown_schedules
 from mlsys_flows.tasks import recycle as t
 from mlsys_flows.platform.ranks import RanksFailed
@@ -58,31 +58,41 @@ def _measure_restart(ctx: RunContext) -> dict:
 
 
 def _failover(ctx: RunContext) -> dict:
-    """ReCycle for real (``systems.recycle.failover``): 4 ranks, the last one's worker SIGKILLed after a
-    sharded checkpoint, the survivors rerouting; then the restart baseline on the 3 surviving workers,
+    """ReCycle for real (``systems.recycle.failover``): 4 ranks, the victims' workers (``failover_victims``,
+    else one rank drawn from the seed) SIGKILLed after ``failover_fail_step`` steps (else drawn) and a
+    sharded checkpoint, the survivors rerouting; then the restart baseline on the surviving workers,
     restored from that checkpoint. Run last and alone: everything in it is timed."""
     p = ctx.params
+    victims, fail_step = draw_failure(p.seed, p.failover_steps, p.failover_victims, p.failover_fail_step)
     cfg = FailoverConfig(d_model=p.d_model, heads=p.heads, layers_per_stage=p.layers_per_stage,
                          micro_batch=p.micro_batch, seq=p.seq, microbatches=p.failover_microbatches,
-                         steps=p.failover_steps, calibration_reps=min(p.calibration_reps, 5), seed=p.seed)
-    workers = ctx.rank_workers(PIPELINES * STAGES, "failover_run")
-    ctx.keep_down(workers[VICTIM])
+                         steps=p.failover_steps, calibration_reps=min(p.calibration_reps, 5), seed=p.seed,
+                         victims=victims, fail_step=fail_step)
+    # the workers holding the run's task results go to the ranks that survive (Dask would recompute
+    # what a killed worker held during the launch); the victims take those holding least
+    ordered = ctx.rank_workers(PIPELINES * STAGES, "failover_run")
+    keep = iter(ordered[:len(ordered) - len(victims)])
+    spare = iter(ordered[len(ordered) - len(victims):])
+    workers = [next(spare) if r in victims else next(keep) for r in range(len(ordered))]
+    for v in victims:
+        ctx.keep_down(workers[v])
     store = CheckpointStore(storage=ctx.storage, prefix=ctx.key("failover"), keep_last=1)
     try:
         try:
             ctx.ranks(t.failover_recycle_rank, len(workers), store, "stages", cfg, workers=workers, backend=CPU_RANKS)
-            raise RuntimeError("the failover run's victim rank did not fail")
+            raise RuntimeError(f"the failover run's victims {list(victims)} did not fail")
         except RanksFailed as exc:
-            if set(exc.lost) != {VICTIM} or exc.failed:
+            if set(exc.lost) != set(victims) or exc.failed:
                 raise
+            lost = sorted(exc.lost)
             recycle = [exc.results[r] for r in sorted(exc.results)]
         # Oobleck's choice (from the measured times) is shrunk pipelines on every survivor or only the
         # intact pipelines: its workers are the first survivors, in rank order
-        survivors = [w for r, w in enumerate(workers) if r != VICTIM][:recycle[0]["restart_workers"]]
+        survivors = [w for r, w in enumerate(workers) if r not in victims][:recycle[0]["restart_workers"]]
         measured = {k: recycle[0][k] for k in ("times", "p2p_s", "allreduce_s")}
         launched = time.time()
         restart = ctx.ranks(t.failover_restart_rank, len(survivors), store, "stages", cfg, launched, measured,
                             workers=survivors, backend=CPU_RANKS).results
     finally:
         ctx.storage.delete(ctx.key("failover"))
-    return summarize(recycle, restart, cfg)
+    return summarize(recycle, restart, cfg, lost)

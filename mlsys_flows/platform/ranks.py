@@ -1,8 +1,15 @@
 """Ranks as Dask tasks: ``run_ranks`` starts N torch.distributed ranks, one per Dask worker process
 (pinned there for the launch), and returns their results or fails naming the ranks that failed.
 
-Rendezvous: rank 0 opens a ``TCPStore`` on its worker's host, on a port the OS picks, and publishes
-``host:port`` in a Dask ``Variable`` private to the launch; the other ranks read it from there. The
+Rendezvous: the caller (the flow's process) opens the launch's ``TCPStore`` on the ranks' host, on a
+port the OS picks (``master_store``: bound to that address only, loopback for a local cluster), and
+hands ``host:port`` to every rank, which connects as a client: no rank hosts it, so losing any rank,
+rank 0 included, leaves the survivors their store (process groups of their own, membership rounds).
+Where the caller cannot listen on the ranks' host (their workers span hosts, or run on a machine
+other than the caller's, or rank 0's worker cannot read back a nonce the caller set in it: a remote
+worker that advertises 127.0.0.1 through a tunnel), rank 0 opens it on its worker's host and publishes ``host:port`` in a
+Dask ``Variable`` private to the launch, as before: there, losing rank 0 fails the launch
+(``RanksRun.store`` / ``RanksFailed.store`` say which: "caller" or "rank 0"). The
 backend is gloo on CPU, nccl when every chosen worker sees a GPU (each rank then takes the next GPU
 of its host). A rank runs ``fn(info, *args, **kwargs)`` inside its process group (``RankInfo`` says
 rank, world size, backend, device and launch), which is destroyed when ``fn`` returns or raises.
@@ -25,6 +32,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable
 from urllib.parse import urlparse
 
@@ -50,9 +58,10 @@ class RanksFailed(MlsysError, RuntimeError):
     ``backend`` its process groups' backend."""
 
     def __init__(self, launch_id: str, lost: dict[int, str], failed: dict[int, BaseException],
-                 results: dict[int, Any] | None = None, workers: list[str] | None = None, backend: str = ""):
+                 results: dict[int, Any] | None = None, workers: list[str] | None = None, backend: str = "",
+                 store: str = ""):
         self.launch_id, self.lost, self.failed = launch_id, lost, failed
-        self.results, self.workers, self.backend = results or {}, workers or [], backend
+        self.results, self.workers, self.backend, self.store = results or {}, workers or [], backend, store
         parts = [f"rank {r} lost (its worker {w} left the cluster)" for r, w in sorted(lost.items())]
         parts += [f"rank {r} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                   for r, e in sorted(failed.items())]
@@ -70,11 +79,13 @@ class RanksRun:
     launch_id: str
     seconds: float
     devices: list[str] = field(default_factory=list)
+    store: str = "caller"  # where the rendezvous store lived: "caller" (no rank's loss ends it) or "rank 0"
 
     def describe(self) -> dict[str, Any]:
         """What the report's notes record of the launch."""
         return {"world_size": self.world_size, "backend": self.backend, "workers": self.workers,
-                "devices": self.devices, "launch_id": self.launch_id, "seconds": round(self.seconds, 3)}
+                "devices": self.devices, "launch_id": self.launch_id, "seconds": round(self.seconds, 3),
+                "store": self.store}
 
 
 def rank_state() -> dict[str, bool]:
@@ -105,10 +116,11 @@ def _gpu_count() -> int:
 
 
 def _rank_main(launch_id: str, rank: int, world_size: int, backend: str, device: str, timeout_s: float,
-               payload: bytes, workers: tuple[str, ...] = ()) -> Any:
+               payload: bytes, workers: tuple[str, ...] = (), store_address: str | None = None) -> Any:
     """What one rank runs on its worker. ``payload`` is ``(fn, args, kwargs)`` pickled by the caller:
     the scheduler unpickles a task's arguments, and importing ``fn``'s module (torch, a system) there
-    would block its event loop long enough to drop workers; the worker unpickles it here."""
+    would block its event loop long enough to drop workers; the worker unpickles it here.
+    ``store_address``: the caller's rendezvous store (``host:port``), else rank 0 opens one."""
     import cloudpickle
     from distributed import Variable, get_client, get_worker
 
@@ -117,7 +129,10 @@ def _rank_main(launch_id: str, rank: int, world_size: int, backend: str, device:
     try:
         host = urlparse(get_worker().address).hostname or "127.0.0.1"
         address = Variable(f"mlsys-ranks-{launch_id}", client=get_client())
-        if rank == 0:
+        if store_address is not None:  # the caller's: every rank is a client
+            master_host, port = store_address.rsplit(":", 1)
+            store = peer_store(master_host, int(port), world_size, timeout_s)
+        elif rank == 0:
             store = master_store(host, world_size, timeout_s)
             address.set(f"{host}:{store.port}")
         else:
@@ -199,8 +214,13 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
     launch_id = uuid.uuid4().hex[:12]
     started = time.perf_counter()
     payload = cloudpickle.dumps((fn, args, kwargs))
+    store = _caller_store([urlparse(w).hostname or w for w in chosen], world_size, timeout_s)
+    address = f"{urlparse(chosen[0]).hostname or chosen[0]}:{store.port}" if store is not None else None
+    if store is not None and not _store_reachable(client, chosen[0], store, address, launch_id):
+        store = address = None  # e.g. a remote worker that advertises 127.0.0.1 (a tunnel): rank 0 opens it
+    where = "caller" if store is not None else "rank 0"
     futures = [client.submit(_rank_main, launch_id, r, world_size, backend, devices[r], timeout_s, payload,
-                             tuple(chosen), workers=[chosen[r]], allow_other_workers=False, pure=False,
+                             tuple(chosen), address, workers=[chosen[r]], allow_other_workers=False, pure=False,
                              key=f"rank-{r}-of-{world_size}-{launch_id}")
                for r in range(world_size)]
     try:
@@ -219,14 +239,14 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
             if not lost and not failed and all(f.status == "finished" for f in futures):
                 return RanksRun(results=[f.result() for f in futures], world_size=world_size, backend=backend,
                                 workers=chosen, launch_id=launch_id, seconds=time.perf_counter() - started,
-                                devices=devices)
+                                devices=devices, store=where)
             if lost or failed:
                 # the others fail at their next collective: wait for them (bounded), then report all
                 failing_since = failing_since or time.monotonic()
                 settled = all(f.status != "pending" or r in lost for r, f in enumerate(futures))
                 if settled or time.monotonic() - failing_since > timeout_s + poll_s:
                     done = {r: f.result() for r, f in enumerate(futures) if f.status == "finished"}
-                    raise RanksFailed(launch_id, lost, failed, done, chosen, backend)
+                    raise RanksFailed(launch_id, lost, failed, done, chosen, backend, where)
     finally:
         for f in futures:
             if f.status == "pending":
@@ -235,3 +255,43 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
             Variable(f"mlsys-ranks-{launch_id}", client=client).delete()
         except Exception:  # noqa: BLE001 - the scheduler may be gone; the variable goes with it
             pass
+        del store  # the caller's store closes with its last reference (every rank is settled or cancelled)
+
+
+def _store_reachable(client, worker: str, store, address: str, launch_id: str, timeout_s: float = 5.0) -> bool:
+    """Whether ``worker`` reaches the caller's store at ``address``: a nonce set here is read back there. A
+    worker that advertises the caller's host without being on it (a tunnel to 127.0.0.1) reaches no
+    store, or another one, and fails this (within ``timeout_s``)."""
+    nonce = uuid.uuid4().hex
+    key = f"mlsys-ranks/{launch_id}/nonce"
+    store.set(key, nonce)
+    try:
+        got = client.run(_read_store_key, address, key, timeout_s, workers=[worker])
+    except Exception:  # noqa: BLE001 - unreachable, refused, timed out: not the caller's store
+        return False
+    return got.get(worker) == nonce
+
+
+def _read_store_key(address: str, key: str, timeout_s: float) -> str | None:
+    """On a worker: the value of ``key`` in the store at ``address``, or None where it cannot be read."""
+    try:
+        host, port = address.rsplit(":", 1)
+        import torch.distributed as dist
+
+        # a client that counts for no rank (no world size: it joins no rendezvous count)
+        return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s),
+                             wait_for_workers=False).get(key).decode()
+    except Exception:  # noqa: BLE001 - no store there, or not ours
+        return None
+
+
+def _caller_store(hosts: list[str], world_size: int, timeout_s: float):
+    """The launch's rendezvous store in the caller's process, on the ranks' host (``master_store``: that
+    address only), or None where the caller cannot listen there (ranks on several hosts, or on a host
+    that is not the caller's): rank 0 then opens it."""
+    if len(set(hosts)) != 1:
+        return None
+    try:
+        return master_store(hosts[0], world_size, timeout_s)
+    except (OSError, RuntimeError):  # not an address of this machine (torch wraps some socket errors)
+        return None

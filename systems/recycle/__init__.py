@@ -22,11 +22,12 @@ SIMULATED = ("throughput", "steady_throughput", "iteration_ms", "compute_utiliza
 CALIBRATED = {"forward_ms": "forward", "backward_input_ms": "backward_input", "backward_weight_ms": "backward_weight",
               "backward_fused_ms": "backward_fused", "optimizer_ms": "optimizer"}
 # everything timed on real ranks (restart, stage pair, failover) is measured, the simulator's predictions of
-# those runs simulated, sizes and counts counted
+# those runs simulated, sizes and counts counted; the two prediction errors are derived (a measurement over a
+# simulation, minus 1) and carry "measured", the contract having no kind for a derived quantity
 KINDS = (dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(CALIBRATED, "measured")
          | dict.fromkeys(("live_workers", "param_bytes", "activation_bytes", "restart_shard_bytes"), "counted")
          | dict.fromkeys(("restart_ms", "pair_step_ms", "real_samples_s", "real_recover_s", "real_detection_s",
-                          "real_step_prediction_error"), "measured")
+                          "real_step_prediction_error", "real_ratio_prediction_error"), "measured")
          | dict.fromkeys(("pair_predicted_ms", "real_predicted_samples_s"), "simulated"))
 
 
@@ -66,16 +67,22 @@ class Params(SystemParams):
     pair_check: bool = Field(True, description="Also run the real decoupled schedule of one stage pair on two gloo processes and compare with the simulator.")
     pair_microbatches: int = Field(8, ge=2, le=64, description="Micro-batches of the stage-pair run (its timed steps are the repeats).")
     failover_run: bool = Field(True, description="Also run ReCycle for real: 2 pipelines x 2 stages as 4 torch.distributed "
-                               "ranks on the cluster's workers (an embedded cluster grows to 4), the last stage's worker "
-                               "SIGKILLed after a sharded checkpoint; ReCycle reroutes on the survivors, then the restart "
+                               "ranks on the cluster's workers (an embedded cluster grows to 4), the victims' workers "
+                               "(failover_victims) SIGKILLed after a sharded checkpoint; ReCycle reroutes on the survivors, then the restart "
                                "baseline resumes them from the checkpoint. Measured throughputs and times to recover, "
                                "the simulator's predictions beside them.")
     failover_microbatches: int = Field(8, ge=2, le=64, description="Micro-batches per pipeline per step of the failover run.")
 
     def kills_workers(self) -> bool:
         return self.failover_run  # the failover run SIGKILLs one of its 4 workers
-    failover_steps: int = Field(5, ge=1, le=50, description="Timed steps of each failover phase (before the failure, "
-                                                             "rerouted, restarted), each after one untimed step.")
+    failover_steps: int = Field(5, ge=1, le=50, description="Timed steps of the failover run's phases after the failure "
+                                                             "(rerouted, restarted), each after one untimed step.")
+    failover_victims: list[int] | None = Field(None, description="Ranks of the failover run killed (rank = pipeline * 2 + "
+                                               "stage, 0..3; every stage must keep a live rank, e.g. [0], [3] or [0, 3]); "
+                                               "None: one rank drawn from the seed, any of the four.")
+    failover_fail_step: int | None = Field(None, ge=2, le=51, description="Fault-free steps of the failover run before "
+                                           "the failure (the first untimed; a step count, not a clock); None: drawn from "
+                                           "the seed in 2 .. 1 + failover_steps.")
     regime_failures: list[int] = Field([0, 1, 2, 4, 8], min_length=2, max_length=12,
                                        description="Failures per window of the regime sweep: at each count, that many "
                                                    "workers fail during the window (each paying its stall) and stay "
@@ -88,6 +95,13 @@ class Params(SystemParams):
         if any(f < 0 for f in v) or len(set(v)) != len(v):
             raise ValueError("failure counts must be distinct and >= 0")
         return sorted(v)
+
+    @field_validator("failover_victims")
+    @classmethod
+    def _victims(cls, v):
+        from .failover import check_victims
+
+        return None if v is None else list(check_victims(v))
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -205,8 +205,10 @@ def oobleck_plan(cl: Cluster, c: LayerCosts, failed: list[tuple[int, int]], *, d
     if not shapes:
         raise ValueError("no pipeline survives")
     splits = [_split_layers(total_layers, n) for n in shapes]
-    # the global batch over the pipelines by their speed: greedy on the 1F1B estimate (m + n - 1) * slowest stage
-    per_mb = [max(sp) * (c.forward + c.backward_input + c.backward_weight) for sp in splits]
+    # the global batch over the pipelines by their speed: greedy on the 1F1B estimate (m + n - 1) * slowest stage,
+    # each plan with its own backward (the fused one as measured; decoupled: B_input + B_weight)
+    backward = c.backward_input + c.backward_weight if decoupled else c.backward_fused
+    per_mb = [max(sp) * (c.forward + backward) for sp in splits]
     counts = [0] * len(shapes)
     for _ in range(cl.pipelines * M):
         q = min(range(len(shapes)), key=lambda i: ((counts[i] + shapes[i]) * per_mb[i], i))

@@ -9,13 +9,20 @@ import pytest
 from faultkit import reference_run
 
 from mlsys_flows.systems.recycle import FAILURES, HEADLINE_FAILURES
+from mlsys_flows.systems.recycle.failover import draw_failure
+
+
+def _failure(report) -> tuple[tuple[int, ...], int]:
+    p = report["parameters"]
+    return draw_failure(p["seed"], p["failover_steps"], p["failover_victims"], p["failover_fail_step"])
 
 
 def test_recycle_flow_smoke():
     report, storage = reference_run("recycle")
     v, kinds = report["variants"], report["metric_kinds"]
     expected = {"nofail", "oobleck_f0", "bamboo_f0", "oobleck_decoupled_f0", f"recycle_fused_f{HEADLINE_FAILURES}",
-                "stage", "restart", "failover_before", "failover_recycle", "failover_restart"} | {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo", "oobleck_decoupled")
+                "stage", "restart", "failover_before", "failover_recycle", "failover_restart",
+                "failover_restart_decoupled"} | {f"{pol}_f{f}" for pol in ("recycle", "oobleck", "bamboo", "oobleck_decoupled")
                                        for f in FAILURES}
     assert set(v) == expected  # no stage-pair run at smoke
     h = report["headline"]
@@ -34,13 +41,18 @@ def test_recycle_flow_smoke():
     assert assumptions["restart_s"]["value"] == pytest.approx(sorted(restarts)[len(restarts) // 2] / 1e3, abs=1e-4)
     assert v["restart"]["restart_shard_bytes"] > 0
     launches = report["environment"]["distributed"]
-    # the checkpoint, then each restart (2 ranks); then the failover run: 4 ranks, rank 3 lost on purpose, and
-    # the restart baseline on the 3 survivors' workers
+    # the checkpoint, then each restart (2 ranks); then the failover run: 4 ranks, the rank drawn from the seed
+    # lost on purpose, and the restart baseline on the 3 survivors' workers
     # (3 survivors with Oobleck's shrunk pipelines, or 2 when it drops the damaged pipeline: a timed choice)
     assert [launch["world_size"] for launch in launches[:-1]] == [2] * (1 + len(restarts)) + [4]
-    assert launches[-2]["lost_ranks"] == [3] and launches[-2]["failed_ranks"] == []
+    victims, _ = _failure(report)
+    assert report["parameters"]["failover_victims"] is None  # drawn, not chosen
+    assert launches[-2]["lost_ranks"] == list(victims) and launches[-2]["failed_ranks"] == []
     restarted = launches[-1]["world_size"]
-    assert restarted in (2, 3) and launches[-1]["workers"] == launches[-2]["workers"][:restarted]
+    survivors = [w for r, w in enumerate(launches[-2]["workers"]) if r not in victims]
+    assert restarted in (2, 3) and launches[-1]["workers"] == survivors[:restarted]
+    # the rendezvous store lived in the flow's process, not in a rank's worker
+    assert launches[-1]["store"] == "caller" and all(launch["store"] == "caller" for launch in launches)
     assert not storage.list(f"runs/recycle/{report['run_id']}/restart")  # the restart's checkpoint is removed
     assert not storage.list(f"runs/recycle/{report['run_id']}/failover")  # and the failover run's
     assert "measured in this run" in assumptions["stage_forward_ms"]["source"]
@@ -77,8 +89,11 @@ def test_recycle_failover_run_is_measured_beside_its_prediction():
     assert kinds["real_samples_s"] == kinds["real_recover_s"] == kinds["real_detection_s"] == "measured"
     assert kinds["real_predicted_samples_s"] == "simulated"
     steps = report["parameters"]["failover_steps"]
-    for name in ("failover_before", "failover_recycle", "failover_restart"):
-        assert len(samples[name]["real_samples_s"]) == steps and all(x > 0 for x in samples[name]["real_samples_s"])
+    _, fail_step = _failure(report)
+    for name in ("failover_before", "failover_recycle", "failover_restart", "failover_restart_decoupled"):
+        # before the failure: the steps up to it but the warm-up; after it: failover_steps each
+        timed = fail_step - 1 if name == "failover_before" else steps
+        assert len(samples[name]["real_samples_s"]) == timed and all(x > 0 for x in samples[name]["real_samples_s"])
         assert v[name]["real_predicted_samples_s"] > 0
         # the simulator's error is a number of the report: the median measured step over the predicted
         # step, minus 1 (a step's time is the samples per step over its samples/s)
@@ -92,5 +107,45 @@ def test_recycle_failover_run_is_measured_beside_its_prediction():
     assert detection < samples["failover_restart"]["real_recover_s"][0]
     used = report["assumptions"]["real_predicted_samples_s"]
     assert {"stage_forward_ms", "stage_backward_input_ms", "p2p_ms", "allreduce_ms"} <= set(used)
+    # the simulator's error on the ratio between ReCycle and each replayed baseline
+    for name in ("failover_restart", "failover_restart_decoupled"):
+        assert math.isfinite(v[name]["real_ratio_prediction_error"]) and v[name]["real_ratio_prediction_error"] > -1
+    assert kinds["real_ratio_prediction_error"] == "measured"
+    # the note says what happened: which rank died, after which step, where its work went
+    (victim,), fail_step = _failure(report)
     note = next(n for n in report["notes"] if n.startswith("Failover run"))
-    assert "SIGKILL" in note and "Simulator error" in note
+    assert "SIGKILL" in note and "Simulator error" in note and "ratio between the policies" in note
+    peer = (1 - victim // 2) * 2 + victim % 2  # the same stage in the other pipeline
+    assert f"after step {fail_step - 1}" in note
+    assert f"rank {victim} (pipeline {victim // 2}, stage {victim % 2})'s micro-batches ran stage {victim % 2} on " \
+           f"rank {peer} ({report['parameters']['failover_microbatches']} per step)" in note
+
+
+# a second smoke run (overrides must be hashable: tuples), as small as the failover allows
+# (one repeat, the fewest regime points, the smallest stage, 2 micro-batches: the cost is the failover's)
+RANK0 = {"failover_victims": (0,), "failover_fail_step": 2, "failover_steps": 1, "measure_restart": False,
+         "repeats": 1, "regime_failures": (0, 1), "d_model": 16, "seq": 8, "micro_batch": 1, "microbatches": 2,
+         "calibration_reps": 2, "sim_iterations": 2, "failover_microbatches": 2}
+
+
+@pytest.mark.budget(60, reason="a smoke run of its own (rank 0 lost): the embedded cluster grows to 4 workers "
+                               "and runs both failover launches")
+def test_a_run_that_loses_rank_0_completes_and_reroutes():
+    """Issue 48: rank 0's worker SIGKILLed. The launch's rendezvous store lived in rank 0's worker, so its
+    loss failed every survivor (DistNetworkError); it lives in the flow's process now, and rank 0's
+    micro-batches run stage 0 on rank 2 (pipeline 1's stage 0), the peer that holds the same weights."""
+    report, _ = reference_run("recycle", RANK0)
+    launches = report["environment"]["distributed"]
+    assert launches[-2]["world_size"] == 4 and launches[-2]["lost_ranks"] == [0] and launches[-2]["failed_ranks"] == []
+    survivors = launches[-2]["workers"][1:]
+    assert launches[-1]["workers"] == survivors[:launches[-1]["world_size"]] and launches[-1]["store"] == "caller"
+    samples = report["samples"]
+    steps = report["parameters"]["failover_steps"]
+    assert len(samples["failover_recycle"]["real_samples_s"]) == steps
+    assert all(x > 0 for x in samples["failover_recycle"]["real_samples_s"])
+    note = next(n for n in report["notes"] if n.startswith("Failover run"))
+    assert "rank 0 (pipeline 0, stage 0)'s micro-batches ran stage 0 on rank 2" in note
+    assert "survivors [1, 2, 3]" in note
+    # the simulator's error on the ratio, with its per-step range and the victim, beside the headline's margin
+    margin = next(n for n in report["notes"] if n.startswith("Simulator error vs the headline's margin"))
+    assert "per-step pairings" in margin and "rank 0 (pipeline 0, stage 0) killed" in margin

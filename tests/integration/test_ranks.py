@@ -140,8 +140,8 @@ def test_a_rank_killed_during_a_sharded_flush_resumes_from_the_last_complete_che
     no_rank_left(client)
 
 
-def survivors_carry_on(info) -> dict:
-    """Rank 2's worker dies between two membership rounds; ranks 0 and 1 notice (its worker left the
+def survivors_carry_on(info, victim: int = 2) -> dict:
+    """Rank ``victim``'s worker dies between two membership rounds; the others notice (its worker left the
     cluster), open a group of their own and reduce on it, as ReCycle's survivors do."""
     import torch
     import torch.distributed as dist
@@ -151,7 +151,7 @@ def survivors_carry_on(info) -> dict:
 
     membership = Membership(info.store, info.rank, list(range(info.world_size)), rank_alive(info), prefix="carry")
     membership.round(0)
-    if info.rank == 2:
+    if info.rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     live = sorted(membership.round(1))
     t = torch.tensor([float(info.rank + 1)])
@@ -167,6 +167,21 @@ def test_survivors_of_a_lost_rank_carry_on_and_their_results_come_back(dask, cli
     assert err.value.results == {0: {"live": [0, 1], "sum": 3.0}, 1: {"live": [0, 1], "sum": 3.0}}
     assert len(set(err.value.workers)) == 3 and err.value.lost[2] == err.value.workers[2]
     no_rank_left(client)  # the survivors' groups, the new one too, are torn down
+
+
+def test_survivors_of_a_lost_rank_0_carry_on(dask, client):
+    """Issue 48: the launch's rendezvous store lived in rank 0's worker, so losing rank 0 failed every
+    survivor (DistNetworkError at their next store access); it lives in the launching process now, and
+    losing rank 0 is like losing any rank."""
+    for _ in range(3 - len(client.scheduler_info(n_workers=-1)["workers"])):  # the test before killed one
+        dask.add_worker()
+    dask.wait_for_workers(3)
+    with pytest.raises(RanksFailed) as err:
+        run_ranks(client, survivors_carry_on, 3, 0, timeout_s=TIMEOUT_S)
+    assert list(err.value.lost) == [0] and not err.value.failed, str(err.value)
+    assert err.value.store == "caller"
+    assert err.value.results == {1: {"live": [1, 2], "sum": 5.0}, 2: {"live": [1, 2], "sum": 5.0}}
+    no_rank_left(client)
 
 
 def spin(info, flags: str) -> None:
@@ -212,3 +227,18 @@ def test_ranks_whose_caller_is_killed_are_torn_down(dask, client, tmp_path):
                what="the cancelled ranks to leave their process groups")
     again = run_ranks(client, reduce_ranks, 2, 1.0, timeout_s=TIMEOUT_S)
     assert [r["sum"] for r in again.results] == [3.0, 3.0]
+
+
+def test_the_callers_store_is_kept_only_where_rank_0_reads_it_back(client):
+    """Review of issue 48: a worker that advertises 127.0.0.1 without being on the caller's machine (a
+    tunnel) would be handed a store it cannot reach; the caller checks with a nonce read back on rank
+    0's worker and otherwise lets rank 0 open the store."""
+    from mlsys_flows.platform.ranks import _store_reachable
+    from mlsys_flows.systems.common.distributed import master_store
+
+    worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    store = master_store("127.0.0.1", 1, 10)
+    assert _store_reachable(client, worker, store, f"127.0.0.1:{store.port}", "nonce-ok")
+    other = master_store("127.0.0.1", 1, 10)   # another store at the advertised address: not ours
+    assert not _store_reachable(client, worker, store, f"127.0.0.1:{other.port}", "nonce-other", timeout_s=2)
+    assert run_ranks(client, reduce_ranks, 2, 1.0, timeout_s=TIMEOUT_S).store == "caller"

@@ -283,3 +283,42 @@ def test_a_fused_backward_costs_what_was_measured_not_input_plus_weight():
     decoupled_s = [simulate(recycle_plan(cl, c, []), 3).steady_iteration_s() for c in (split, cheaper)]
     assert fused_s[1] < fused_s[0]
     assert decoupled_s[1] == decoupled_s[0]
+
+
+@pytest.mark.parametrize("failed", [[], [(1, 0)], [(0, 1), (1, 3)]])
+def test_each_plan_is_charged_its_own_backward(failed):
+    """Issue 48: every plan pays its own costs. A plan that does not decouple (Oobleck, Bamboo, the fused
+    ablation, and the failover run's restart) runs one backward per micro-batch and stage, charged the
+    measured fused time; a decoupled plan (ReCycle, decoupled Oobleck) runs B_input and B_weight, charged
+    theirs. Every record of the schedule, not only the iteration time."""
+    from mlsys_flows.systems.recycle.failover import FailoverConfig, costs_from, plans
+
+    c = LayerCosts(forward=1.0, backward_input=1.3, backward_weight=0.9, optimizer=0.0, layer_param_bytes=0.0,
+                   activation_bytes=0.0, p2p_gb_s=1.0, p2p_latency_s=0.0, allreduce_gb_s=1e9, backward_fused=1.7)
+    L = 2
+    cl = Cluster(2, 4, 4, L, 1)
+    fused = {"oobleck": best_oobleck(cl, c, failed, 2)[0], "bamboo": bamboo_plan(cl, c, failed),
+             "recycle_fused": recycle_plan(cl, c, failed, decoupled=False, staggered=False)}
+    decoupled = {"recycle": recycle_plan(cl, c, failed), "oobleck_decoupled": best_oobleck(cl, c, failed, 2, decoupled=True)[0]}
+    if len(failed) <= 1:  # the failover run's plans (2 x 2) from per-stage times: what its ranks replay
+        cfg = FailoverConfig(layers_per_stage=L, victims=(2,) if failed else (3,))
+        times = [{"forward": 2.0, "backward_input": 2.6, "backward_weight": 1.8, "backward_fused": 3.4, "optimizer": 0.0,
+                  "param_bytes": 1e6}] * 4
+        pl = plans(costs_from(times, 1e-4, 1e-3, cfg), cfg)
+        fused["failover_restart"] = pl.restart
+        decoupled |= {"failover_rerouted": pl.rerouted, "failover_restart_decoupled": pl.restart_decoupled}
+    for name, plan in {**fused, **decoupled}.items():
+        res = simulate(plan, 2)
+        records = [r for r in res.records if r.worker >= 0 and r.kind in ("B", "Bi", "Bw")]
+        layers = {(r.iteration, r.mb, r.stage): plan.microbatches[r.mb].durations[r.stage][0] / c.forward
+                  for r in records}  # the layers of that stage: its forward over one layer's
+        kinds = {r.kind for r in records}
+        if name in fused:
+            assert kinds == {"B"}, name
+            assert all(r.end - r.start == pytest.approx(layers[(r.iteration, r.mb, r.stage)] * c.backward_fused)
+                       for r in records), name
+        else:
+            assert kinds == {"Bi", "Bw"}, name
+            per = {"Bi": c.backward_input, "Bw": c.backward_weight}
+            assert all(r.end - r.start == pytest.approx(layers[(r.iteration, r.mb, r.stage)] * per[r.kind])
+                       for r in records), name
