@@ -187,7 +187,10 @@ class DcpAsyncSaver:
             pending["done"] = time.perf_counter()
             if future.exception() is None:
                 fs, _ = self.store.storage.filesystem()
-                pending["bytes"] = sum(fs.size(f) for f in fs.find(self.store.storage.path(pending["key"])))
+                # the data files only: DCP's ``.metadata`` index embeds the storage path, so counting it would
+                # make a counted size depend on where the run writes (a resumed or faulted run writes elsewhere)
+                pending["bytes"] = sum(fs.size(f) for f in fs.find(self.store.storage.path(pending["key"]))
+                                       if not f.endswith(".metadata"))
                 self._kept.append((pending["step"], pending["key"]))
                 while len(self._kept) > self.store.keep_last:
                     self.store.storage.delete(self._kept.pop(0)[1])
