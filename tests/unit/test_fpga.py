@@ -45,8 +45,13 @@ def test_memory_regions_are_bounds_checked(state):
         with pytest.raises(fpga.FpgaError, match="already allocated"):
             b.alloc("table", 8)
         assert b.read("table", 1000, 24) == b"x" * 24  # failed accesses changed nothing
-        # kernels on the device see the same regions through board_memory(), with the same bounds
+        # loading an image starts the board blank: the regions are gone
         b.load_image(fpga.diagnostic_image())
+        with pytest.raises(fpga.FpgaError, match="no region 'table'"):
+            b.read("table", 0, 1)
+        # kernels on the device see the host's regions through board_memory(), with the same bounds
+        b.alloc("table", 1024)
+        b.write("table", 1000, b"x" * 24)
         assert b.run(K + "read_region", "table", 1000, 24) == b"x" * 24
         with pytest.raises(fpga.BoundsError, match="outside its bounds"):
             b.run(K + "read_region", "table", 1000, 25)

@@ -14,16 +14,23 @@ Interface (:class:`FpgaBoard`), what every board driver implements::
 
 Kernel calling convention: ``run(kernel, *args, **kwargs)`` calls ``function(*args, **kwargs)``
 *inside the device process* -- plain arguments, plain result, both crossing the host-device pipe by
-pickle (numpy arrays in, numpy arrays out work as they are). The board runs only the kernels the
-loaded image declares in its manifest (:func:`build_image`): ``load_image`` imports each declared
-``package.module`` on the device and accepts only functions marked :func:`device_kernel`; ``run``
+pickle (numpy arrays in, numpy arrays out work as they are). The board runs only code it ships
+(:data:`SHIPPED_KERNEL_MODULES`, the project's own kernel modules) and of that only the kernels the
+loaded image declares in its manifest (:func:`build_image`, which records each kernel's code hash):
+``load_image`` refuses, before any import, a kernel whose module is not shipped, and then accepts only
+functions that module defines and marks :func:`device_kernel` and whose code hash
+(:func:`kernel_code_hash`, recomputed on the device from its own code) is the one the image records.
+Every ``load_image`` starts the device blank: memory regions, session key, the old kernels and their
+on-chip store are gone. An image that declares a kernel of a debug module (which hands plaintext to
+the host or takes it from the host) is a debug image, and the attestation report says so. ``run``
 refuses (:class:`KernelRefused`, before any import) a name the manifest does not declare, a dotted
 attribute path and a private (``_``) name. What the host sends is unpickled on the device by a
 loader that admits plain data and numpy arrays only, since a pickle can call any function it names.
 A kernel that needs the board's own state calls the device-side accessors of this package from
 inside the kernel: :func:`board_memory` (the board's memory regions: ``read``/``write``/``buffer``),
-:func:`board_session_key` (the session key the last attestation established) and
-:func:`board_measurement` (the loaded image's measurement). They raise :class:`FpgaError` on the
+:func:`board_session_key` (the session key the last attestation established),
+:func:`board_measurement` (the loaded image's measurement) and :func:`board_store` (a dict for the
+kernels' on-chip state, emptied by every ``load_image``). They raise :class:`FpgaError` on the
 host: only code running on the device sees the device's memory and keys (and they are no kernels).
 Kernels run one at a time per board, in submission order (one command queue); ``run_async`` lets
 the host work meanwhile.
@@ -81,15 +88,16 @@ from .errors import BoundsError, FpgaError, KernelError, KernelRefused, SlotTime
 from .state import state_dir
 from .attestation import (AttestationReport, certificate_payload, manufacturer_root_public_key, report_payload,
                           session_key_from)
-from .board import (FpgaBoard, Image, build_image, check_kernel_name, device_kernel, open_board, read_image,
-                    register_driver, software_device)
+from .board import (SHIPPED_KERNEL_MODULES, FpgaBoard, Image, build_image, check_kernel_name, device_kernel,
+                    kernel_code_hash, open_board, read_image, register_driver, software_device)
 from .software import (BoardMemory, SlotLock, SoftwareBoard, board_measurement, board_memory, board_session_key,
-                       pick_device)
+                       board_store, pick_device)
 from .kernels import diagnostic_image, occupancy_job
 
 __all__ = ["FpgaError", "BoundsError", "SlotTimeout", "KernelError", "KernelRefused", "AttestationReport", "FpgaBoard",
            "SoftwareBoard", "SlotLock", "BoardMemory", "open_board", "register_driver", "pick_device",
            "software_device", "manufacturer_root_public_key", "board_memory", "board_session_key",
-           "board_measurement", "report_payload", "certificate_payload", "session_key_from", "state_dir",
-           "build_image", "read_image", "Image", "device_kernel", "check_kernel_name", "diagnostic_image",
+           "board_measurement", "board_store", "report_payload", "certificate_payload", "session_key_from", "state_dir",
+           "build_image", "read_image", "Image", "device_kernel", "check_kernel_name", "kernel_code_hash",
+           "SHIPPED_KERNEL_MODULES", "diagnostic_image",
            "occupancy_job"]

@@ -25,10 +25,11 @@ def certificate_payload(device: str, device_public_key: bytes) -> bytes:
 
 
 def report_payload(device: str, measurement: bytes, nonce: bytes, session_public_key: bytes,
-                   device_session_public_key: bytes) -> bytes:
-    """What the device key signs in an attestation report."""
-    return _encode(b"mlsys-fpga-attestation-v1", device.encode(), measurement, nonce, session_public_key,
-                   device_session_public_key)
+                   device_session_public_key: bytes, debug: bool = False) -> bytes:
+    """What the device key signs in an attestation report (``debug``: the loaded image declares a
+    debug kernel, one that hands plaintext to the host or takes it from the host)."""
+    return _encode(b"mlsys-fpga-attestation-v2", device.encode(), measurement, nonce, session_public_key,
+                   device_session_public_key, b"\x01" if debug else b"\x00")
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,11 @@ class AttestationReport:
     device_public_key: bytes  # the board's Ed25519 public key (raw)
     device_certificate: bytes  # manufacturer root's Ed25519 signature over certificate_payload()
     signature: bytes  # device key's Ed25519 signature over payload()
+    debug: bool = False  # the loaded image is a debug image (signed: part of payload())
 
     def payload(self) -> bytes:
         return report_payload(self.device, self.measurement, self.nonce, self.session_public_key,
-                              self.device_session_public_key)
+                              self.device_session_public_key, self.debug)
 
 
 def session_key_from(shared_secret: bytes, nonce: bytes, measurement: bytes) -> bytes:

@@ -162,13 +162,23 @@ class BoardMemory:
 
 
 class _DeviceState:
+    """The device: its key material (made at the "factory", kept for the board's life) and what one
+    loaded image owns (memory, kernels, measurement, session key, the kernels' on-chip store), which
+    :meth:`fresh` drops wholesale: every ``load_image`` starts from a blank device."""
+
     def __init__(self, device: str, root: str | None, memory_bytes: int):
         self.device = device
         self.key, self.cert = _manufacture(device, root)
         self.public_key = self.key.public_key().public_bytes_raw()
-        self.memory = BoardMemory(memory_bytes)
+        self.memory_bytes = memory_bytes
+        self.fresh()
+
+    def fresh(self) -> None:
+        self.memory = BoardMemory(self.memory_bytes)
         self.measurement: bytes | None = None
+        self.debug = False
         self.session_key: bytes | None = None
+        self.store: dict[str, Any] = {}  # the loaded image's on-chip state (board_store())
         self.kernels: dict[str, Callable] = {}  # the loaded image's manifest, resolved
 
 
@@ -203,11 +213,24 @@ def board_measurement() -> bytes:
     return st.measurement
 
 
+def board_store() -> dict[str, Any]:
+    """Device side: the loaded image's on-chip store, a dict the kernels keep their state in (keys
+    they unwrapped, configurations, counters). It is empty after every ``load_image``: state kept
+    here never outlives the image it was set up for."""
+    st = _on_device()
+    if st.measurement is None:
+        raise FpgaError(f"{st.device}: no image loaded")
+    return st.store
+
+
 def _load_image(st: _DeviceState, image: bytes) -> bytes:
-    """Reconfigure: the old image's kernels and session key go first, so a failed load leaves none."""
-    st.measurement, st.session_key, st.kernels = None, None, {}
-    kernels = {k: _resolve(k) for k in read_image(image).kernels}
-    st.kernels, st.measurement = kernels, hashlib.sha256(image).digest()
+    """Reconfigure: the device starts blank (memory, session key, kernels and their store of the
+    old image go first, so a failed load leaves none), then takes the image's kernels, each only
+    when it is shipped code whose hash matches the image's record."""
+    st.fresh()
+    parsed = read_image(image)
+    kernels = {k: _resolve(k, parsed.code.get(k)) for k in parsed.kernels}
+    st.kernels, st.debug, st.measurement = kernels, parsed.debug, hashlib.sha256(image).digest()
     return st.measurement
 
 
@@ -249,9 +272,9 @@ def _attest(st: _DeviceState, nonce: bytes, session_public_key: bytes) -> Attest
     eph_pub = eph.public_key().public_bytes_raw()
     shared = eph.exchange(X25519PublicKey.from_public_bytes(bytes(session_public_key)))
     st.session_key = session_key_from(shared, nonce, st.measurement)
-    sig = st.key.sign(report_payload(st.device, st.measurement, nonce, session_public_key, eph_pub))
+    sig = st.key.sign(report_payload(st.device, st.measurement, nonce, session_public_key, eph_pub, st.debug))
     return AttestationReport(st.device, st.measurement, bytes(nonce), bytes(session_public_key), eph_pub,
-                             st.public_key, st.cert, sig)
+                             st.public_key, st.cert, sig, st.debug)
 
 
 def _device_main(conn, device: str, root: str | None, memory_bytes: int) -> None:
