@@ -2,7 +2,9 @@
 
 Boot and attest (the user verifies the report and provisions the data key), seal and upload each
 variant's regions, run the workloads with the variants interleaved, then open the accelerator's
-results and check every variant computed the same as the plaintext reference.
+results (sealed under the data key) and check every variant computed the same as the plaintext
+reference. :func:`calibrate` tunes uniform_tuned's chunk the same way on the calibration seed's
+workload. ``configs`` is the run's ``workload.variant_configs(p, tuned)``.
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ from typing import Callable
 from mlsys_flows.devices.fpga import FpgaBoard, manufacturer_root_public_key
 from mlsys_flows.errors import MlsysError
 
-from .accel import verify_versions
+from .accel import open_results, verify_versions
 from .attest import RemoteUser
 from .shield import open_sealed, seal
-from .workload import REGIONS, VARIANTS, expected, image, plaintexts, regions, variant_configs
+from .workload import REGIONS, calibration_configs, calibration_params, expected, image, plaintexts, regions
 
 ACCEL = "mlsys_flows.systems.shef.accel:"
 
@@ -26,20 +28,20 @@ class OutputsDiffer(MlsysError, RuntimeError):
     """A variant's results differ from the plaintext reference (the Shield is not transparent)."""
 
 
-def trusted_measurement(p) -> bytes:
-    """The user's side: the measurement of the image the user builds from ``p`` itself."""
-    return hashlib.sha256(image(p)).digest()
+def trusted_measurement(p, configs: dict) -> bytes:
+    """The user's side: the measurement of the (production) image the user builds from ``p`` itself."""
+    return hashlib.sha256(image(p, configs)).digest()
 
 
-def boot(board: FpgaBoard, p, trusted_roots: list[bytes] | None = None, expected_measurement: bytes | None = None,
-         host_image: bytes | None = None) -> tuple[bytes, dict]:
-    """The host loads its copy of the image (``host_image``, default built from ``p``), then the
-    user attests, verifies and provisions; returns (data key, timings). The user trusts
+def boot(board: FpgaBoard, p, configs: dict, trusted_roots: list[bytes] | None = None,
+         expected_measurement: bytes | None = None, host_image: bytes | None = None) -> tuple[bytes, dict]:
+    """The host loads its copy of the image (``host_image``, default built from ``p`` and ``configs``),
+    then the user attests, verifies and provisions; returns (data key, timings). The user trusts
     ``trusted_roots`` (default: the software boards' manufacturer root on this machine) and
     ``expected_measurement``, the measurement of its own build (default: :func:`trusted_measurement`),
     never the host's copy: the board measures what the host loaded, so a changed copy fails."""
-    trusted = expected_measurement or trusted_measurement(p)
-    img = image(p) if host_image is None else host_image
+    trusted = expected_measurement or trusted_measurement(p, configs)
+    img = image(p, configs) if host_image is None else host_image
     t0 = time.perf_counter()
     measurement = board.load_image(img)
     t1 = time.perf_counter()
@@ -51,10 +53,10 @@ def boot(board: FpgaBoard, p, trusted_roots: list[bytes] | None = None, expected
     return data_key, {"load_s": t1 - t0, "attest_s": time.perf_counter() - t1}
 
 
-def upload(board: FpgaBoard, p, data_key: bytes, plain: dict[str, bytes]) -> float:
+def upload(board: FpgaBoard, p, configs: dict, data_key: bytes, plain: dict[str, bytes]) -> float:
     """Seal every variant's regions (user side) and write them to board DRAM; returns seconds."""
     t0 = time.perf_counter()
-    for v, cfgs in variant_configs(p).items():
+    for v, cfgs in configs.items():
         for r in REGIONS:
             name = f"{v}/{r}"
             ct, tags = seal(data_key, name, cfgs[r], plain[r])
@@ -67,9 +69,9 @@ def upload(board: FpgaBoard, p, data_key: bytes, plain: dict[str, bytes]) -> flo
     return time.perf_counter() - t0
 
 
-def read_back(board: FpgaBoard, p, data_key: bytes, variant: str, region: str) -> bytes:
+def read_back(board: FpgaBoard, p, configs: dict, data_key: bytes, variant: str, region: str) -> bytes:
     """The user opens a region the accelerator wrote, with the versions it reports (authenticated)."""
-    cfg = variant_configs(p)[variant][region]
+    cfg = configs[variant][region]
     name = f"{variant}/{region}"
     size = regions(p)[region].size
     ct = board.read(name, 0, size)
@@ -81,40 +83,84 @@ def read_back(board: FpgaBoard, p, data_key: bytes, variant: str, region: str) -
     return open_sealed(data_key, name, cfg, ct, tags, versions)
 
 
-def run(board: FpgaBoard, p, repeats: int, log: Callable[[str], None] = lambda _: None,
+def _check(p, want: dict, data_key: bytes, variant: str, rep: int, result: dict) -> None:
+    got = open_results(data_key, variant, rep, result["sealed"])
+    if got["stream_digest"] != want["stream"] % (1 << 64) or got["table_digest"] != want["table"][rep]:
+        raise OutputsDiffer(f"{variant}, repeat {rep}: stream or table digest differs from the plaintext reference")
+
+
+def run(board: FpgaBoard, p, configs: dict, repeats: int, log: Callable[[str], None] = lambda _: None,
         trusted_roots: list[bytes] | None = None, expected_measurement: bytes | None = None) -> dict:
     """The whole session; returns per-variant samples of each repeat, the counted traffic, and the
     user's data key (``data_key``: the caller keeps it, e.g. for :func:`attacks`).
     ``expected_measurement``: the measurement of the user's build (see :func:`boot`)."""
-    data_key, boot_t = boot(board, p, trusted_roots, expected_measurement)
+    variants = list(configs)
+    data_key, boot_t = boot(board, p, configs, trusted_roots, expected_measurement)
     log(f"attested {board.device}: image measured and verified, data key provisioned "
         f"(load {boot_t['load_s']:.3f} s, attest+provision {boot_t['attest_s']:.3f} s)")
     plain = plaintexts(p)
-    upload_s = upload(board, p, data_key, plain)
-    log(f"sealed and uploaded {len(VARIANTS)} variants x {len(REGIONS)} regions in {upload_s:.1f} s")
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    upload_s = upload(board, p, configs, data_key, plain)
+    log(f"sealed and uploaded {len(variants)} variants x {len(REGIONS)} regions in {upload_s:.1f} s")
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
     for rep in range(repeats):
-        order = VARIANTS[rep % len(VARIANTS):] + VARIANTS[:rep % len(VARIANTS)]
+        order = variants[rep % len(variants):] + variants[:rep % len(variants)]
         for v in order:
             runs[v].append(board.run(ACCEL + "run_workload", v, rep))
         log(f"repeat {rep + 1}/{repeats}: " + ", ".join(
-            f"{v} {sum(runs[v][-1]['seconds'].values()):.3f} s" for v in VARIANTS))
+            f"{v} {sum(runs[v][-1]['seconds'].values()):.3f} s" for v in variants))
     want = expected(p, plain, repeats)
-    for v in VARIANTS:
+    for v in variants:
         for rep, r in enumerate(runs[v]):
-            if r["stream_digest"] != want["stream"] % (1 << 64) or r["table_digest"] != want["table"][rep]:
-                raise OutputsDiffer(f"{v}, repeat {rep}: stream or table digest differs from the plaintext reference")
-        got = hashlib.sha256(read_back(board, p, data_key, v, "scratch")).hexdigest()
+            _check(p, want, data_key, v, rep, r)
+            r.pop("sealed")
+        got = hashlib.sha256(read_back(board, p, configs, data_key, v, "scratch")).hexdigest()
         if got != want["scratch_sha256"]:
             raise OutputsDiffer(f"{v}: the scratch region read back differs from the plaintext reference")
     return {"runs": runs, "boot": boot_t, "upload_s": upload_s, "device": board.device,
             "board_pid": getattr(board, "pid", None), "data_key": data_key}
 
 
-def attacks(board: FpgaBoard, p, data_key: bytes) -> dict[str, dict[str, bool]]:
+def useful_mb_s(result: dict) -> float:
+    """One run_workload pass's throughput: plaintext bytes read or written over its device seconds."""
+    useful = sum(t["plain_read"] + t["plain_written"] for t in result["traffic"].values())
+    return useful / 1e6 / max(sum(result["seconds"].values()), 1e-9)
+
+
+def calibrate(board: FpgaBoard, p, passes: int = 2, log: Callable[[str], None] = lambda _: None,
+              trusted_roots: list[bytes] | None = None) -> dict:
+    """Tune uniform_tuned's chunk: each chunk of ``p.tune_chunks`` as one configuration for every
+    region, on the calibration seed's workload (its own data, lookups and block orders; never the
+    evaluated seed's), ``passes`` passes each, measured on the device like the run (its digests
+    checked). One attested boot per candidate (every ``load_image`` starts the board blank, so board
+    memory holds one candidate at a time). Returns the fastest chunk (its best pass) and every
+    candidate's MB/s."""
+    cal = calibration_params(p)
+    plain = plaintexts(cal)
+    want = expected(cal, plain, passes)
+    measured: dict[int, float] = {}
+    for name, cfgs in calibration_configs(cal).items():
+        chunk = int(name.rsplit("_", 1)[1])
+        configs = {name: cfgs}
+        data_key, _ = boot(board, cal, configs, trusted_roots)
+        upload(board, cal, configs, data_key, plain)
+        best = 0.0
+        for rep in range(passes):
+            r = board.run(ACCEL + "run_workload", name, rep)
+            _check(cal, want, data_key, name, rep, r)
+            best = max(best, useful_mb_s(r))
+        measured[chunk] = best
+        log(f"calibration (seed {cal.seed}): {chunk}-byte chunks everywhere {best:.1f} MB/s")
+    chunk = max(measured, key=lambda c: (measured[c], -c))
+    return {"chunk": chunk, "measured_mb_s": {str(c): v for c, v in sorted(measured.items())},
+            "calibration_seed": cal.seed, "passes": passes}
+
+
+def attacks(board: FpgaBoard, p, configs: dict, data_key: bytes) -> dict[str, dict[str, bool]]:
     """After the benchmark: per variant, does the Shield reject a tampered stream chunk, an old
-    scratch chunk replayed after a device write, and an out-of-bounds read? (True: rejected.)"""
-    from mlsys_flows.devices.fpga import FpgaError
+    scratch chunk replayed after a device write, and an out-of-bounds read? (True: rejected.) The
+    host drives them through the production image's spot checks (``verify_range``,
+    ``refresh_range``), which return no plaintext and take none."""
+    from mlsys_flows.devices.fpga import BoundsError, FpgaError
 
     from .shield import IntegrityError
 
@@ -125,27 +171,25 @@ def attacks(board: FpgaBoard, p, data_key: bytes) -> dict[str, dict[str, bool]]:
             return isinstance(e, error) or isinstance(getattr(e, "cause", None), error)
         return False
 
-    from mlsys_flows.devices.fpga import BoundsError
-
     out = {}
     sizes = {r: s.size for r, s in regions(p).items()}
-    for v, cfgs in variant_configs(p).items():
+    for v, cfgs in configs.items():
         res = {}
         # the host flips one ciphertext bit of the stream region's first chunk in DRAM
         name = f"{v}/stream"
         byte = board.read(name, 0, 1)
         board.write(name, 0, bytes([byte[0] ^ 1]))
-        res["tampered_chunk"] = rejected("shield_read", v, "stream", 0, 16, error=IntegrityError)
+        res["tampered_chunk"] = rejected("verify_range", v, "stream", 0, 16, error=IntegrityError)
         board.write(name, 0, byte)
         # the host keeps a scratch chunk (and its tag), the accelerator rewrites it, the host replays the old copy
         name, cfg = f"{v}/scratch", cfgs["scratch"]
         old = board.read(name, 0, cfg.chunk)
         old_tag = board.read(name + "#tags", 0, 16) if cfg.secure else b""
-        board.run(ACCEL + "shield_write", v, "scratch", 0, bytes(16))
+        board.run(ACCEL + "refresh_range", v, "scratch", 0, 16)
         board.write(name, 0, old)
         if cfg.secure:
             board.write(name + "#tags", 0, old_tag)
-        res["replayed_chunk"] = rejected("shield_read", v, "scratch", 0, 16, error=IntegrityError)
-        res["out_of_bounds"] = rejected("shield_read", v, "table", sizes["table"] - 8, 16, error=BoundsError)
+        res["replayed_chunk"] = rejected("verify_range", v, "scratch", 0, 16, error=IntegrityError)
+        res["out_of_bounds"] = rejected("verify_range", v, "table", sizes["table"] - 8, 16, error=BoundsError)
         out[v] = res
     return out

@@ -1,10 +1,14 @@
-"""The FPGA board keeps its secrets from the host (issue 35): the untrusted host tries to read the
-board's session key, the device's Ed25519 private key and ShEF's provisioned data key through every
-board operation; the board runs only the kernels its loaded image declares, and the user's expected
-measurement comes from the user's own build, so a tampered host image fails attestation."""
+"""The FPGA board keeps its secrets from the host (issues 35 and 49): the untrusted host tries to read
+the board's session key, the device's Ed25519 private key, ShEF's provisioned data key and the user's
+plaintext through every board operation; the board runs only shipped kernels its loaded image
+declares (code hashes checked), the production image hands out no plaintext, every image starts a
+blank device, and the user's expected measurement comes from the user's own build, so a tampered
+host image fails attestation."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 
 import pytest
@@ -12,22 +16,40 @@ import pytest
 from mlsys_flows.devices import fpga
 from mlsys_flows.systems.shef import Params
 from mlsys_flows.systems.shef import session as sess
-from mlsys_flows.systems.shef.attest import WrongMeasurement
-from mlsys_flows.systems.shef.workload import KERNELS, image, plaintexts
+from mlsys_flows.systems.shef.attest import DebugImage, RemoteUser, WrongMeasurement
+from mlsys_flows.systems.shef.workload import KERNELS, debug_image, image, plaintexts, variant_configs
 
 F = "mlsys_flows.devices.fpga.software:"  # the device side: its state, key accessors and internals
 DIAG = "mlsys_flows.devices.fpga.kernels:"  # the diagnostic kernels
 ACCEL = "mlsys_flows.systems.shef.accel:"
+DEBUG = "mlsys_flows.systems.shef.debug:"  # the debug kernels (plaintext in and out): debug image only
 SMALL = dict(stream_kb=64, stream_burst=4096, table_kb=16, lookups=200, scratch_kb=16, scratch_block=1024,
              scratch_passes=1, repeats=1)
 SIDE_EFFECT = "fpga_isolation_probe"  # a module whose import leaves a mark, to see what the device imported
+HOST_KERNEL = "fpga_host_kernel"  # the host's own kernel module (marked @device_kernel), on the host's path
+HOST_KERNEL_SOURCE = """import pathlib
+from mlsys_flows.devices.fpga import device_kernel
+
+(pathlib.Path(__file__).parent / "host_kernel_imported").touch()
+
+
+@device_kernel
+def steal():
+    # what the host wants from inside the device process: the device key (to sign any report it likes)
+    # and the accelerator's on-chip state (the user's data key)
+    from mlsys_flows.devices.fpga import software
+    import mlsys_flows.systems.shef.accel as accel
+    st = software._DEVICE
+    onchip = dict(getattr(st, "store", None) or getattr(accel, "_STATE", {}))
+    return {"device_key": st.key.private_bytes_raw(), "data_key": onchip.get("data_key")}
+"""
 
 # kernel names that would hand a key to the host, and the refusal each must meet
 STEALS = {
     "session-key": (F + "board_session_key", "not declared in the loaded image's manifest"),
     "device-key": (F + "_DEVICE.key.private_bytes_raw", "dotted attribute path"),
     "attest-internals": (F + "_attest", "private"),
-    "data-key": (ACCEL + "_STATE.get", "dotted attribute path"),
+    "data-key": (F + "_DEVICE.store.get", "dotted attribute path"),
     "unwrap": (ACCEL + "unwrap_data_key", "not declared in the loaded image's manifest"),
     "eval": ("builtins:eval", "not declared in the loaded image's manifest"),
     "import": ("builtins:__import__", "private"),
@@ -49,9 +71,9 @@ def _raw(board: fpga.SoftwareBoard, op: str, *args):
     return board._call(op, *args).result(timeout=60)
 
 
-def _manifest_image(names: list[str]) -> bytes:
+def _manifest_image(names: list[str], code: dict[str, str] | None = None) -> bytes:
     """A host-built image whose manifest says anything (build_image would refuse most of these)."""
-    manifest = json.dumps({"kernels": names}).encode()
+    manifest = json.dumps({"kernels": names, **({"code": code} if code is not None else {})}).encode()
     return fpga.board._IMAGE_MAGIC + len(manifest).to_bytes(4, "big") + manifest + b"host's accelerator"
 
 
@@ -60,12 +82,29 @@ def p():
     return Params.for_scale("smoke", **SMALL)
 
 
+def _configs(p) -> dict:
+    return variant_configs(p, 1024)
+
+
+def _image(p) -> bytes:
+    return image(p, _configs(p))
+
+
+def _boot(board, p, **kw):
+    return sess.boot(board, p, _configs(p), **kw)
+
+
+def _upload(board, p, data_key):
+    sess.upload(board, p, _configs(p), data_key, plaintexts(p))
+
+
 @pytest.fixture(scope="module")
 def probe_dir(tmp_path_factory):
     """A module on the device's path whose import writes ``imported`` beside it."""
     d = tmp_path_factory.mktemp("probe")
     (d / f"{SIDE_EFFECT}.py").write_text(
         "import pathlib\n(pathlib.Path(__file__).parent / 'imported').touch()\n\n\ndef kernel():\n    return 1\n")
+    (d / f"{HOST_KERNEL}.py").write_text(HOST_KERNEL_SOURCE)
     sys.path.insert(0, str(d))  # a spawned board starts with the host's sys.path
     yield d
     sys.path.remove(str(d))
@@ -83,7 +122,7 @@ def board(tmp_path_factory, probe_dir):
 def provisioned(board, p):
     """A legitimate ShEF boot: the trusted image loaded and attested, the data key on the device."""
     roots = [fpga.manufacturer_root_public_key(board.state)]
-    return sess.boot(board, p, roots)[0]
+    return _boot(board, p, trusted_roots=roots)[0]
 
 
 @pytest.mark.parametrize("kernel,refusal", STEALS.values(), ids=STEALS.keys())
@@ -118,7 +157,7 @@ def test_host_cannot_smuggle_code_in_the_arguments_of_any_operation(board, provi
 
 
 def test_an_undeclared_kernel_is_refused_before_its_module_is_imported(board, probe_dir, p):
-    board.load_image(image(p))
+    board.load_image(_image(p))
     for name in (f"{SIDE_EFFECT}:kernel", f"{SIDE_EFFECT}:_kernel", f"{SIDE_EFFECT}:kernel.__globals__"):
         with pytest.raises(fpga.KernelRefused):
             board.run(name)
@@ -126,53 +165,169 @@ def test_an_undeclared_kernel_is_refused_before_its_module_is_imported(board, pr
             _raw(board, "run", name)
     with pytest.raises(fpga.KernelRefused, match="private"):  # a manifest's bad names are refused unimported too
         board.load_image(_manifest_image([f"{SIDE_EFFECT}:_kernel"]))
+    # a declared public name of a module the device does not ship is refused at load, unimported too
+    with pytest.raises(fpga.KernelRefused, match="not a kernel module the device ships"):
+        board.load_image(_manifest_image([f"{SIDE_EFFECT}:kernel"], {f"{SIDE_EFFECT}:kernel": "0" * 64}))
     assert not (probe_dir / "imported").exists()
-    # a declared public name is imported at load, and refused there unless it is a marked device kernel
-    with pytest.raises(fpga.KernelRefused, match="not a device kernel"):
-        board.load_image(_manifest_image([f"{SIDE_EFFECT}:kernel"]))
-    assert (probe_dir / "imported").exists()
+
+
+def _hashed(names: list[str]) -> dict[str, str]:
+    """The code hashes a host computes for ``names`` (the real ones where the device ships the kernel)."""
+    out = {}
+    for n in names:
+        try:
+            out[n] = fpga.kernel_code_hash(n)
+        except fpga.KernelRefused:
+            out[n] = hashlib.sha256(n.encode()).hexdigest()
+    return out
 
 
 @pytest.mark.parametrize("names,refusal", [
-    ([F + "board_session_key"], "not a device kernel"),
+    ([F + "board_session_key"], "not a kernel module the device ships"),
     ([F + "_DEVICE.key.private_bytes_raw"], "dotted attribute path"),
-    (["builtins:eval"], "not a device kernel"),
+    (["builtins:eval"], "not a kernel module the device ships"),
     ([ACCEL + "unwrap_data_key", *KERNELS], "not a device kernel"),
-    ([ACCEL + "_STATE"], "private"),
-    ([F + "missing_kernel"], "cannot find"),
-], ids=["session-key", "device-key", "eval", "data-key", "state", "missing"])
+    ([ACCEL + "board_session_key", *KERNELS], "not a device kernel"),  # imported into a shipped module
+    ([ACCEL + "_state"], "private"),
+    ([DIAG + "missing_kernel"], "cannot find"),
+], ids=["session-key", "device-key", "eval", "data-key", "re-exported", "state", "missing"])
 def test_a_host_built_manifest_cannot_declare_a_key_reader(board, provisioned, names, refusal):
     with pytest.raises(fpga.KernelRefused, match=refusal):
-        board.load_image(_manifest_image(names))
+        board.load_image(_manifest_image(names, _hashed(names)))
     # the failed load left no image: nothing of the attested one (its kernels, its session key) remains
     with pytest.raises(fpga.FpgaError, match="no image loaded"):
         board.attest(b"n" * 16, b"k" * 32)
     with pytest.raises(fpga.KernelRefused, match="no image loaded"):
-        board.run(ACCEL + "shield_read", "custom_shield", "table", 0, 16)
+        board.run(ACCEL + "verify_range", "custom_shield", "table", 0, 16)
 
 
 def test_another_image_cannot_use_the_provisioned_data_key(board, provisioned, p):
     """The data key stays on the device for the image it was provisioned to; a host image that
     declares the same kernels (another measurement) finds the accelerator unconfigured."""
-    sess.upload(board, p, provisioned, plaintexts(p))  # sealed regions, Shields attached
-    assert board.run(ACCEL + "shield_read", "custom_shield", "table", 0, 16) == plaintexts(p)["table"][:16]
+    _upload(board, p, provisioned)  # sealed regions, Shields attached
+    assert board.run(ACCEL + "verify_range", "custom_shield", "table", 0, 16) is None
     board.load_image(fpga.build_image([*KERNELS, DIAG + "echo"], b"host's own payload"))
-    for kernel, args in [("shield_read", ("custom_shield", "table", 0, 16)), ("attach", ("custom_shield",)),
+    for kernel, args in [("verify_range", ("custom_shield", "table", 0, 16)), ("attach", ("custom_shield",)),
                          ("export_versions", ("custom_shield", "scratch"))]:
         with pytest.raises(fpga.FpgaError, match="not configured for the loaded image"):
             board.run(ACCEL + kernel, *args)
 
 
+# ---- issue 49: the host's own interface, tried as an attacker ---------------------------------------------
+
+
+def test_the_attested_image_hands_the_host_no_plaintext(board, provisioned, p):
+    """Attack 1: a plaintext oracle in the attested image. The user's production image declares no
+    kernel that returns plaintext or writes host bytes through the Shield; the debug image that does
+    has its own measurement, its report says debug, and the user's policy refuses it."""
+    table = plaintexts(p)["table"]
+    _upload(board, p, provisioned)
+    for kernel, args in [(ACCEL + "shield_read", ("custom_shield", "table", 0, 64)),
+                         (DEBUG + "shield_read", ("custom_shield", "table", 0, 64)),
+                         (ACCEL + "shield_write", ("custom_shield", "scratch", 0, b"forged by the host")),
+                         (DEBUG + "shield_write", ("custom_shield", "scratch", 0, b"forged by the host"))]:
+        with pytest.raises(fpga.KernelRefused, match="not declared in the loaded image's manifest"):
+            board.run(kernel, *args)
+    # what the production kernels do hand back carries no plaintext: results sealed, spot checks a None
+    out = board.run(ACCEL + "run_workload", "custom_shield", 0)
+    assert set(out) == {"seconds", "traffic", "sealed"} and table[:16] not in out["sealed"]
+    assert board.run(ACCEL + "verify_range", "custom_shield", "table", 0, 64) is None
+    assert board.run(ACCEL + "refresh_range", "custom_shield", "scratch", 0, 64) is None
+    assert board.read("custom_shield/table", 0, 64) != table[:64]  # DRAM holds ciphertext
+    # the debug image: its own measurement, and no user provisions a data key to it
+    roots = [fpga.manufacturer_root_public_key(board.state)]
+    dbg = debug_image(p, _configs(p))
+    assert fpga.read_image(dbg).debug and not fpga.read_image(_image(p)).debug
+    assert board.load_image(dbg) != hashlib.sha256(_image(p)).digest()
+    for expected in (hashlib.sha256(dbg).digest(), hashlib.sha256(_image(p)).digest()):
+        user = RemoteUser(roots, expected)
+        with pytest.raises(DebugImage, match="debug image"):
+            user.verify(board.attest(*user.challenge()))
+    with pytest.raises(DebugImage):
+        _boot(board, p, trusted_roots=roots, host_image=dbg, expected_measurement=hashlib.sha256(dbg).digest())
+    # the debug kernels on the debug image reach nothing of the production session
+    with pytest.raises(fpga.FpgaError, match="not configured for the loaded image"):
+        board.run(DEBUG + "shield_read", "custom_shield", "table", 0, 64)
+    # the flag is signed: a report with debug cleared no longer verifies
+    import dataclasses
+
+    from mlsys_flows.systems.shef.attest import ForgedSignature
+    user = RemoteUser(roots, hashlib.sha256(dbg).digest())
+    with pytest.raises(ForgedSignature):
+        user.verify(dataclasses.replace(board.attest(*user.challenge()), debug=False))
+
+
+def test_a_host_written_kernel_never_runs_on_the_device(board, provisioned, probe_dir, p):
+    """Attack 2: the host writes a module on its own path, marks a function @device_kernel (it reads
+    the device key and the data key) and loads an image naming it, with the code hash it computed
+    itself. The device loads only code it ships whose hash matches: refused, never imported."""
+    name = f"{HOST_KERNEL}:steal"
+    source = (probe_dir / f"{HOST_KERNEL}.py").read_bytes()
+    with pytest.raises(fpga.KernelRefused, match="not a kernel module the device ships"):
+        board.load_image(_manifest_image([name], {name: hashlib.sha256(source).hexdigest()}))
+    with pytest.raises(fpga.KernelRefused, match="no image loaded"):  # the failed load left none
+        board.run(name)
+    with pytest.raises(fpga.KernelRefused, match="not a kernel module the device ships"):
+        fpga.build_image([name])  # the host's own build refuses it too
+    assert not (probe_dir / "host_kernel_imported").exists()
+    with pytest.raises(fpga.FpgaError, match="no image loaded"):  # nothing to sign a forged report with
+        board.attest(os.urandom(16), b"k" * 32)
+    # shipped code is checked against the image's record: another hash, or none, is refused
+    good = _image(p)
+    manifest = fpga.read_image(good)
+    for code, refusal in [({**manifest.code, ACCEL + "configure": "0" * 64}, "is not the hash of the code"),
+                          ({k: v for k, v in manifest.code.items() if k != ACCEL + "configure"}, "no code hash")]:
+        with pytest.raises(fpga.KernelRefused, match=refusal):
+            board.load_image(_manifest_image(list(manifest.kernels), code))
+    assert board.load_image(good) == hashlib.sha256(good).digest()
+
+
+def test_a_key_provisioned_under_one_image_is_gone_after_the_next(board, p):
+    """Attack 3: keys that survive reconfiguration. The user provisions a data key to the image;
+    the host loads another image, or the same one again, and tries to use the accelerator with the
+    old key, to replay the wrapped key it carried, or to read the sealed regions: the device started
+    blank, so there is nothing to use."""
+    roots = [fpga.manufacturer_root_public_key(board.state)]
+    img = _image(p)
+    measurement = board.load_image(img)
+    user = RemoteUser(roots, hashlib.sha256(img).digest())
+    nonce, pub = user.challenge()
+    session_key = user.verify(board.attest(nonce, pub))
+    data_key = os.urandom(16)
+    wrapped = user.wrap_data_key(session_key, data_key, measurement)  # the host carries this to the board
+    board.run(ACCEL + "configure", img, wrapped)
+    _upload(board, p, data_key)
+    assert board.run(ACCEL + "verify_range", "custom_shield", "table", 0, 16) is None
+    for between in ([], [fpga.diagnostic_image()]):  # the same image again, or another image in between
+        for other in between:
+            board.load_image(other)
+            with pytest.raises(fpga.FpgaError, match="no session key"):
+                board.run(DIAG + "has_session_key")
+        assert board.load_image(img) == measurement  # the very measurement the key was provisioned to
+        for kernel, args in [("attach", ("custom_shield",)), ("verify_range", ("custom_shield", "table", 0, 16)),
+                             ("export_versions", ("custom_shield", "scratch")),
+                             ("run_workload", ("custom_shield", 0))]:
+            with pytest.raises(fpga.FpgaError, match="not configured for the loaded image"):
+                board.run(ACCEL + kernel, *args)
+        with pytest.raises(fpga.FpgaError, match="no session key"):  # the wrapped key replayed: no session
+            board.run(ACCEL + "configure", img, wrapped)
+        board.attest(os.urandom(16), pub)  # a session of the host's own: the old wrapped key does not open
+        with pytest.raises(fpga.KernelError, match="wrapped data key failed authentication"):
+            board.run(ACCEL + "configure", img, wrapped)
+        with pytest.raises(fpga.FpgaError, match="no region"):  # the sealed regions went with the image
+            board.read("custom_shield/table", 0, 16)
+
+
 @pytest.mark.parametrize("tamper", ["extra kernel", "weaker shield", "payload bit"])
 def test_a_tampered_host_image_fails_attestation_against_the_users_build(board, p, tamper):
-    trusted = image(p)
+    trusted = _image(p)
+    weaker = p.model_copy(update={"uniform_chunk": 128})
     tampered = {"extra kernel": fpga.build_image([*KERNELS, DIAG + "echo"], fpga.read_image(trusted).payload),
-                "weaker shield": image(p.model_copy(update={"uniform_chunk": 128})),
+                "weaker shield": image(weaker, variant_configs(weaker, 1024)),
                 "payload bit": trusted[:-1] + bytes([trusted[-1] ^ 1])}[tamper]
     roots = [fpga.manufacturer_root_public_key(board.state)]
     with pytest.raises(WrongMeasurement, match="not the expected"):
-        sess.boot(board, p, roots, host_image=tampered)
+        _boot(board, p, trusted_roots=roots, host_image=tampered)
     with pytest.raises(WrongMeasurement):  # the user's measurement wins over the host's defaults too
-        sess.boot(board, p, roots, expected_measurement=sess.trusted_measurement(
-            p.model_copy(update={"coarse_chunk": 2 * p.coarse_chunk})))
-    assert len(sess.boot(board, p, roots, host_image=trusted)[0]) == 16  # the untampered copy boots
+        _boot(board, p, trusted_roots=roots, expected_measurement=sess.trusted_measurement(p, variant_configs(p, 2048)))
+    assert len(_boot(board, p, trusted_roots=roots, host_image=trusted)[0]) == 16  # the untampered copy boots
