@@ -34,15 +34,19 @@ from .workload import block_order, lookup_indices, stream_digest, table_digest
 @device_kernel
 def configure(image: bytes, wrapped_key: bytes) -> dict:
     """Take the Shield configurations from ``image`` (which must be the measured one) and unwrap the
-    data key with the attested session key."""
+    data key with the attested session key. Once per image load: configuring again (the host
+    replaying the wrapped key) would start the Shields' freshness counters over, letting old chunks
+    verify again and reusing nonces under the same key."""
     measurement = board_measurement()
+    state = board_store()
+    if "doc" in state:
+        raise ShieldError("configure: the accelerator is already configured for this image load (load the image "
+                          "again to start over, with a new attestation and data key)")
     if hashlib.sha256(image).digest() != measurement:
         raise ShieldError("configure: the image handed to the accelerator is not the loaded (measured) one")
     doc = json.loads(read_image(image).payload)
-    state = board_store()
-    state.clear()
-    state.update(doc=doc, measurement=measurement, shields={},
-                 data_key=unwrap_data_key(board_session_key(), wrapped_key, measurement))
+    data_key = unwrap_data_key(board_session_key(), wrapped_key, measurement)
+    state.update(doc=doc, measurement=measurement, shields={}, data_key=data_key)
     return {"variants": sorted(doc["variants"]), "regions": sorted(doc["regions"])}
 
 
@@ -69,10 +73,14 @@ def _shield(variant: str, region: str) -> Shield:
 
 @device_kernel
 def attach(variant: str) -> None:
-    """Put a Shield in front of each of the variant's regions (the host has written them)."""
+    """Put a Shield in front of each of the variant's regions (the host has written them). Once per
+    variant: attaching again would reset its chunks' versions (replayed chunks would verify again,
+    and nonces repeat under the same key)."""
     state, mem = _state(), board_memory()
     if variant not in state["doc"]["variants"]:
         raise FpgaError(f"attach: the image configures no variant {variant!r}")
+    if variant in state["shields"]:
+        raise ShieldError(f"attach: {variant!r} is already attached; its freshness counters are not reset")
     state["shields"][variant] = {
         r: Shield(mem, f"{variant}/{r}", EngineConfig(**cfg), state["data_key"])
         for r, cfg in state["doc"]["variants"][variant].items()}

@@ -318,6 +318,23 @@ def test_a_key_provisioned_under_one_image_is_gone_after_the_next(board, p):
             board.read("custom_shield/table", 0, 16)
 
 
+def test_the_host_cannot_start_the_freshness_counters_over(board, provisioned, p):
+    """Replaying the wrapped key to ``configure`` again, or ``attach`` again, would reset the chunk
+    versions: an old chunk would verify again and the next write would reuse a nonce under the same
+    key. The accelerator configures once per image load and attaches each variant once."""
+    _upload(board, p, provisioned)
+    name = "custom_shield/scratch"
+    old, old_tag = board.read(name, 0, 1024), board.read(name + "#tags", 0, 16)
+    board.run(ACCEL + "refresh_range", "custom_shield", "scratch", 0, 16)  # chunk 0 now at version 1
+    board.write(name, 0, old)
+    board.write(name + "#tags", 0, old_tag)
+    for kernel, args in [("attach", ("custom_shield",)), ("configure", (_image(p), b"\0" * 60))]:
+        with pytest.raises(fpga.KernelError, match="already"):
+            board.run(ACCEL + kernel, *args)
+    with pytest.raises(fpga.KernelError, match="authentication failed"):  # the replayed chunk still fails
+        board.run(ACCEL + "verify_range", "custom_shield", "scratch", 0, 16)
+
+
 @pytest.mark.parametrize("tamper", ["extra kernel", "weaker shield", "payload bit"])
 def test_a_tampered_host_image_fails_attestation_against_the_users_build(board, p, tamper):
     trusted = _image(p)
