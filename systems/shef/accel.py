@@ -60,10 +60,6 @@ def _state() -> dict:
     return state
 
 
-def _doc() -> dict:
-    return _state()["doc"]
-
-
 def _shield(variant: str, region: str) -> Shield:
     try:
         return _state()["shields"][variant][region]
