@@ -3,9 +3,10 @@
 Interface (:class:`FpgaBoard`), what every board driver implements::
 
     board = open_board("fpga-sw:0")           # holds one of the device's job slots until close()
-    image = build_image(["pkg.module:function"], payload)   # a manifest of its kernels + the accelerator
-    measurement = board.load_image(image)     # configure the board; returns sha256(image)
-    report = board.attest(nonce, user_pub)    # signed {device, measurement, nonce, session keys}
+    image = build_image(["pkg.module:function"], payload)   # its kernels (of shipped modules) and their
+                                              # code hashes, then the accelerator
+    measurement = board.load_image(image)     # a blank device with this image; returns sha256(image)
+    report = board.attest(nonce, user_pub)    # signed {device, measurement, nonce, session keys, debug}
     board.alloc("table", 1 << 20)             # a device memory region with bounds
     board.write("table", 0, data); board.read("table", 0, 64)
     out = board.run("pkg.module:function", x, y=2)          # blocking

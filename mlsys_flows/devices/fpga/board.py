@@ -1,7 +1,9 @@
 """The board interface every driver implements (:class:`FpgaBoard`), the images a board loads (a
-manifest of kernel entry points, then the accelerator: :func:`build_image`, :func:`read_image`), the
-mark that makes a function a kernel entry point (:func:`device_kernel`), device names, and the
-drivers that open boards by name (:func:`register_driver`, :func:`open_board`).
+manifest of kernel entry points with their code hashes, then the accelerator: :func:`build_image`,
+:func:`read_image`), the kernel modules a device ships (:data:`SHIPPED_KERNEL_MODULES`, the only code
+it runs; debug modules marked), the mark that makes a function a kernel entry point
+(:func:`device_kernel`) and its code hash (:func:`kernel_code_hash`), device names, and the drivers
+that open boards by name (:func:`register_driver`, :func:`open_board`).
 
 The built-in driver ``fpga-sw`` is the software board of :mod:`.software` (which builds on this
 module); it is imported when the first software board is opened."""
