@@ -77,6 +77,16 @@ def attach(variant: str) -> None:
         raise FpgaError(f"attach: the image configures no variant {variant!r}")
     if variant in state["shields"]:
         raise ShieldError(f"attach: {variant!r} is already attached; its freshness counters are not reset")
+    for r, cfg in state["doc"]["variants"][variant].items():
+        # sizes come from the measured image, never from the regions the host allocated: a shorter
+        # region would have the accelerator digest (and seal as authentic) part of the user's input
+        size, name = state["doc"]["regions"][r]["size"], f"{variant}/{r}"
+        if mem.size(name) != size:
+            raise ShieldError(f"attach: region {name!r} holds {mem.size(name)} bytes; the image says {size}")
+        config = EngineConfig(**cfg)
+        if config.secure and mem.size(name + "#tags") != config.tag_bytes(size):
+            raise ShieldError(f"attach: region {name + '#tags'!r} holds {mem.size(name + '#tags')} bytes; the "
+                              f"image's {size}-byte region has {config.tag_bytes(size)} bytes of tags")
     state["shields"][variant] = {
         r: Shield(mem, f"{variant}/{r}", EngineConfig(**cfg), state["data_key"])
         for r, cfg in state["doc"]["variants"][variant].items()}
@@ -145,21 +155,33 @@ def open_results(data_key: bytes, variant: str, rep: int, sealed: bytes) -> dict
         raise ShieldError(f"{variant}, repeat {rep}: the accelerator's sealed results failed authentication") from None
 
 
+NONCE = 16  # bytes of the user's fresh nonce that export_versions binds into its MAC
+
+
+def _versions_mac(mac_key: bytes, region: str, nonce: bytes, versions: bytes) -> bytes:
+    return hmac.digest(mac_key, b"versions|" + region.encode() + b"|" + nonce + b"|" + versions, "sha256")
+
+
 @device_kernel
-def export_versions(variant: str, region: str) -> tuple[bytes, bytes]:
-    """The region's chunk versions and a MAC over them (region MAC key), so the user can open the
-    region's DRAM image and knows the versions are the accelerator's, not an old set."""
+def export_versions(variant: str, region: str, nonce: bytes) -> tuple[bytes, bytes]:
+    """The region's chunk versions now and a MAC over them and the user's fresh ``nonce`` (region MAC
+    key), so the user can open the region's DRAM image and knows the versions are the accelerator's
+    current ones: a version list (with the DRAM image it opens) the host saved earlier answers an
+    older nonce and fails :func:`verify_versions`."""
+    if not isinstance(nonce, (bytes, bytearray)) or len(nonce) != NONCE:
+        raise ShieldError(f"export_versions: nonce must be {NONCE} fresh bytes from the user")
     shield = _shield(variant, region)
     versions = shield.versions.astype("<u4").tobytes()
     _, mac_key = region_keys(_state()["data_key"], shield.region)
-    return versions, hmac.digest(mac_key, b"versions|" + shield.region.encode() + b"|" + versions, "sha256")
+    return versions, _versions_mac(mac_key, shield.region, bytes(nonce), versions)
 
 
-def verify_versions(data_key: bytes, region: str, versions: bytes, mac: bytes) -> np.ndarray:
-    """User side of :func:`export_versions`."""
+def verify_versions(data_key: bytes, region: str, nonce: bytes, versions: bytes, mac: bytes) -> np.ndarray:
+    """User side of :func:`export_versions` (``nonce``: the one the user sent for this export)."""
     _, mac_key = region_keys(data_key, region)
-    if not hmac.compare_digest(mac, hmac.digest(mac_key, b"versions|" + region.encode() + b"|" + versions, "sha256")):
-        raise ShieldError(f"region {region!r}: the version list failed authentication")
+    if not hmac.compare_digest(mac, _versions_mac(mac_key, region, nonce, versions)):
+        raise ShieldError(f"region {region!r}: the version list failed authentication (altered, or an old "
+                          "export answering another nonce)")
     return np.frombuffer(versions, "<u4")
 
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import statistics
 import time
 from typing import Callable
 
 from mlsys_flows.devices.fpga import FpgaBoard, manufacturer_root_public_key
 from mlsys_flows.errors import MlsysError
 
-from .accel import open_results, verify_versions
+from .accel import NONCE, open_results, verify_versions
 from .attest import RemoteUser
 from .shield import open_sealed, seal
-from .workload import REGIONS, calibration_configs, calibration_params, expected, image, plaintexts, regions
+from .workload import (REGIONS, calibration_configs, calibration_params, expected, held_data, image, plaintexts,
+                       regions)
 
 ACCEL = "mlsys_flows.systems.shef.accel:"
 
@@ -54,12 +56,14 @@ def boot(board: FpgaBoard, p, configs: dict, trusted_roots: list[bytes] | None =
 
 
 def upload(board: FpgaBoard, p, configs: dict, data_key: bytes, plain: dict[str, bytes]) -> float:
-    """Seal every variant's regions (user side) and write them to board DRAM; returns seconds."""
+    """Seal every variant's regions (user side) and write them to board DRAM; returns seconds. A
+    region without a Shield gets public filler, never the user's ``plain`` (:func:`~.workload.held_data`)."""
     t0 = time.perf_counter()
     for v, cfgs in configs.items():
+        held = held_data(p, cfgs, plain)
         for r in REGIONS:
             name = f"{v}/{r}"
-            ct, tags = seal(data_key, name, cfgs[r], plain[r])
+            ct, tags = seal(data_key, name, cfgs[r], held[r])
             board.alloc(name, len(ct))
             board.write(name, 0, ct)
             if cfgs[r].secure:
@@ -78,8 +82,10 @@ def read_back(board: FpgaBoard, p, configs: dict, data_key: bytes, variant: str,
     if not cfg.secure:
         return ct
     tags = board.read(name + "#tags", 0, cfg.tag_bytes(size))
-    versions = verify_versions(data_key, name, *board.run(ACCEL + "export_versions", variant, region)) \
-        if cfg.counters else None
+    versions = None
+    if cfg.counters:  # the versions now, for a fresh nonce: a saved (older) DRAM image fails to open
+        nonce = os.urandom(NONCE)
+        versions = verify_versions(data_key, name, nonce, *board.run(ACCEL + "export_versions", variant, region, nonce))
     return open_sealed(data_key, name, cfg, ct, tags, versions)
 
 
@@ -108,8 +114,8 @@ def run(board: FpgaBoard, p, configs: dict, repeats: int, log: Callable[[str], N
             runs[v].append(board.run(ACCEL + "run_workload", v, rep))
         log(f"repeat {rep + 1}/{repeats}: " + ", ".join(
             f"{v} {sum(runs[v][-1]['seconds'].values()):.3f} s" for v in variants))
-    want = expected(p, plain, repeats)
     for v in variants:
+        want = expected(p, held_data(p, configs[v], plain), repeats)
         for rep, r in enumerate(runs[v]):
             _check(p, want, data_key, v, rep, r)
             r.pop("sealed")
@@ -126,14 +132,18 @@ def useful_mb_s(result: dict) -> float:
     return useful / 1e6 / max(sum(result["seconds"].values()), 1e-9)
 
 
-def calibrate(board: FpgaBoard, p, passes: int = 2, log: Callable[[str], None] = lambda _: None,
+def calibrate(board: FpgaBoard, p, passes: int = 3, log: Callable[[str], None] = lambda _: None,
               trusted_roots: list[bytes] | None = None) -> dict:
     """Tune uniform_tuned's chunk: each chunk of ``p.tune_chunks`` as one configuration for every
     region, on the calibration seed's workload (its own data, lookups and block orders; never the
     evaluated seed's), ``passes`` passes each, measured on the device like the run (its digests
     checked). One attested boot per candidate (every ``load_image`` starts the board blank, so board
-    memory holds one candidate at a time). Returns the fastest chunk (its best pass) and every
-    candidate's MB/s."""
+    memory holds one candidate at a time). A candidate's MB/s is the median of its passes (one
+    noisy pass does not pick the chunk). Returns the fastest chunk, every candidate's MB/s and
+    ``edge``: whether the pick is the smallest or largest of ``tune_chunks`` (a chunk beyond the
+    range might be faster still)."""
+    if passes < 1:
+        raise MlsysError(f"calibrate: passes must be >= 1, got {passes}")
     cal = calibration_params(p)
     plain = plaintexts(cal)
     want = expected(cal, plain, passes)
@@ -143,16 +153,20 @@ def calibrate(board: FpgaBoard, p, passes: int = 2, log: Callable[[str], None] =
         configs = {name: cfgs}
         data_key, _ = boot(board, cal, configs, trusted_roots)
         upload(board, cal, configs, data_key, plain)
-        best = 0.0
+        mb_s = []
         for rep in range(passes):
             r = board.run(ACCEL + "run_workload", name, rep)
             _check(cal, want, data_key, name, rep, r)
-            best = max(best, useful_mb_s(r))
-        measured[chunk] = best
-        log(f"calibration (seed {cal.seed}): {chunk}-byte chunks everywhere {best:.1f} MB/s")
+            mb_s.append(useful_mb_s(r))
+        measured[chunk] = statistics.median(mb_s)
+        log(f"calibration (seed {cal.seed}): {chunk}-byte chunks everywhere {measured[chunk]:.1f} MB/s "
+            f"(median of {passes} passes)")
     chunk = max(measured, key=lambda c: (measured[c], -c))
+    edge = chunk in (min(measured), max(measured))
+    if edge:
+        log(f"calibration: the pick ({chunk} B) is at the edge of tune_chunks; a chunk beyond it may be faster")
     return {"chunk": chunk, "measured_mb_s": {str(c): v for c, v in sorted(measured.items())},
-            "calibration_seed": cal.seed, "passes": passes}
+            "calibration_seed": cal.seed, "passes": passes, "statistic": "median", "edge": edge}
 
 
 def attacks(board: FpgaBoard, p, configs: dict, data_key: bytes) -> dict[str, dict[str, bool]]:

@@ -121,8 +121,31 @@ def debug_image(p, configs: dict[str, dict[str, EngineConfig]]) -> bytes:
 
 
 def plaintexts(p) -> dict[str, bytes]:
+    """The user's data: what the Shielded regions hold (sealed)."""
     rng = np.random.default_rng([p.seed, 7])
     return {r: rng.integers(0, 256, s.size, dtype=np.uint8).tobytes() for r, s in regions(p).items()}
+
+
+def public_plaintexts(p) -> dict[str, bytes]:
+    """Public filler of the same shape from its own seed: what a region without a Shield (``no_shield``)
+    holds instead of the user's data, which it would hand the host in the clear."""
+    rng = np.random.default_rng([p.seed, 17])
+    return {r: rng.integers(0, 256, s.size, dtype=np.uint8).tobytes() for r, s in regions(p).items()}
+
+
+def held_data(p, cfgs: dict[str, EngineConfig], plain: dict[str, bytes]) -> dict[str, bytes]:
+    """What one variant's regions hold (``cfgs``: its configuration per region): the user's data
+    (``plain``) behind a Shield, :func:`public_plaintexts` in a region with none, so the user's data
+    never sits unprotected in device DRAM. Its reference results are :func:`expected` of this."""
+    public = None
+    out = {}
+    for r in REGIONS:
+        if cfgs[r].secure:
+            out[r] = plain[r]
+        else:
+            public = public or public_plaintexts(p)
+            out[r] = public[r]
+    return out
 
 
 def lookup_indices(n_records: int, lookups: int, seed: int, rep: int) -> np.ndarray:

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from mlsys_flows.devices import fpga
@@ -105,7 +106,7 @@ def probe_dir(tmp_path_factory):
     (d / f"{SIDE_EFFECT}.py").write_text(
         "import pathlib\n(pathlib.Path(__file__).parent / 'imported').touch()\n\n\ndef kernel():\n    return 1\n")
     (d / f"{HOST_KERNEL}.py").write_text(HOST_KERNEL_SOURCE)
-    sys.path.insert(0, str(d))  # a spawned board starts with the host's sys.path
+    sys.path.insert(0, str(d))  # on the host's path (the board's process starts with a trusted path of its own)
     yield d
     sys.path.remove(str(d))
 
@@ -208,7 +209,7 @@ def test_another_image_cannot_use_the_provisioned_data_key(board, provisioned, p
     assert board.run(ACCEL + "verify_range", "custom_shield", "table", 0, 16) is None
     board.load_image(fpga.build_image([*KERNELS, DIAG + "echo"], b"host's own payload"))
     for kernel, args in [("verify_range", ("custom_shield", "table", 0, 16)), ("attach", ("custom_shield",)),
-                         ("export_versions", ("custom_shield", "scratch"))]:
+                         ("export_versions", ("custom_shield", "scratch", b"n" * 16))]:
         with pytest.raises(fpga.FpgaError, match="not configured for the loaded image"):
             board.run(ACCEL + kernel, *args)
 
@@ -305,7 +306,7 @@ def test_a_key_provisioned_under_one_image_is_gone_after_the_next(board, p):
                 board.run(DIAG + "has_session_key")
         assert board.load_image(img) == measurement  # the very measurement the key was provisioned to
         for kernel, args in [("attach", ("custom_shield",)), ("verify_range", ("custom_shield", "table", 0, 16)),
-                             ("export_versions", ("custom_shield", "scratch")),
+                             ("export_versions", ("custom_shield", "scratch", b"n" * 16)),
                              ("run_workload", ("custom_shield", 0))]:
             with pytest.raises(fpga.FpgaError, match="not configured for the loaded image"):
                 board.run(ACCEL + kernel, *args)
@@ -348,3 +349,167 @@ def test_a_tampered_host_image_fails_attestation_against_the_users_build(board, 
     with pytest.raises(WrongMeasurement):  # the user's measurement wins over the host's defaults too
         _boot(board, p, trusted_roots=roots, expected_measurement=sess.trusted_measurement(p, variant_configs(p, 2048)))
     assert len(_boot(board, p, trusted_roots=roots, host_image=trusted)[0]) == 16  # the untampered copy boots
+
+
+# ---- the review of issue 49's fix: the board's interface tried again ---------------------------------------
+
+
+def _user_chunks(p, repeats: int = 1) -> set[bytes]:
+    """Every aligned 16-byte piece of the user's data: the plaintext the user seals, and the scratch
+    region as the accelerator leaves it after ``repeats`` passes."""
+    plain = plaintexts(p)
+    scratch = (np.frombuffer(plain["scratch"], np.uint8) + repeats * p.scratch_passes).astype(np.uint8).tobytes()
+    return {d[i:i + 16] for d in (*plain.values(), scratch) for i in range(0, len(d), 16)}
+
+
+def test_no_dram_region_holds_the_users_plaintext(board, provisioned, p):
+    """A variant without a Shield (``no_shield``, declared by the attested image) must not hold the
+    user's data: its DRAM would hand the host the very plaintext the Shielded variants seal. Every
+    region the session allocates (every variant, data and tags), before and after the accelerator
+    runs, is scanned at every offset for any 16-byte piece of the user's data."""
+    from mlsys_flows.systems.shef.workload import regions
+
+    configs = _configs(p)
+    _upload(board, p, provisioned)
+    chunks = _user_chunks(p)
+    sizes = {}
+    for v, cfgs in configs.items():
+        for r, c in cfgs.items():
+            sizes[f"{v}/{r}"] = regions(p)[r].size
+            if c.secure:
+                sizes[f"{v}/{r}#tags"] = c.tag_bytes(regions(p)[r].size)
+    for when in ("uploaded", "after a repeat"):
+        if when == "after a repeat":
+            for v in configs:
+                board.run(ACCEL + "run_workload", v, 0)
+        for name, size in sizes.items():
+            dram = board.read(name, 0, size)
+            leaked = [o for o in range(len(dram) - 15) if dram[o:o + 16] in chunks]
+            assert not leaked, f"{when}: DRAM region {name!r} holds the user's plaintext at offsets {leaked[:4]}..."
+
+
+SHADOW = """import importlib.util, os, pathlib, sysconfig
+(pathlib.Path(__file__).parent / f"imported-{__name__}-{os.getpid()}").touch()
+_spec = importlib.util.spec_from_file_location("_real_" + __name__,
+                                               os.path.join(sysconfig.get_paths()["stdlib"], __name__ + ".py"))
+_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
+"""
+
+
+def test_a_shadowed_stdlib_module_on_the_hosts_path_never_runs_on_the_device(tmp_path, monkeypatch):
+    """The host writes ``hmac.py`` (and ``runpy.py``, which spawn imports before anything else) into a
+    folder it puts first on its own ``sys.path``, in ``PYTHONPATH`` and as the current directory,
+    then opens a board and runs a whole attested session whose Shields use HMAC. The board's process
+    starts with a trusted path of its own (the interpreter's standard library and site-packages),
+    so it imports the real modules: the host's never run there (had they, they would read the MAC
+    keys the accelerator derives from the data key)."""
+    import hmac as _hmac  # noqa: F401 - the host's own copies, imported before the shadows exist
+    import multiprocessing.spawn  # noqa: F401
+    import runpy  # noqa: F401
+
+    host = tmp_path / "host"
+    host.mkdir()
+    for mod in ("hmac", "runpy"):
+        (host / f"{mod}.py").write_text(SHADOW)
+    monkeypatch.syspath_prepend(str(host))
+    monkeypatch.setenv("PYTHONPATH", str(host))
+    monkeypatch.chdir(host)
+    p = Params.for_scale("smoke", **{**SMALL, "engine": "aes-ctr-hmac"})
+    configs = {"custom_shield": _configs(p)["custom_shield"]}
+    state = str(tmp_path / "state")
+    with fpga.open_board("fpga-sw:5", state=state) as b:
+        out = sess.run(b, p, configs, 1, trusted_roots=[fpga.manufacturer_root_public_key(state)])
+        pid = b.pid
+    assert out["runs"]["custom_shield"] and pid != os.getpid()
+    imported = sorted(f.name for f in host.glob("imported-*"))
+    assert not [f for f in imported if f.endswith(f"-{pid}")], f"the device imported the host's modules: {imported}"
+
+
+class _HostRollsBack(fpga.FpgaBoard):
+    """A host in front of the board: it records the region reads and the accelerator's version
+    export while ``record`` is set, and hands the recorded ones to the user when ``replay`` is set."""
+
+    def __init__(self, board):
+        self.board, self.device = board, board.device
+        self.saved: dict = {}
+        self.mode = "record"
+
+    def load_image(self, image):
+        return self.board.load_image(image)
+
+    def attest(self, nonce, key):
+        return self.board.attest(nonce, key)
+
+    def alloc(self, region, size):
+        self.board.alloc(region, size)
+
+    def write(self, region, offset, data):
+        self.board.write(region, offset, data)
+
+    def read(self, region, offset, length):
+        key = ("read", region, offset, length)
+        if self.mode == "replay" and key in self.saved:
+            return self.saved[key]
+        out = self.saved[key] = self.board.read(region, offset, length)
+        return out
+
+    def run_async(self, kernel, *args, **kwargs):
+        import concurrent.futures
+
+        if kernel.endswith(":export_versions") and self.mode == "replay":
+            fut = concurrent.futures.Future()
+            fut.set_result(self.saved["export"])
+            return fut
+        fut = self.board.run_async(kernel, *args, **kwargs)
+        if kernel.endswith(":export_versions"):
+            self.saved["export"] = fut.result()
+        return fut
+
+    def close(self):
+        pass
+
+
+def test_the_host_cannot_roll_back_what_the_user_reads_back(board, provisioned, p):
+    """The host saves the scratch region, its tags and the accelerator's MAC'd version list when the
+    user reads it back after one repeat; the accelerator runs another; when the user reads it back
+    again the host hands over the saved set. The version list answers the user's fresh nonce, so
+    the old set fails authentication instead of opening as the current state."""
+    from mlsys_flows.systems.shef.shield import ShieldError
+
+    configs = _configs(p)
+    _upload(board, p, provisioned)
+    host = _HostRollsBack(board)
+    board.run(ACCEL + "run_workload", "custom_shield", 0)
+    first = sess.read_back(host, p, configs, provisioned, "custom_shield", "scratch")
+    board.run(ACCEL + "run_workload", "custom_shield", 1)
+    now = sess.read_back(board, p, configs, provisioned, "custom_shield", "scratch")
+    assert now != first  # the accelerator moved on
+    host.mode = "replay"
+    with pytest.raises(ShieldError, match="authentication"):
+        sess.read_back(host, p, configs, provisioned, "custom_shield", "scratch")
+
+
+@pytest.mark.parametrize("cut", ["half the stream", "a longer stream", "half the tags", "extra tags"])
+def test_attach_refuses_regions_of_another_size_than_the_images(board, provisioned, p, cut):
+    """The host allocates a region (or its tags) at another size than the measured image's and writes
+    that much of the user's sealed data: the accelerator would read part of the input (or past it)
+    and seal its digest as the authentic result. ``attach`` takes sizes from the image only."""
+    from mlsys_flows.systems.shef.shield import seal
+    from mlsys_flows.systems.shef.workload import REGIONS
+
+    v, cfgs, plain = "custom_shield", _configs(p)["custom_shield"], plaintexts(p)
+    for r in REGIONS:
+        ct, tags = seal(provisioned, f"{v}/{r}", cfgs[r], plain[r])
+        if r == "stream":
+            ct = {"half the stream": ct[:len(ct) // 2], "a longer stream": ct + bytes(cfgs[r].chunk)}.get(cut, ct)
+            tags = {"half the tags": tags[:len(tags) // 2], "extra tags": tags + bytes(16)}.get(cut, tags)
+        board.alloc(f"{v}/{r}", len(ct))
+        board.write(f"{v}/{r}", 0, ct)
+        board.alloc(f"{v}/{r}#tags", len(tags))
+        board.write(f"{v}/{r}#tags", 0, tags)
+    with pytest.raises(fpga.KernelError, match=r"attach: region 'custom_shield/stream(#tags)?' holds \d+ bytes"):
+        board.run(ACCEL + "attach", v)
+    with pytest.raises(fpga.FpgaError, match="no Shield attached"):
+        board.run(ACCEL + "run_workload", v, 0)

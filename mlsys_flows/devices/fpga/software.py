@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import sys
 import threading
 import time
 import traceback
@@ -332,31 +333,58 @@ def _device_main(conn, device: str, root: str | None, memory_bytes: int) -> None
 
 
 _START_LOCK = threading.Lock()
+_TRUSTED_START = threading.local()  # set while this thread starts a board's process (_starting_board)
+
+
+def _install_trusted_spawn() -> None:
+    """Wrap two functions of ``multiprocessing.spawn`` (once per process) so that a board's process,
+    started by this thread inside :func:`_starting_board`, runs only trusted code: its interpreter
+    starts isolated (``-I``: no ``PYTHONPATH``/``PYTHONHOME`` or other ``PYTHON*`` variables, no user
+    site-packages, neither the current directory nor a script's directory on the path), so its
+    ``sys.path`` is the interpreter's own (the standard library and site-packages, where the project
+    is installed), and the preparation data carries none of the host's: no ``sys.path`` (spawn would
+    otherwise copy the host's, with whatever the host put first on it), no ``sys.argv``, and no
+    ``__main__`` to re-run. Any other spawn (another thread, another library) is passed through as is."""
+    from multiprocessing import spawn
+
+    if getattr(spawn.get_command_line, "_fpga_board", False):
+        return
+    prep, cmd = spawn.get_preparation_data, spawn.get_command_line
+
+    def get_preparation_data(name):
+        data = prep(name)
+        if getattr(_TRUSTED_START, "on", False):
+            for k in ("sys_path", "sys_argv", "init_main_from_name", "init_main_from_path"):
+                data.pop(k, None)
+        return data
+
+    def get_command_line(**kwds):
+        line = cmd(**kwds)
+        if getattr(_TRUSTED_START, "on", False) and not getattr(sys, "frozen", False):
+            line = line[:1] + ["-I"] + line[1:]
+        return line
+
+    get_command_line._fpga_board = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data, spawn.get_command_line = get_preparation_data, get_command_line
 
 
 @contextmanager
 def _starting_board() -> Iterator[None]:
-    """Around ``Process.start()``: (1) Dask worker processes are daemonic and multiprocessing
-    refuses children of a daemonic process; the board's process is a child of the job, so lift the
-    flag; (2) spawn re-runs the host's ``__main__`` in the child unless it is guarded; the board
-    needs only this module and the kernels' modules, so hide ``__main__``'s file and spec."""
-    import sys
-
+    """Around ``Process.start()``: (1) the board's process gets a trusted ``sys.path`` and never
+    runs the host's ``__main__`` (:func:`_install_trusted_spawn`): a module the host writes on its
+    own path or in ``PYTHONPATH``, a shadow of a standard-library module included, is never imported
+    on the device; (2) Dask worker processes are daemonic and multiprocessing refuses children of a
+    daemonic process; the board's process is a child of the job, so lift the flag."""
     with _START_LOCK:
+        _install_trusted_spawn()
         proc = multiprocessing.current_process()
         was = proc._config.get("daemon")
         proc._config["daemon"] = False
-        main = sys.modules.get("__main__")
-        hidden = {k: main.__dict__.pop(k) for k in ("__file__",) if main is not None and k in main.__dict__}
-        spec = getattr(main, "__spec__", None) if main is not None else None
-        if main is not None:
-            main.__spec__ = None
+        _TRUSTED_START.on = True
         try:
             yield
         finally:
-            if main is not None:
-                main.__dict__.update(hidden)
-                main.__spec__ = spec
+            _TRUSTED_START.on = False
             if was is not None:
                 proc._config["daemon"] = was
 
