@@ -57,9 +57,12 @@ def build_result(p, out: dict, repeats: int, calibration: dict) -> SystemResult:
         f"{p.uniform_chunk}-byte chunks with counters everywhere; uniform_tuned: {tuned}-byte chunks with counters "
         "everywhere (a table read decrypts and verifies a whole chunk: read amplification, see dram_bytes), "
         + (f"the fastest of {len(calibration['measured_mb_s'])} chunks measured on the board on the calibration "
-           f"workload (seed {calibration['calibration_seed']}, not the evaluated seed {p.seed}; best of "
-           f"{calibration['passes']} passes each): " + ", ".join(
+           f"workload (seed {calibration['calibration_seed']}, not the evaluated seed {p.seed}; "
+           f"{calibration.get('statistic', 'best')} of {calibration['passes']} passes each): " + ", ".join(
                f"{c} B {mb:.1f} MB/s" for c, mb in calibration["measured_mb_s"].items()) + "."
+           + (f" The pick ({tuned} B) is at the edge of tune_chunks ({min(p.tune_chunks)}-{max(p.tune_chunks)} B): "
+              "a chunk beyond the range might be faster, so uniform_tuned may be under-tuned."
+              if calibration.get("edge") else "")
            if "measured_mb_s" in calibration else
            "fixed by the tuned_chunk parameter: NOT tuned in this run (no calibration sweep)."),
         "Every variant's stream and table digests and the scratch region read back and opened by the user equal the "
