@@ -37,7 +37,9 @@ Kernels run one at a time per board, in submission order (one command queue); ``
 the host work meanwhile.
 
 Software board (``"fpga-sw:N"``, :class:`SoftwareBoard`): a separate process (multiprocessing
-*spawn* context, so host and device really run side by side on different cores) that holds
+*spawn* context, so host and device really run side by side on different cores; started isolated,
+``python -I``, with the interpreter's own ``sys.path`` and none of the host's, so nothing the host
+writes on its import path runs there) that holds
 
 - key material: an Ed25519 device key certified (signed) by a manufacturer root key. The software
   "factory" keeps the root key and each board's key and certificate under the state directory
