@@ -14,11 +14,11 @@ import statistics
 import time
 from typing import Callable
 
-from mlsys_flows.devices.fpga import FpgaBoard, manufacturer_root_public_key
+from mlsys_flows.devices.fpga import FpgaBoard, trusted_root_public_key
 from mlsys_flows.errors import MlsysError
 
 from .accel import NONCE, open_results, verify_versions
-from .attest import RemoteUser
+from .attest import AttestationError, RemoteUser
 from .shield import open_sealed, seal
 from .workload import (REGIONS, calibration_configs, calibration_params, expected, held_data, image, plaintexts,
                        regions)
@@ -35,19 +35,30 @@ def trusted_measurement(p, configs: dict) -> bytes:
     return hashlib.sha256(image(p, configs)).digest()
 
 
+def user_trust_anchor() -> list[bytes]:
+    """The user's trusted manufacturer roots, read once on the user's side before any board is used:
+    the key pinned in ``$MLSYS_FPGA_TRUSTED_ROOT``, else the software manufacturer's root read now
+    (``fpga.trusted_root_public_key``). Pass the value to :func:`boot` (and what calls it)."""
+    return [trusted_root_public_key()]
+
+
 def boot(board: FpgaBoard, p, configs: dict, trusted_roots: list[bytes] | None = None,
          expected_measurement: bytes | None = None, host_image: bytes | None = None) -> tuple[bytes, dict]:
     """The host loads its copy of the image (``host_image``, default built from ``p`` and ``configs``),
     then the user attests, verifies and provisions; returns (data key, timings). The user trusts
-    ``trusted_roots`` (default: the software boards' manufacturer root on this machine) and
-    ``expected_measurement``, the measurement of its own build (default: :func:`trusted_measurement`),
+    ``trusted_roots``, the manufacturer root public keys it pinned (required: read once on the user's
+    side, ``fpga.trusted_root_public_key()``, never from the host's state directory at verify time)
+    and ``expected_measurement``, the measurement of its own build (default: :func:`trusted_measurement`),
     never the host's copy: the board measures what the host loaded, so a changed copy fails."""
+    if not trusted_roots:
+        raise AttestationError("boot: trusted_roots is required: the manufacturer root public keys the user "
+                               "pinned (fpga.trusted_root_public_key(), read once on the user's side)")
     trusted = expected_measurement or trusted_measurement(p, configs)
     img = image(p, configs) if host_image is None else host_image
     t0 = time.perf_counter()
     measurement = board.load_image(img)
     t1 = time.perf_counter()
-    user = RemoteUser(trusted_roots or [manufacturer_root_public_key()], trusted)
+    user = RemoteUser(trusted_roots, trusted)
     nonce, pub = user.challenge()
     session_key = user.verify(board.attest(nonce, pub))
     data_key = os.urandom(16)

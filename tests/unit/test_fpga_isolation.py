@@ -513,3 +513,34 @@ def test_attach_refuses_regions_of_another_size_than_the_images(board, provision
         board.run(ACCEL + "attach", v)
     with pytest.raises(fpga.FpgaError, match="no Shield attached"):
         board.run(ACCEL + "run_workload", v, 0)
+
+
+def test_the_users_trust_anchor_is_pinned_not_read_from_the_hosts_state_directory(tmp_path, monkeypatch, p):
+    """The host swaps the software manufacturer's root key file under the state directory for one of
+    its own (and has the board's key and certificate made again under it), so the board comes up
+    certified by the host's root. The user trusts the root it read once on its side before
+    (``session.user_trust_anchor``: ``$MLSYS_FPGA_TRUSTED_ROOT`` when pinned there), and a boot with
+    no roots is refused instead of reading the state directory, the host's by then, while it verifies."""
+    import shutil
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from mlsys_flows.systems.shef.attest import AttestationError, UntrustedManufacturer
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("MLSYS_FPGA_SW_DIR", str(state))
+    monkeypatch.delenv("MLSYS_FPGA_TRUSTED_ROOT", raising=False)
+    pinned = [fpga.manufacturer_root_public_key(str(state))]  # the user reads it once, before the host acts
+    (state / "manufacturer-root.key").write_bytes(Ed25519PrivateKey.generate().private_bytes_raw())
+    shutil.rmtree(state / "boards", ignore_errors=True)
+    with fpga.open_board("fpga-sw:7", state=str(state)) as b:
+        with pytest.raises(AttestationError, match="trusted_roots is required"):
+            _boot(b, p)
+        with pytest.raises(UntrustedManufacturer):
+            _boot(b, p, trusted_roots=pinned)
+    assert sess.user_trust_anchor() != pinned  # read now, the state directory gives the host's root
+    monkeypatch.setenv("MLSYS_FPGA_TRUSTED_ROOT", pinned[0].hex())  # pinned in the user's configuration
+    assert sess.user_trust_anchor() == pinned != [fpga.manufacturer_root_public_key(str(state))]
+    monkeypatch.setenv("MLSYS_FPGA_TRUSTED_ROOT", "not a key")
+    with pytest.raises(fpga.FpgaError, match="MLSYS_FPGA_TRUSTED_ROOT"):
+        sess.user_trust_anchor()

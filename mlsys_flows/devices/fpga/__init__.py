@@ -44,7 +44,9 @@ writes on its import path runs there) that holds
 - key material: an Ed25519 device key certified (signed) by a manufacturer root key. The software
   "factory" keeps the root key and each board's key and certificate under the state directory
   (``$MLSYS_FPGA_SW_DIR``, default ``<tmp>/mlsys-fpga-sw-<uid>``); only the device process loads a
-  device's private key. :func:`manufacturer_root_public_key` is what a remote verifier trusts.
+  device's private key. :func:`manufacturer_root_public_key` is what a remote verifier trusts; a
+  verifier reads it once, before any board is used (:func:`trusted_root_public_key`, which prefers a
+  key pinned in ``$MLSYS_FPGA_TRUSTED_ROOT``), never from the state directory while it verifies.
 - memory regions with bounds (``alloc``; every read and write is bounds-checked, out-of-bounds
   access raises :class:`BoundsError`; total capacity ``memory_bytes``);
 - the loaded image's kernels and its measurement (sha256), signed into attestation reports together
@@ -90,7 +92,7 @@ from __future__ import annotations
 from .errors import BoundsError, FpgaError, KernelError, KernelRefused, SlotTimeout
 from .state import state_dir
 from .attestation import (AttestationReport, certificate_payload, manufacturer_root_public_key, report_payload,
-                          session_key_from)
+                          session_key_from, trusted_root_public_key)
 from .board import (SHIPPED_KERNEL_MODULES, FpgaBoard, Image, build_image, check_kernel_name, device_kernel,
                     kernel_code_hash, open_board, read_image, register_driver, software_device)
 from .software import (BoardMemory, SlotLock, SoftwareBoard, board_measurement, board_memory, board_session_key,
@@ -99,7 +101,7 @@ from .kernels import diagnostic_image, occupancy_job
 
 __all__ = ["FpgaError", "BoundsError", "SlotTimeout", "KernelError", "KernelRefused", "AttestationReport", "FpgaBoard",
            "SoftwareBoard", "SlotLock", "BoardMemory", "open_board", "register_driver", "pick_device",
-           "software_device", "manufacturer_root_public_key", "board_memory", "board_session_key",
+           "software_device", "manufacturer_root_public_key", "trusted_root_public_key", "board_memory", "board_session_key",
            "board_measurement", "board_store", "report_payload", "certificate_payload", "session_key_from", "state_dir",
            "build_image", "read_image", "Image", "device_kernel", "check_kernel_name", "kernel_code_hash",
            "SHIPPED_KERNEL_MODULES", "diagnostic_image",

@@ -82,6 +82,30 @@ def manufacturer_root_public_key(root: str | None = None) -> bytes:
     return _root_key(root).public_key().public_bytes_raw()
 
 
+TRUSTED_ROOT_ENV = "MLSYS_FPGA_TRUSTED_ROOT"
+
+
+def trusted_root_public_key(root: str | None = None) -> bytes:
+    """The user's trust anchor: the manufacturer root public key the user pinned in its own
+    configuration, ``$MLSYS_FPGA_TRUSTED_ROOT`` (64 hex characters), when set; otherwise the software
+    manufacturer's (:func:`manufacturer_root_public_key`), read now. Read it once, on the user's side,
+    before any board is used, and pass the value on (``trusted_roots``): a verifier that reads the
+    state directory when it verifies trusts whatever root file the host put there by then."""
+    from .errors import FpgaError
+
+    pinned = os.environ.get(TRUSTED_ROOT_ENV, "").strip()
+    if not pinned:
+        return manufacturer_root_public_key(root)
+    try:
+        key = bytes.fromhex(pinned)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise FpgaError(f"${TRUSTED_ROOT_ENV}: expected a raw Ed25519 public key as 64 hex characters, got "
+                        f"{len(pinned)} characters")
+    return key
+
+
 def _manufacture(device: str, root: str | None = None):
     """The device's Ed25519 key and the root's certificate over it (made once, at the "factory")."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
