@@ -146,10 +146,16 @@ _ALL_TRAFFIC = ("all communication per iteration: the all-to-all (rows forward, 
                 "gradient all-reduce of every replicated row (FlexShard's replicas, the baseline's cached rows)")
 _EQUAL_MEMORY = "row-wise sharding given FlexShard's per-device memory as a replicated cache of the hottest rows"
 
+_INTER = ("inter-node all-to-all bytes per iteration (rows forward, gradients back across the node boundary): "
+          "the paper's \"global\" traffic, the term FlexShard's planner weights by the slower inter-node link")
+
 SPEC = SystemSpec(
     name="flexshard", title="FlexShard: row-level tiering of sequence embeddings", paper="FlexShard",
     family="recsys-embeddings", params=Params,
-    baselines=("rowwise_cache", "rowwise", "rowwise_dedup", "rowwise_dedup_cache"),
+    # the headline's rivals fetch per lookup, as FlexShard does (sequence embeddings materialized per position):
+    # like with like. The deduplicating all-to-all is a second setting, compared dedup against dedup
+    # (flexshard_dedup vs rowwise_dedup and rowwise_dedup_cache, further claims), never against per-lookup FlexShard
+    baselines=("rowwise_cache", "rowwise"),
     # every baseline is planned from the training trace only (the caches hold the rows most looked up in
     # training) and replayed on the held-out trace
     roles={"rowwise": ("paper", "deployable"), "rowwise_cache": ("deployable",), "rowwise_dedup": ("deployable",),
@@ -174,30 +180,39 @@ SPEC = SystemSpec(
                             "rows_sharded"), "counted"),
            "modeled_comm_latency_s": "modelled"},
     claims=(
-        Claim("comm_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
-              f"{_ALL_TRAFFIC}, vs {_EQUAL_MEMORY}. Paper: >85% less global all-to-all traffic (ratio 1/(1-0.85)) "
-              "at no extra memory; the paper counts the all-to-all only (see alltoall_bytes), not the replicas' "
-              "gradient sync", headline=True),
-        Claim("alltoall_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
-              "the paper's comparison: all-to-all bytes only, vs row-wise sharding (FlexShard's extra memory left "
-              "idle there, the replicas' gradient sync not counted). Paper: >85% less all-to-all traffic"),
-        Claim("alltoall_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
-              f"all-to-all bytes only (the paper's metric: >85% less), vs {_EQUAL_MEMORY}"),
+        Claim("alltoall_inter_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
+              f"{_INTER}, vs {_EQUAL_MEMORY}, both fetching per lookup. Paper: >85% less global all-to-all traffic "
+              "(ratio 1/(1-0.85)) at no extra memory", headline=True),
         Claim("modeled_comm_latency_s", "rowwise_cache", "flexshard", "lower", 6.0,
-              f"~6x lower communication latency (modelled from link bandwidths), vs {_EQUAL_MEMORY}"),
-        Claim("alltoall_inter_bytes", "rowwise_cache", "flexshard", "lower",
-              statement=f"inter-node all-to-all bytes, vs {_EQUAL_MEMORY}"),
-        Claim("comm_inter_node_bytes", "rowwise_cache", "flexshard", "lower",
-              statement=f"all inter-node communication, vs {_EQUAL_MEMORY}"),
-        Claim("comm_bytes", "rowwise", "flexshard", "lower",
-              statement="all communication vs row-wise sharding that leaves FlexShard's extra memory idle"),
-        Claim("comm_bytes", "rowwise_dedup", "flexshard_dedup", "lower",
-              statement="all communication with a deduplicating all-to-all on both sides (each distinct remote "
-                        "row fetched once per device and iteration), FlexShard planned for it"),
-        Claim("comm_bytes", "rowwise_dedup_cache", "flexshard_dedup", "lower",
-              statement="all communication, deduplicating all-to-all, vs the row-wise hot-row cache in the memory "
-                        "of FlexShard's plan for that setting"),
+              f"beside the headline: the link time FlexShard's planner minimises (modelled from link bandwidths, the "
+              f"busiest link per phase, replica sync included), vs {_EQUAL_MEMORY}. Paper: ~6x lower communication "
+              "latency"),
+        Claim("alltoall_inter_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
+              "the paper's comparison on global traffic: inter-node all-to-all bytes vs row-wise sharding (FlexShard's "
+              "extra memory left idle there). Paper: >85% less global all-to-all traffic"),
+        Claim("alltoall_inter_bytes", "rowwise_dedup", "flexshard_dedup", "lower",
+              statement="dedup against dedup: inter-node all-to-all bytes with a deduplicating all-to-all on both sides "
+                        "(each distinct remote row fetched once per device and iteration), FlexShard planned for it"),
+        Claim("alltoall_inter_bytes", "rowwise_dedup_cache", "flexshard_dedup", "lower",
+              statement="dedup against dedup at equal memory: inter-node all-to-all bytes vs the row-wise hot-row "
+                        "cache in the memory of FlexShard's plan for that setting"),
         Claim("modeled_comm_latency_s", "rowwise_dedup_cache", "flexshard_dedup", "lower",
-              statement="modelled communication latency, deduplicating all-to-all, at equal memory"),
+              statement="modelled communication latency, deduplicating all-to-all on both sides, at equal memory"),
+        Claim("comm_bytes", "rowwise_cache", "flexshard", "lower",
+              statement=f"total bytes: {_ALL_TRAFFIC}, intra- and inter-node alike, vs {_EQUAL_MEMORY}"),
+        Claim("alltoall_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
+              "all-to-all bytes intra- and inter-node alike, vs row-wise sharding (the replicas' gradient sync not "
+              "counted). Paper: >85% less all-to-all traffic"),
+        Claim("alltoall_bytes", "rowwise_cache", "flexshard", "lower",
+              statement=f"all-to-all bytes intra- and inter-node alike, vs {_EQUAL_MEMORY}"),
+        Claim("comm_inter_node_bytes", "rowwise_cache", "flexshard", "lower",
+              statement=f"all inter-node communication (all-to-all plus the replicas' gradient sync), vs {_EQUAL_MEMORY}"),
+        Claim("comm_bytes", "rowwise", "flexshard", "lower",
+              statement="total bytes vs row-wise sharding that leaves FlexShard's extra memory idle"),
+        Claim("comm_bytes", "rowwise_dedup", "flexshard_dedup", "lower",
+              statement="total bytes with a deduplicating all-to-all on both sides, FlexShard planned for it"),
+        Claim("comm_bytes", "rowwise_dedup_cache", "flexshard_dedup", "lower",
+              statement="total bytes, deduplicating all-to-all, vs the row-wise hot-row cache in the memory of "
+                        "FlexShard's plan for that setting"),
     ),
 )

@@ -57,7 +57,7 @@ def test_regime_parameters_and_spec():
 
 def test_a_regime_point_off_equal_memory_is_invalid():
     p = Params.for_scale("smoke")
-    at = {v: {"comm_bytes": 1.0, "memory_vs_rowwise": 1.0} for v in REGIME_VARIANTS}
+    at = {v: {"alltoall_inter_bytes": 1.0, "memory_vs_rowwise": 1.0} for v in REGIME_VARIANTS}
     at["flexshard"]["memory_vs_rowwise"] = 1.04
     assert regime_sample(p, 1.0, at).valid
     at["rowwise_cache"]["memory_vs_rowwise"] = 1.05
