@@ -12,7 +12,7 @@ from typing import ClassVar
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Constraint, Mechanism, Regime, SystemSpec
 
 
 MAX_LIST_LEN = 8192     # limit of user_list_len and item_list_len
@@ -44,15 +44,23 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "recd"
     PRESETS: ClassVar[dict] = {
         # every scale's headline workload has ~3/4 of its ids in user features (docs/recd.md: why)
-        "smoke": dict(sessions=80, user_list_len=40, item_features=2, item_list_len=13, table_rows=5_000,
+        "smoke": dict(sessions=80, heldout_sessions=12, user_list_len=40, item_features=2, item_list_len=13, table_rows=5_000,
                       embedding_dim=16, batch_size=64, batches_per_row_group=4, chunk_steps=2, sweep_steps=4,
                       mix_sweep=(0.05, 0.75)),
         "quick": dict(),
-        "full": dict(sessions=200_000, user_list_len=600, user_features=4, item_features=8, item_list_len=100,
+        "full": dict(sessions=200_000, heldout_sessions=10_000, user_list_len=600, user_features=4, item_features=8, item_list_len=100,
                      table_rows=5_000_000, embedding_dim=128, batch_size=2048, chunk_steps=20, sweep_steps=80),
     }
 
     sessions: int = Field(1_600, ge=1, le=MAX_SESSIONS, description="User sessions generated (each yields session_min..session_max samples).")
+    heldout_sessions: int = Field(200, ge=1, le=MAX_SESSIONS, description="Further sessions drawn from the same generator "
+                                  "and seed after the training sessions, never trained on: the held-out set every trainer's "
+                                  "logloss is evaluated on (after each turn, outside the timed steps).")
+    target_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="The held-out target of the headline: the logloss "
+                                   "that closes this fraction of the gap between the base-rate predictor's held-out logloss "
+                                   "and the generator's own (its hidden model's probabilities). Declared, chosen on a "
+                                   "calibration seed (docs/recd.md), never on the evaluated run; a trainer that does not "
+                                   "reach it is reported as a miss.")
     session_min: int = Field(8, ge=1, le=1024, description="Fewest samples of one session.")
     session_max: int = Field(16, ge=1, le=1024, description="Most samples of one session.")
     user_features: int = Field(2, ge=1, le=16, description="Sparse user features: id lists constant within a session.")
@@ -131,24 +139,46 @@ SPEC = SystemSpec(
                      "training step to be deduplicable (docs/recd.md)",
         statement="the IKJT saves exactly the looked-up ids that repeat within a batch; the sweep changes the lookup "
                   "mix (the user-feature share of the ids, ids per sample fixed), and with it the share of a KJT "
-                  "trainer's looked-up ids the IKJT of the clustered batches leaves out (counted per point)"),
+                  "trainer's looked-up ids the IKJT of the clustered batches leaves out (counted per point). Each "
+                  "point times the same samples (seconds per 1000 samples, measured): a short run with no held-out "
+                  "evaluation, so the points compare throughput at equal steps, not time to the held-out target"),
     # throughputs timed in this run; losses, bytes and id counts exact
-    kinds={**dict.fromkeys(("train_samples_per_s", "preprocess_batches_per_s", "sweep_train_samples_per_s"), "measured"),
-           **dict.fromkeys(("final_loss", "stored_bytes", "in_batch_dedup", "user_values_per_epoch",
-                            "looked_up_ids_per_epoch", "user_id_share", "duplicated_share"), "counted")},
+    kinds={**dict.fromkeys(("time_to_target_s", "train_samples_per_s", "preprocess_batches_per_s",
+                            "sweep_train_samples_per_s"), "measured"),
+           **dict.fromkeys(("final_loss", "heldout_logloss", "best_heldout_logloss", "samples_to_target",
+                            "reached_target", "target_logloss", "stored_bytes", "in_batch_dedup",
+                            "user_values_per_epoch", "looked_up_ids_per_epoch", "user_id_share",
+                            "duplicated_share"), "counted")},
+    # issue 45: the headline is at equal held-out quality; a trainer that never reaches the declared target
+    # is a miss: never the strongest baseline, and a technique that misses it wins nothing
+    constraint=Constraint(
+        "reached_target", "higher", bound=1.0,
+        statement="every compared trainer reaches the held-out logloss target (target_fraction of the way from the "
+                  "base-rate predictor's held-out logloss to the generator's own) within its training run; one that "
+                  "does not is a miss, reported and counted, never a win"),
     claims=(
+        Claim("time_to_target_s", "kjt", "ikjt", "lower", 2.48,
+              "training time to the held-out logloss target (the paper's training throughput, at equal held-out "
+              "quality): samples trained until the held-out logloss first reaches the target, over the trainer's "
+              "measured samples/s. Paper: up to 2.48x training throughput, 1.79x preprocessing throughput, 3.71x "
+              "storage efficiency", headline=True),
         Claim("train_samples_per_s", "kjt", "ikjt", "higher", 2.48,
-              "up to 2.48x training throughput, 1.79x preprocessing throughput, 3.71x storage efficiency",
-              headline=True),
+              "training throughput at equal steps, not at equal quality. Paper: up to 2.48x training throughput"),
         Claim("stored_bytes", "kjt", "ikjt", "lower", 3.71, "3.71x storage efficiency"),
         Claim("preprocess_batches_per_s", "kjt", "ikjt", "higher", 1.79, "1.79x preprocessing throughput"),
         Claim("preprocess_batches_per_s", "kjt_clustered", "ikjt", "higher",
               statement="the reader's dedup alone, both reading the clustered file"),
         Claim("train_samples_per_s", "kjt_clustered", "ikjt", "higher",
               statement="the IKJT trainer alone, both training on the same session-clustered batches"),
-        Claim("final_loss", "kjt", "ikjt", "lower",
-              statement="what clustering costs in model quality: final training loss at equal steps on "
+        Claim("time_to_target_s", "kjt_clustered", "ikjt", "lower",
+              statement="the IKJT trainer alone at equal held-out quality: both train the same session-clustered "
+                        "batches (same math), so the samples to the target agree and the ratio is the throughput's"),
+        Claim("heldout_logloss", "kjt", "ikjt", "lower",
+              statement="what clustering costs in model quality: held-out logloss at the end of equal steps on "
                         "session-clustered batches (RecD) vs arrival-order batches (1.0: no cost)"),
+        Claim("samples_to_target", "kjt", "ikjt", "lower",
+              statement="samples trained until the held-out logloss first reaches the target (linear between the "
+                        "evaluations after each turn): what the clustered order costs in samples (<1) or saves (>1)"),
     ),
 )
 
