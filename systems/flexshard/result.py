@@ -100,8 +100,9 @@ def build_result(p: Params, plans: dict, chunks: list[dict], swept: dict[float, 
     flat = variants[ABLATION]
     notes.append(
         f"Mechanism: {ABLATION} is FlexShard's planner with the per-node tier removed (rows sharded or on every device; "
-        f"same memory budget): {flat['rows_full_replica']:.0f} rows on every device, comm_bytes "
-        f"{flat['comm_bytes'] / max(fs['comm_bytes'], 1e-12):.3f}x FlexShard's.")
+        f"same memory budget): {flat['rows_full_replica']:.0f} rows on every device, inter-node all-to-all bytes "
+        f"{flat['alltoall_inter_bytes'] / max(fs['alltoall_inter_bytes'], 1e-12):.3f}x FlexShard's, comm_bytes "
+        f"{flat['comm_bytes'] / max(fs['comm_bytes'], 1e-12):.3f}x.")
     notes.append(
         f"Regime (counted): batch_per_device x seq_len / rows, the lookups a device makes per table row per iteration, "
         f"is {p.lookups_per_row():.4g} in this workload. At each swept value one table of batch_per_device x seq_len / "
