@@ -122,3 +122,12 @@ def test_a_trainer_that_misses_the_target_is_counted_and_never_wins():
     assert rep.headline.vs_strongest.baseline == "kjt"
     assert rep.headline.vs_strongest.verdict.outcome != "wins"
     assert any("Missed the target" in n and "ikjt" in n for n in rep.notes)
+
+
+def test_the_calibration_reports_the_fraction_each_trainer_closed_on_a_calibration_seed():
+    from mlsys_flows.systems.recd.calibrate import fractions_closed
+
+    p = Params.for_scale("smoke", seed=1)  # a calibration seed, not the evaluated one
+    found = fractions_closed(p)
+    assert set(found) == {"kjt", "ikjt"} and all(math.isfinite(f) and f < 1 for f in found.values())
+    assert Params.for_scale("quick").seed not in (1, 2)  # the documented calibration seeds are not evaluated
