@@ -54,4 +54,15 @@ def test_flexshard_flow_smoke():
     p = report["parameters"]
     assert g["headline_value"] == p["batch_per_device"] * p["seq_len"] / p["rows"]
     assert any(c["title"].startswith("inter-node all-to-all vs") for c in report["curves"])
+    # issue 45 review: the dedup setting in the regime, the bandwidths as assumptions of the counted headline,
+    # and all inter-node traffic (sync included) beside it
+    dedup = report["curves"][4]  # docs/flexshard.md quotes this curve's series by index (curves[4])
+    assert dedup["title"].startswith("regime, dedup setting")
+    assert set(dedup["series"]) == {"rowwise_dedup_over_flexshard", "rowwise_dedup_over_flexshard_dedup",
+                                    "rowwise_dedup_cache_over_flexshard_dedup"}
+    assert all(x > 0 for xs, ys in dedup["series"].values() for x in ys)
+    assert {"intra_node_gb_s", "inter_node_gb_s", "bandwidth_ratio"} <= set(h["assumptions"])
+    assert ("comm_inter_node_bytes", "rowwise_cache", "flexshard") in ratios
+    assert any(n.startswith("Beside the headline") and "comm_inter_node_bytes" in n for n in report["notes"])
+    assert any("dedup against dedup" in n and "flexshard_dedup vs rowwise_dedup:" in n for n in report["notes"])
     assert storage.exists(f"reports/flexshard/{report['run_id']}.json")
