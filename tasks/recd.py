@@ -8,9 +8,9 @@ from prefect import get_run_logger, task
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage, ResourcePool
 from mlsys_flows.systems.recd import Params
 from mlsys_flows.systems.recd import pipeline as pl
+from mlsys_flows.systems.recd import seeds as sd
 from mlsys_flows.systems.recd import sweep as sw
-from mlsys_flows.systems.recd.workload import (Schema, arrival_order, generate_split, in_batch_dedup_factor, logloss,
-                                               user_id_share)
+from mlsys_flows.systems.recd.workload import Schema, arrival_order, generate_split, in_batch_dedup_factor, user_id_share
 
 
 @task(name="recd-dataset")
@@ -27,12 +27,7 @@ def make_dataset(p: Params, storage: ObjectStorage, prefix: str) -> dict:
     out["arrival_bytes"] = storage.write_parquet(out["arrival_key"], arrival, row_group_size=rows)
     out["clustered_bytes"] = storage.write_parquet(out["clustered_key"], clustered, row_group_size=rows)
     storage.write_parquet(out["heldout_key"], heldout, row_group_size=rows)
-    labels = heldout.column(Schema.of(p).label).to_numpy()
-    out["heldout_samples"] = heldout.num_rows
-    out["heldout_base_logloss"] = logloss(labels, [float(labels.mean())] * len(labels))
-    out["heldout_bayes_logloss"] = logloss(labels, prob)
-    out["target_logloss"] = pl.heldout_target(out["heldout_base_logloss"], out["heldout_bayes_logloss"],
-                                              p.target_fraction)
+    out.update(sd.heldout_refs(heldout.column(Schema.of(p).label).to_numpy(), prob, p.target_fraction))
     user = Schema.of(p).user[0]
     out["dedup_arrival"] = in_batch_dedup_factor(arrival, user, p.batch_size)
     out["dedup_clustered"] = in_batch_dedup_factor(clustered, user, p.batch_size)
@@ -95,9 +90,21 @@ def train(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
             saver.wait()  # the last flush is complete before the task reports
         for n, r in result.items():
             r["user_values"], r["looked_up_ids"] = values[n], ids[n]
-            log.info("recd %s: %.0f samples/s, final loss %.4f, held-out logloss %.4f", n, r["samples_per_s"],
-                     pl.final_loss(r["losses"]), r["evals"][-1][1])
-        return {"device": device, "digest": digest, **result}
+            log.info("recd %s: %.0f samples/s, final loss %.4f, held-out logloss %.4f (mean of the last %d "
+                     "evaluations)", n, r["samples_per_s"], pl.final_loss(r["losses"]), pl.final_heldout(r["evals"]),
+                     pl.FINAL_EVALS)
+        # the further evaluated seeds (issue 45): each its own data, held-out set, target and run of the four
+        # trainers, so that the headline is paired by seed; generated in memory with the same preprocessing
+        runs = [{"seed": p.seed, "digest": digest, **{k: data[k] for k in ("heldout_samples", "heldout_base_logloss",
+                                                                           "heldout_bayes_logloss", "target_logloss")},
+                 "trainers": {n: {k: r[k] for k in ("evals", "chunk_rates", "samples")} for n, r in result.items()}}]
+        for seed in sd.evaluated_seeds(p)[1:]:
+            t0 = time.perf_counter()
+            runs.append(sd.train_seed(p.model_copy(update={"seed": seed}), device))
+            log.info("recd seed %d: target %.4f, held-out logloss %s (%.1f s)", seed, runs[-1]["target_logloss"],
+                     {n: round(pl.final_heldout(r["evals"]), 4) for n, r in runs[-1]["trainers"].items()},
+                     time.perf_counter() - t0)
+        return {"device": device, "digest": digest, **result, "seeds": runs}
 
 
 @task(name="recd-mix-sweep")

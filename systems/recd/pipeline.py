@@ -304,8 +304,8 @@ def throughput_samples(chunk_rates: list[float], repeats: int) -> list[float]:
 
 
 def samples_to_target(evals: list, target: float) -> float | None:
-    """Samples trained until the held-out logloss first reaches ``target``, linear between the
-    evaluations (one per turn); None when it never does."""
+    """Samples trained until the held-out curve ``evals`` (raw, or :func:`smoothed_evals`) first reaches
+    ``target``, linear between the evaluations (one per turn); None when it never does."""
     for i, (s1, l1) in enumerate(evals):
         if l1 <= target:
             if i == 0:
@@ -313,6 +313,26 @@ def samples_to_target(evals: list, target: float) -> float | None:
             s0, l0 = evals[i - 1]
             return float(s0 + (s1 - s0) * (l0 - target) / (l0 - l1))
     return None
+
+
+SMOOTH_EVALS = 3   # the held-out curve a crossing is read from: the running mean of this many evaluations
+FINAL_EVALS = 5    # heldout_logloss: the mean of the last this many evaluations (not one noisy point)
+
+
+def smoothed_evals(evals: list, window: int = SMOOTH_EVALS) -> list[tuple[float, float]]:
+    """The held-out curve as the trailing running mean of ``window`` evaluations, each point at the samples of
+    its last evaluation (the mean is only known then); the first ``window - 1`` points average what came
+    before them. A single noisy evaluation below the target does not make a crossing."""
+    out = []
+    for i, (s, _) in enumerate(evals):
+        tail = [l for _, l in evals[max(0, i - window + 1):i + 1]]
+        out.append((float(s), float(np.mean(tail))))
+    return out
+
+
+def final_heldout(evals: list, k: int = FINAL_EVALS) -> float:
+    """The held-out logloss at the end of training: the mean of the last ``k`` evaluations."""
+    return float(np.mean([l for _, l in evals[-k:]]))
 
 
 def heldout_target(base_logloss: float, bayes_logloss: float, fraction: float) -> float:
