@@ -142,7 +142,9 @@ def body_task_durations(flow_run_id) -> dict[str, float]:
 # ----- real Dask processes on loopback -------------------------------------------------------------
 class DaskProcesses:
     """``dask scheduler`` and ``dask worker`` processes on 127.0.0.1 (no nanny, one thread each,
-    so a SIGKILL takes the worker and its running task down for good).
+    so a SIGKILL takes the worker and its running task down for good). The workers are forked from a
+    zygote that imported their heavy modules once (tests/dask_zygote.py): a replacement started after
+    a kill is a new process that skips 5-10 s of imports.
 
     The scheduler binds a port of its own choosing and names it in its scheduler file: a port picked
     here and bound seconds later by a slow-starting scheduler can be taken meanwhile, and a client
