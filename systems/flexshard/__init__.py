@@ -187,13 +187,15 @@ SPEC = SystemSpec(
                             "rows_sharded"), "counted"),
            "modeled_comm_latency_s": "modelled"},
     claims=(
-        Claim("alltoall_inter_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
-              f"{_INTER}, vs {_EQUAL_MEMORY}, both fetching per lookup. Paper: >85% less global all-to-all traffic "
-              "(ratio 1/(1-0.85)) at no extra memory", headline=True),
-        Claim("modeled_comm_latency_s", "rowwise_cache", "flexshard", "lower", 6.0,
-              f"beside the headline: the link time FlexShard's planner minimises (modelled from link bandwidths, the "
-              f"busiest link per phase, replica sync included), vs {_EQUAL_MEMORY}. Paper: ~6x lower communication "
-              "latency"),
+        # the paper's numbers are against plain row-wise sharding (the claims vs rowwise below carry them); the
+        # headline's baseline is the stronger hot-row cache, which the paper does not compare with
+        Claim("alltoall_inter_bytes", "rowwise_cache", "flexshard", "lower", None,
+              f"{_INTER}, vs {_EQUAL_MEMORY}, both fetching per lookup. The paper's >85% less global all-to-all "
+              "traffic is against plain row-wise sharding (a claim below), not this stronger baseline",
+              headline=True),
+        Claim("modeled_comm_latency_s", "rowwise_cache", "flexshard", "lower",
+              statement=f"beside the headline: the link time FlexShard's planner minimises (modelled from link "
+                        f"bandwidths, the busiest link per phase, replica sync included), vs {_EQUAL_MEMORY}"),
         Claim("comm_inter_node_bytes", "rowwise_cache", "flexshard", "lower",
               statement=f"beside the headline: all inter-node traffic, the all-to-all plus the replicas' (and cached "
                         f"rows') gradient sync across the node boundary, vs {_EQUAL_MEMORY}: the headline leaves the "
@@ -201,6 +203,9 @@ SPEC = SystemSpec(
         Claim("alltoall_inter_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
               "the paper's comparison on global traffic: inter-node all-to-all bytes vs row-wise sharding (FlexShard's "
               "extra memory left idle there). Paper: >85% less global all-to-all traffic"),
+        Claim("modeled_comm_latency_s", "rowwise", "flexshard", "lower", 6.0,
+              "the paper's comparison on latency: modelled communication latency vs row-wise sharding. Paper: ~6x "
+              "lower communication latency"),
         Claim("alltoall_inter_bytes", "rowwise_dedup", "flexshard_dedup", "lower",
               statement="dedup against dedup: inter-node all-to-all bytes with a deduplicating all-to-all on both sides "
                         "(each distinct remote row fetched once per device and iteration), FlexShard planned for it"),

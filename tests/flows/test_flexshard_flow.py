@@ -22,7 +22,10 @@ def test_flexshard_flow_smoke():
             ("comm_bytes", "rowwise_dedup_cache", "flexshard_dedup"), ("comm_bytes", "rowwise_cache", "flexshard"),
             ("alltoall_inter_bytes", "rowwise_dedup", "flexshard_dedup"),
             ("alltoall_inter_bytes", "rowwise_dedup_cache", "flexshard_dedup")} <= set(ratios)
-    assert ratios["modeled_comm_latency_s", "rowwise_cache", "flexshard"]["paper"] == 6.0
+    # the paper compared with plain row-wise sharding: its numbers sit on those claims, none on the hot-row cache
+    assert ratios["modeled_comm_latency_s", "rowwise", "flexshard"]["paper"] == 6.0
+    assert ratios["modeled_comm_latency_s", "rowwise_cache", "flexshard"]["paper"] is None
+    assert report["headline"]["paper"] is None
     assert ratios["modeled_comm_latency_s", "rowwise_cache", "flexshard"]["kind"] == "modelled"
     kinds = report["metric_kinds"]
     assert all(k == "counted" for m, k in kinds.items() if m.endswith("_bytes") or m.endswith("_per_device"))
