@@ -37,14 +37,15 @@ class Params(SystemParams):
                       heads=8, large_layers=8, large_hidden=1024, large_heads=16, large_seq_len=512, large_vocab=8192,
                       max_tp=2, max_micro_batch=2,
                       ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 8.0]),
-        # the paper's operating point (the authors' code: 1024 accelerators, global batch 4096, megatrongpt2-72 at
-        # sequence length 1024, Llama 2 7B at 4096), not one chosen for where co-search wins
-        "quick": dict(candidates=16, chips=1024, global_batch=4096, seq_len=1024, vocab=51200, layers=72, hidden=3072,
-                      heads=24, large_layers=32, large_hidden=4096, large_heads=32, large_seq_len=4096,
+        # the paper's operating point (the authors' code: 1024 accelerators, global batch 4096, megatrongpt3, the
+        # 175B GPT-3 of 96 x 12288 with 96 heads, at sequence length 2048, Llama 2 7B at 4096), not one chosen for
+        # where co-search wins; the headline is the paper's model whose state and stash bind HBM at 8 GiB per stack
+        "quick": dict(candidates=16, chips=1024, global_batch=4096, seq_len=2048, vocab=51200, layers=96, hidden=12288,
+                      heads=96, large_layers=32, large_hidden=4096, large_heads=32, large_seq_len=4096,
                       large_vocab=32000, max_tp=8, max_micro_batch=4,
                       ilp_time_limit_s=0.2, regime_gib_per_stack=[1.0, 2.0, 4.0, 8.0, 16.0, 24.0]),
-        "full": dict(candidates=81, chips=1024, global_batch=4096, seq_len=1024, vocab=51200, layers=72, hidden=3072,
-                     heads=24, large_layers=32, large_hidden=4096, large_heads=32, large_seq_len=4096,
+        "full": dict(candidates=81, chips=1024, global_batch=4096, seq_len=2048, vocab=51200, layers=96, hidden=12288,
+                     heads=96, large_layers=32, large_hidden=4096, large_heads=32, large_seq_len=4096,
                      large_vocab=32000, max_tp=8, max_micro_batch=8,
                      ilp_time_limit_s=5.0, regime_gib_per_stack=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 24.0]),
     }
@@ -69,16 +70,17 @@ class Params(SystemParams):
         "gpt", description="Block of the headline model: gpt (GPT-3/OPT: LayerNorm, Q/K/V, GeLU MLP), llama "
                            "(RMSNorm, rotary Q/K, gated SiLU MLP with parallel gate and up projections) or parallel "
                            "(GPT-J/PaLM: attention and MLP side by side from one norm, one all-reduce). The defaults' "
-                           "72 x 3072 with 24 heads is Megatron-LM's 8.3B GPT-2 (megatrongpt2-72 in the authors' code).")
+                           "96 x 12288 with 96 heads is GPT-3 175B (megatrongpt3 in the authors' code; their "
+                           "megatrongpt2-72, Megatron-LM's 8.3B GPT-2, is 72 x 3072 with 24 heads at sequence length 1024).")
     large_block_style: Literal["gpt", "llama", "parallel"] = Field(
         "llama", description="Block of the second model (the defaults' 32 x 4096 with 32 heads is Llama 2 7B, as in the paper and the authors' llama2.sh).")
-    seq_len: int = Field(1024, ge=16, le=65536, description="Tokens per sequence of the headline model (megatrongpt2-72 in the authors' code: 1024).")
+    seq_len: int = Field(2048, ge=16, le=65536, description="Tokens per sequence of the headline model (megatrongpt3 in the authors' gpt3.sh: 2048).")
     large_seq_len: int = Field(4096, ge=16, le=65536, description="Tokens per sequence of the second model (Llama 2 7B in the authors' llama2.sh: 4096).")
     vocab: int = Field(51200, ge=256, le=1_000_000, description="Vocabulary size of the headline model (embedding and LM head).")
     large_vocab: int = Field(32000, ge=256, le=1_000_000, description="Vocabulary size of the second model (Llama 2: 32000).")
-    layers: int = Field(72, ge=1, le=256, description="Transformer blocks of the headline model.")
-    hidden: int = Field(3072, ge=64, le=65536, description="Hidden size of the headline model.")
-    heads: int = Field(24, ge=1, le=512, description="Attention heads of the headline model.")
+    layers: int = Field(96, ge=1, le=256, description="Transformer blocks of the headline model.")
+    hidden: int = Field(12288, ge=64, le=65536, description="Hidden size of the headline model.")
+    heads: int = Field(96, ge=1, le=512, description="Attention heads of the headline model.")
     large_layers: int = Field(32, ge=1, le=256, description="Transformer blocks of the second model.")
     large_hidden: int = Field(4096, ge=64, le=65536, description="Hidden size of the second model.")
     large_heads: int = Field(32, ge=1, le=512, description="Attention heads of the second model.")

@@ -9,6 +9,7 @@ from typing import ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
+from mlsys_flows.systems.common.verdict import MIN_PAIRS
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 from .policies import (Cluster, LayerCosts, bamboo_plan, best_oobleck, oobleck_plan, place_failures, recycle_plan,
@@ -39,9 +40,10 @@ class Params(SystemParams):
         "smoke": dict(pipelines=4, stages=4, microbatches=4, d_model=64, layers_per_stage=1, seq=32,
                       calibration_reps=3, sim_iterations=3, pair_check=False, regime_failures=[0, 1],
                       failover_microbatches=4, failover_steps=2, seed=7),
-        "quick": dict(pipelines=8, stages=4, microbatches=8, d_model=128, layers_per_stage=2, seq=64,
+        # MIN_PAIRS repeats: as many calibration -> simulation pairs as a verdict needs to decide anything
+        "quick": dict(pipelines=8, stages=4, microbatches=8, d_model=128, layers_per_stage=2, seq=64, repeats=MIN_PAIRS,
                       calibration_reps=7, sim_iterations=4, pair_check=True, regime_failures=[0, 1, 2, 4, 8]),
-        "full": dict(pipelines=16, stages=8, microbatches=16, d_model=256, layers_per_stage=2, seq=128,
+        "full": dict(pipelines=16, stages=8, microbatches=16, d_model=256, layers_per_stage=2, seq=128, repeats=MIN_PAIRS,
                      calibration_reps=9, sim_iterations=4, pair_check=True),
     }
 

@@ -322,3 +322,18 @@ def test_each_plan_is_charged_its_own_backward(failed):
             per = {"Bi": c.backward_input, "Bw": c.backward_weight}
             assert all(r.end - r.start == pytest.approx(layers[(r.iteration, r.mb, r.stage)] * per[r.kind])
                        for r in records), name
+
+
+def test_quick_and_full_repeat_enough_for_a_verdict_and_smoke_keeps_its_rank_0_draw():
+    """Each repeat is one calibration -> simulation pair of the headline: quick and full must give the
+    verdict at least MIN_PAIRS of them (with 3, every verdict was 'ties (fewer than 6)' by construction);
+    smoke stays one sample, seed 7, which draws rank 0 for the failover run."""
+    from mlsys_flows.systems.common.verdict import MIN_PAIRS
+    from mlsys_flows.systems.recycle.failover import draw_failure
+
+    for scale in ("quick", "full"):
+        assert Params.for_scale(scale).repeats >= MIN_PAIRS, scale
+    smoke = Params.for_scale("smoke")
+    assert smoke.repeats == 1 and smoke.seed == 7
+    victims, _ = draw_failure(smoke.seed, smoke.failover_steps, smoke.failover_victims, smoke.failover_fail_step)
+    assert list(victims) == [0]
