@@ -14,6 +14,7 @@ from mlsys_flows.systems.common.params import AdaptiveRepeatParams, FieldValueEr
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 from mlsys_flows.systems.llm_serving.model_card import FIRST_WORD_ID, MODEL_NAME, MODEL_POSITIONS, MODEL_VOCAB, TOKEN_IDS
 
+from .block_cache import BlockPrefixCache  # noqa: F401 (re-exported: the block-hash baseline)
 from .tree import NaivePrefixStore, RadixCache, common_prefix_len
 
 
