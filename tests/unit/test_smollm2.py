@@ -188,3 +188,15 @@ def test_positions_past_the_context_fail_clearly(model):
     pool = KVPool(model.cfg, 4)
     with pytest.raises(ValueError, match="8192 positions"):
         model.prefill(pool, [1, 2], model.cfg.max_positions - 1, torch.zeros(model.cfg.max_positions + 1, dtype=torch.long))
+
+
+def test_stated_limits_match_the_file(model, tok):
+    from mlsys_flows.systems.llm_serving import model_card as card
+
+    c = model.cfg
+    assert (card.SMOLLM2_NAME, card.SMOLLM2_POSITIONS, card.SMOLLM2_VOCAB) == (c.name, c.max_positions, c.vocab)
+    # every id below SMOLLM2_FIRST_ID is a control token; the ordinary tokens start there
+    specials = [tok.id_to_token(i) for i in range(card.SMOLLM2_FIRST_ID)]
+    assert all(t.startswith("<") and t.endswith(">") for t in specials) and "<|im_start|>" in specials
+    assert tok.id_to_token(card.SMOLLM2_FIRST_ID) == "!"
+    assert c.eos == 2 and tok.id_to_token(c.eos) == "<|im_end|>"
