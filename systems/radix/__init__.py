@@ -61,19 +61,19 @@ class Params(AdaptiveRepeatParams):
     tot_trees: int = Field(1, ge=1, le=10_000, description="Tree-of-thought problems.")
     tot_branch: int = Field(2, ge=1, le=16, description="Continuations of every tree-of-thought call.")
     tot_depth: int = Field(2, ge=1, le=8, description="Levels of continuations below the root call.")
-    tot_question: int = Field(64, ge=1, le=511, description="Tokens of a tree-of-thought problem statement.")
+    tot_question: int = Field(48, ge=1, le=511, description="Tokens of a tree-of-thought problem statement.")
     tot_step: int = Field(8, ge=1, le=511, description="Tokens each continuation appends (its instruction).")
-    tot_new_tokens: int = Field(6, ge=1, le=511, description="Tokens generated per tree-of-thought call.")
+    tot_new_tokens: int = Field(4, ge=1, le=511, description="Tokens generated per tree-of-thought call.")
     noshare_requests: int = Field(4, ge=2, le=100_000, description="Requests of the no-sharing workload.")
     noshare_prompt: int = Field(48, ge=1, le=511, description="Tokens of each independent no-sharing prompt.")
     pressure_templates: int = Field(3, ge=2, le=1000, description="Few-shot templates interleaved in the cache-pressure workload.")
     pressure_per_template: int = Field(3, ge=1, le=10_000, description="Requests per template in the cache-pressure workload.")
-    pressure_prefix: int = Field(48, ge=1, le=511, description="Tokens of each template's prefix in the cache-pressure workload.")
+    pressure_prefix: int = Field(40, ge=1, le=511, description="Tokens of each template's prefix in the cache-pressure workload.")
     regime_shared_share: list[float] = Field([0.0, 0.5, 0.75, 0.95], min_length=2, max_length=16,
                                              description="Regime: shares of every prompt that are one common prefix (prompts of the few-shot length, fewshot_prefix + question_len tokens); served without a cache and with the radix cache.")
     regime_requests: int = Field(3, ge=2, le=100_000, description="Requests at every point of the shared-prefix regime sweep.")
     regime_repeats: int = Field(2, ge=1, le=100, description="Timed passes per variant at every regime point (fewer than repeats: the sweep is measured).")
-    pressure_kv_slots: int = Field(112, ge=64, le=4_194_304, description="Token slots of the KV pool in the cache-pressure workload: "
+    pressure_kv_slots: int = Field(96, ge=64, le=4_194_304, description="Token slots of the KV pool in the cache-pressure workload: "
                                    "fewer than all templates need, so the cache must evict.")
 
     @field_validator("regime_shared_share")
