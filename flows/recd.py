@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, system_flow
 from mlsys_flows.systems.recd.result import build_result
+from mlsys_flows.systems.recd.seeds import evaluated_seeds
 from mlsys_flows.tasks import recd as t
 
 
 @system_flow("recd")
 def recd(ctx: RunContext):  # returns the SystemResult its package assembles
     p = ctx.params
+    evaluated_seeds(p)  # a calibration seed among the evaluated ones fails here, before any work
     # the steps run one after another: each is timed and must not share the CPU with the next
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data")).result()
     reader = t.preprocess_throughput.submit(p, ctx.storage, data).result()

@@ -63,7 +63,7 @@ def regime(p: Params) -> dict[float, dict[str, dict[str, float]]]:
     for x in p.regime_lookups_per_row:
         out[x] = regime_point(p, x)
         r = out[x]
-        log.info("batch x seq / rows = %g (%d rows): comm bytes rowwise %.4g, rowwise_cache %.4g, flexshard %.4g",
-                 x, p.regime_rows(x), r["rowwise"]["comm_bytes"], r["rowwise_cache"]["comm_bytes"],
-                 r["flexshard"]["comm_bytes"])
+        log.info("batch x seq / rows = %g (%d rows): inter-node all-to-all bytes rowwise %.4g, rowwise_cache %.4g, "
+                 "flexshard %.4g; total bytes %.4g, %.4g, %.4g", x, p.regime_rows(x),
+                 *(r[v][m] for m in ("alltoall_inter_bytes", "comm_bytes") for v in ("rowwise", "rowwise_cache", "flexshard")))
     return out

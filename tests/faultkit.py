@@ -159,7 +159,9 @@ class DaskProcesses:
                     "DASK_DISTRIBUTED__LOGGING__DISTRIBUTED": "error", **(env or {})}
         self.n_workers = n_workers
         self.scheduler: subprocess.Popen | None = None
-        self.workers: list[subprocess.Popen] = []
+        self.zygote: subprocess.Popen | None = None
+        self._zygote_lock = threading.Lock()  # add_worker runs in the kill watcher's thread too
+        self.workers: list[ForkedWorker] = []
 
     def __enter__(self) -> "DaskProcesses":
         try:
@@ -197,10 +199,26 @@ class DaskProcesses:
             return subprocess.Popen([str(BIN / "dask"), *args], env=self.env, stdout=subprocess.DEVNULL,
                                     stderr=log, start_new_session=True)
 
-    def add_worker(self) -> subprocess.Popen:
-        proc = self._spawn(f"worker-{len(self.workers)}",
-                           ["worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-                            "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--memory-limit", "0"])
+    def add_worker(self) -> "ForkedWorker":
+        """A `dask worker` process forked from the zygote (tests/dask_zygote.py): the heavy imports are
+        done once there, not again in every replacement the fault tests start."""
+        with self._zygote_lock:
+            return self._fork_worker()
+
+    def _fork_worker(self) -> "ForkedWorker":
+        if self.zygote is None:
+            with open(self.workdir / "zygote.log", "ab") as zlog:
+                self.zygote = subprocess.Popen([sys.executable, str(Path(__file__).with_name("dask_zygote.py"))],
+                                               env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=zlog, text=True, start_new_session=True)
+            if self.zygote.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the worker zygote did not start: {self._log_tail('zygote')}")
+        log = self.workdir / f"worker-{len(self.workers)}.log"
+        self.zygote.stdin.write(json.dumps([[self.address, "--host", "127.0.0.1", "--nthreads", "1",
+                                              "--no-nanny", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+                                              "--memory-limit", "0"], str(log)]) + "\n")
+        self.zygote.stdin.flush()
+        proc = ForkedWorker(int(self.zygote.stdout.readline()))
         self.workers.append(proc)
         return proc
 
@@ -228,7 +246,51 @@ class DaskProcesses:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=5)
+        if self.zygote is not None:  # its stdin closed, it exits
+            self.zygote.stdin.close()
+            try:
+                self.zygote.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.zygote.kill()
+                self.zygote.wait(timeout=5)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class ForkedWorker:
+    """A worker process forked by the zygote, with the part of ``subprocess.Popen`` the tests use. Its
+    parent is the zygote, which lets the kernel reap it: it is gone (``poll`` not None) once its PID is;
+    the exit status is not kept (-1 stands for it)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"dask worker pid {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
 
 
 # ----- a worker that kills itself while it runs a given task ------------------------------------------
@@ -313,7 +375,7 @@ class WorkerKillOnTask:
     def __init__(self, procs: DaskProcesses, target: str, marker_dir: Path, timeout_s: float = 300):
         self.procs, self.target, self.marker_dir, self.timeout_s = procs, target, Path(marker_dir), timeout_s
         self.record: dict[str, Any] | None = None
-        self.replacement: subprocess.Popen | None = None
+        self.replacement: ForkedWorker | None = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._replace, name="kill-replacement", daemon=True)
 
@@ -354,7 +416,7 @@ class WorkerKillOnTask:
         with self.procs.client() as client:
             client.unregister_worker_plugin(KILL_PLUGIN)
 
-    def killed_process(self) -> subprocess.Popen | None:
+    def killed_process(self) -> "ForkedWorker | None":
         """The DaskProcesses worker the record names (by pid), or None."""
         pid = self.record and self.record["pid"]
         return next((p for p in self.procs.workers if p.pid == pid), None)

@@ -43,8 +43,13 @@ VARIANTS: dict[str, tuple[str, bool]] = {
     "flexshard_flat": ("flexshard_flat", False),
 }
 ABLATION = "flexshard_flat"  # FlexShard without its per-node tier: rows sharded or replicated on every device
-# the regime's variants at each point: the technique, its ablation and the per-lookup and dedup baselines
-REGIME_VARIANTS = ("rowwise", "rowwise_cache", "rowwise_dedup", "flexshard", ABLATION)
+# the regime's variants at each point: the technique, its ablation, the per-lookup baselines (the headline's
+# rivals) and the dedup setting (flexshard_dedup against rowwise_dedup and rowwise_dedup_cache: dedup vs dedup)
+REGIME_VARIANTS = ("rowwise", "rowwise_cache", "rowwise_dedup", "rowwise_dedup_cache", "flexshard", "flexshard_dedup",
+                   ABLATION)
+# the regime's dedup-against-dedup series: (baseline, technique) pairs reported beside the headline's point ratios
+REGIME_DEDUP_PAIRS = (("rowwise_dedup", "flexshard"), ("rowwise_dedup", "flexshard_dedup"),
+                      ("rowwise_dedup_cache", "flexshard_dedup"))
 
 
 class Params(SystemParams):
@@ -135,7 +140,7 @@ class Params(SystemParams):
         return [len(c) for c in np.array_split(np.arange(self.eval_iterations), self.replay_tasks)]
 
 
-__all__ = ["Params", "ABLATION", "REGIME_VARIANTS", "regime_point", "Plan", "Topology", "Workload", "FIELDS", "HEADROOM_SWEEP", "VARIANTS", "SHARD", "NODE", "FULL",
+__all__ = ["Params", "ABLATION", "REGIME_VARIANTS", "REGIME_DEDUP_PAIRS", "regime_point", "Plan", "Topology", "Workload", "FIELDS", "HEADROOM_SWEEP", "VARIANTS", "SHARD", "NODE", "FULL",
            "access_estimates", "baseline_capacity", "flexshard", "rowwise", "rowwise_cache", "tier_costs", "replay",
            "fetch_stream", "link_time", "sync_matrices", "make_workload", "heldout_chunk", "chunk_to_npz",
            "chunk_from_npz", "equal_memory_pair", "make_plans", "sweep_points", "replays", "plans_to_npz",
@@ -146,10 +151,18 @@ _ALL_TRAFFIC = ("all communication per iteration: the all-to-all (rows forward, 
                 "gradient all-reduce of every replicated row (FlexShard's replicas, the baseline's cached rows)")
 _EQUAL_MEMORY = "row-wise sharding given FlexShard's per-device memory as a replicated cache of the hottest rows"
 
+_INTER = ("inter-node all-to-all bytes per iteration (rows forward, gradients back across the node boundary): "
+          "the paper's \"global\" traffic. FlexShard's planner minimises modelled link time, of which this is one "
+          "term (it also weighs intra-node all-to-all and the replicas' gradient sync, inter-node bytes at the "
+          "bandwidth gap): the counted bytes depend on the assumed link bandwidths through the plans")
+
 SPEC = SystemSpec(
     name="flexshard", title="FlexShard: row-level tiering of sequence embeddings", paper="FlexShard",
     family="recsys-embeddings", params=Params,
-    baselines=("rowwise_cache", "rowwise", "rowwise_dedup", "rowwise_dedup_cache"),
+    # the headline's rivals fetch per lookup, as FlexShard does (sequence embeddings materialized per position):
+    # like with like. The deduplicating all-to-all is a second setting, compared dedup against dedup
+    # (flexshard_dedup vs rowwise_dedup and rowwise_dedup_cache, further claims), never against per-lookup FlexShard
+    baselines=("rowwise_cache", "rowwise"),
     # every baseline is planned from the training trace only (the caches hold the rows most looked up in
     # training) and replayed on the held-out trace
     roles={"rowwise": ("paper", "deployable"), "rowwise_cache": ("deployable",), "rowwise_dedup": ("deployable",),
@@ -174,30 +187,41 @@ SPEC = SystemSpec(
                             "rows_sharded"), "counted"),
            "modeled_comm_latency_s": "modelled"},
     claims=(
-        Claim("comm_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
-              f"{_ALL_TRAFFIC}, vs {_EQUAL_MEMORY}. Paper: >85% less global all-to-all traffic (ratio 1/(1-0.85)) "
-              "at no extra memory; the paper counts the all-to-all only (see alltoall_bytes), not the replicas' "
-              "gradient sync", headline=True),
-        Claim("alltoall_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
-              "the paper's comparison: all-to-all bytes only, vs row-wise sharding (FlexShard's extra memory left "
-              "idle there, the replicas' gradient sync not counted). Paper: >85% less all-to-all traffic"),
-        Claim("alltoall_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
-              f"all-to-all bytes only (the paper's metric: >85% less), vs {_EQUAL_MEMORY}"),
+        Claim("alltoall_inter_bytes", "rowwise_cache", "flexshard", "lower", round(reduction(0.85), 2),
+              f"{_INTER}, vs {_EQUAL_MEMORY}, both fetching per lookup. Paper: >85% less global all-to-all traffic "
+              "(ratio 1/(1-0.85)) at no extra memory", headline=True),
         Claim("modeled_comm_latency_s", "rowwise_cache", "flexshard", "lower", 6.0,
-              f"~6x lower communication latency (modelled from link bandwidths), vs {_EQUAL_MEMORY}"),
-        Claim("alltoall_inter_bytes", "rowwise_cache", "flexshard", "lower",
-              statement=f"inter-node all-to-all bytes, vs {_EQUAL_MEMORY}"),
+              f"beside the headline: the link time FlexShard's planner minimises (modelled from link bandwidths, the "
+              f"busiest link per phase, replica sync included), vs {_EQUAL_MEMORY}. Paper: ~6x lower communication "
+              "latency"),
         Claim("comm_inter_node_bytes", "rowwise_cache", "flexshard", "lower",
-              statement=f"all inter-node communication, vs {_EQUAL_MEMORY}"),
-        Claim("comm_bytes", "rowwise", "flexshard", "lower",
-              statement="all communication vs row-wise sharding that leaves FlexShard's extra memory idle"),
-        Claim("comm_bytes", "rowwise_dedup", "flexshard_dedup", "lower",
-              statement="all communication with a deduplicating all-to-all on both sides (each distinct remote "
-                        "row fetched once per device and iteration), FlexShard planned for it"),
-        Claim("comm_bytes", "rowwise_dedup_cache", "flexshard_dedup", "lower",
-              statement="all communication, deduplicating all-to-all, vs the row-wise hot-row cache in the memory "
-                        "of FlexShard's plan for that setting"),
+              statement=f"beside the headline: all inter-node traffic, the all-to-all plus the replicas' (and cached "
+                        f"rows') gradient sync across the node boundary, vs {_EQUAL_MEMORY}: the headline leaves the "
+                        "sync out, the planner does not"),
+        Claim("alltoall_inter_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
+              "the paper's comparison on global traffic: inter-node all-to-all bytes vs row-wise sharding (FlexShard's "
+              "extra memory left idle there). Paper: >85% less global all-to-all traffic"),
+        Claim("alltoall_inter_bytes", "rowwise_dedup", "flexshard_dedup", "lower",
+              statement="dedup against dedup: inter-node all-to-all bytes with a deduplicating all-to-all on both sides "
+                        "(each distinct remote row fetched once per device and iteration), FlexShard planned for it"),
+        Claim("alltoall_inter_bytes", "rowwise_dedup_cache", "flexshard_dedup", "lower",
+              statement="dedup against dedup at equal memory: inter-node all-to-all bytes vs the row-wise hot-row "
+                        "cache in the memory of FlexShard's plan for that setting"),
         Claim("modeled_comm_latency_s", "rowwise_dedup_cache", "flexshard_dedup", "lower",
-              statement="modelled communication latency, deduplicating all-to-all, at equal memory"),
+              statement="modelled communication latency, deduplicating all-to-all on both sides, at equal memory"),
+        Claim("comm_bytes", "rowwise_cache", "flexshard", "lower",
+              statement=f"total bytes: {_ALL_TRAFFIC}, intra- and inter-node alike, vs {_EQUAL_MEMORY}"),
+        Claim("alltoall_bytes", "rowwise", "flexshard", "lower", round(reduction(0.85), 2),
+              "all-to-all bytes intra- and inter-node alike, vs row-wise sharding (the replicas' gradient sync not "
+              "counted). Paper: >85% less all-to-all traffic"),
+        Claim("alltoall_bytes", "rowwise_cache", "flexshard", "lower",
+              statement=f"all-to-all bytes intra- and inter-node alike, vs {_EQUAL_MEMORY}"),
+        Claim("comm_bytes", "rowwise", "flexshard", "lower",
+              statement="total bytes vs row-wise sharding that leaves FlexShard's extra memory idle"),
+        Claim("comm_bytes", "rowwise_dedup", "flexshard_dedup", "lower",
+              statement="total bytes with a deduplicating all-to-all on both sides, FlexShard planned for it"),
+        Claim("comm_bytes", "rowwise_dedup_cache", "flexshard_dedup", "lower",
+              statement="total bytes, deduplicating all-to-all, vs the row-wise hot-row cache in the memory of "
+                        "FlexShard's plan for that setting"),
     ),
 )

@@ -110,9 +110,12 @@ def regime_point(p: Params, lookups_per_row: float) -> dict[str, dict[str, float
                                 "train_iterations": p.regime_train_iterations,
                                 "eval_iterations": p.regime_eval_iterations, "replay_tasks": 1})
     w, topo = q.make_workload(), q.topology()
-    lam, _, u = access_estimates(w.train_counts, w.offsets, w.train_iterations, w.devices)
+    lam, qq, u = access_estimates(w.train_counts, w.offsets, w.train_iterations, w.devices)
     plans = {"rowwise": rowwise(w.offsets, topo)}
     plans |= equal_memory_pair(lam, u, w.train_counts, w.offsets, topo, q.memory_headroom, ("flexshard", "rowwise_cache"))
+    # the dedup setting, planned for it (demand: the probability a device touches the row), at its own equal memory
+    plans |= equal_memory_pair(qq, u, w.train_counts, w.offsets, topo, q.memory_headroom,
+                               ("flexshard_dedup", "rowwise_dedup_cache"))
     plans[ABLATION] = flexshard(lam, u, w.offsets, topo, q.memory_headroom, tiered=False)
     ids, counts = heldout_chunk(w, q.eval_iterations, 0, q.seed)
     streams = {dedup: fetch_stream(ids, counts, w.total_rows, dedup) for dedup in (False, True)}

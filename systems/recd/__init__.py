@@ -12,11 +12,13 @@ from typing import ClassVar
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Constraint, Mechanism, Regime, SystemSpec
 
 
 MAX_LIST_LEN = 8192     # limit of user_list_len and item_list_len
 MAX_SESSIONS = 5_000_000
+# the seeds target_fraction is chosen on (systems/recd/calibrate.py, docs/recd.md); never evaluated
+CALIBRATION_SEEDS = (1000, 1001, 1002)
 
 
 def user_len_range(list_len: int) -> tuple[int, int]:
@@ -44,15 +46,29 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "recd"
     PRESETS: ClassVar[dict] = {
         # every scale's headline workload has ~3/4 of its ids in user features (docs/recd.md: why)
-        "smoke": dict(sessions=80, user_list_len=40, item_features=2, item_list_len=13, table_rows=5_000,
+        "smoke": dict(sessions=80, heldout_sessions=12, eval_seeds=2, user_list_len=40, item_features=2, item_list_len=13, table_rows=5_000,
                       embedding_dim=16, batch_size=64, batches_per_row_group=4, chunk_steps=2, sweep_steps=4,
                       mix_sweep=(0.05, 0.75)),
         "quick": dict(),
-        "full": dict(sessions=200_000, user_list_len=600, user_features=4, item_features=8, item_list_len=100,
+        "full": dict(sessions=200_000, heldout_sessions=10_000, user_list_len=600, user_features=4, item_features=8, item_list_len=100,
                      table_rows=5_000_000, embedding_dim=128, batch_size=2048, chunk_steps=20, sweep_steps=80),
     }
 
-    sessions: int = Field(1_600, ge=1, le=MAX_SESSIONS, description="User sessions generated (each yields session_min..session_max samples).")
+    sessions: int = Field(800, ge=1, le=MAX_SESSIONS, description="User sessions generated per evaluated seed (each "
+                          "yields session_min..session_max samples): one epoch of every trainer's run.")
+    eval_seeds: int = Field(6, ge=1, le=64, description="Seeds the headline is evaluated on (seed, seed+1, ...): each "
+                            "its own dataset, held-out set, target and training run of the four trainers, paired by "
+                            "seed (6 or more: the verdict's minimum of independent pairs). Must not include a "
+                            "calibration seed (1000-1002).")
+    heldout_sessions: int = Field(200, ge=1, le=MAX_SESSIONS, description="Further sessions drawn from the same generator "
+                                  "and seed after the training sessions, never trained on: the held-out set every trainer's "
+                                  "logloss is evaluated on (after each turn, outside the timed steps).")
+    target_fraction: float = Field(0.023, gt=0.0, lt=1.0, description="The held-out target of the headline: the logloss "
+                                   "that closes this fraction of the gap between the base-rate predictor's held-out logloss "
+                                   "and the generator's own (its hidden model's probabilities). Declared, chosen on the "
+                                   "calibration seeds 1000-1002 (calibrate.py, docs/recd.md) at a margin below the share "
+                                   "every trainer's final held-out window closed there, never on an evaluated seed; a "
+                                   "trainer that does not reach it is reported as a miss.")
     session_min: int = Field(8, ge=1, le=1024, description="Fewest samples of one session.")
     session_max: int = Field(16, ge=1, le=1024, description="Most samples of one session.")
     user_features: int = Field(2, ge=1, le=16, description="Sparse user features: id lists constant within a session.")
@@ -64,8 +80,10 @@ class Params(SystemParams):
     embedding_dim: int = Field(64, ge=2, le=1024, description="Embedding dimension (also the bottom MLP output).")
     batch_size: int = Field(256, ge=8, le=65_536, description="Samples per training and preprocessing batch.")
     batches_per_row_group: int = Field(16, ge=1, le=4096, description="Parquet row-group size in batches.")
-    lr: float = Field(0.01, gt=0, le=10, description="Adagrad learning rate (dense and sparse parameters).")
-    chunk_steps: int = Field(5, ge=1, le=10_000, description="Training steps per turn when the trainers take turns.")
+    lr: float = Field(0.005, gt=0, le=10, description="Adagrad learning rate (dense and sparse parameters); chosen on "
+                      "the calibration seeds at quick: 0.01 made the held-out curves jump (docs/recd.md).")
+    chunk_steps: int = Field(2, ge=1, le=10_000, description="Training steps per turn when the trainers take turns; "
+                             "every trainer's held-out logloss is evaluated after each of its turns.")
     train_threads: int = Field(1, ge=1, le=256, description="torch CPU threads per trainer (1 is steadier on a shared CPU).")
     mix_sweep: tuple[float, ...] = Field(
         (0.05, 0.25, 0.75, 0.985), max_length=8,
@@ -116,9 +134,11 @@ SPEC = SystemSpec(
     family="input-data", params=Params, baselines=("kjt", "kjt_clustered"),
     # neither baseline is tuned on anything: both train the evaluated samples as they come
     roles={"kjt": ("paper", "deployable"), "kjt_clustered": ("deployable",)},
-    # the timed samples are consecutive turn groups of one training run per trainer, variants alternating
-    # turns (pipeline.py): paired by time window, not independent of each other
-    pairing="turns",
+    # issue 45: the headline's samples (time to the target, training throughput, held-out logloss) are one per
+    # evaluated seed, each its own data and training run: paired by seed, independent. The reader's samples are
+    # interleaved passes over one seed's files and the mix sweep's are turn groups of one short run per point:
+    # p.repeats (3 at quick) of them, fewer than verdict.MIN_PAIRS, so they decide nothing either way
+    pairing="seeds",
     mechanism=Mechanism(
         "session clustering that puts a session's repeated user lists into one batch for the IKJT",
         "ikjt_arrival",
@@ -131,25 +151,49 @@ SPEC = SystemSpec(
                      "training step to be deduplicable (docs/recd.md)",
         statement="the IKJT saves exactly the looked-up ids that repeat within a batch; the sweep changes the lookup "
                   "mix (the user-feature share of the ids, ids per sample fixed), and with it the share of a KJT "
-                  "trainer's looked-up ids the IKJT of the clustered batches leaves out (counted per point)"),
+                  "trainer's looked-up ids the IKJT of the clustered batches leaves out (counted per point). Each "
+                  "point times the same samples (seconds per 1000 samples, measured): a short run with no held-out "
+                  "evaluation, so the points compare throughput at equal steps, not time to the held-out target"),
     # throughputs timed in this run; losses, bytes and id counts exact
-    kinds={**dict.fromkeys(("train_samples_per_s", "preprocess_batches_per_s", "sweep_train_samples_per_s"), "measured"),
-           **dict.fromkeys(("final_loss", "stored_bytes", "in_batch_dedup", "user_values_per_epoch",
-                            "looked_up_ids_per_epoch", "user_id_share", "duplicated_share"), "counted")},
+    kinds={**dict.fromkeys(("time_to_target_s", "train_samples_per_s", "preprocess_batches_per_s",
+                            "sweep_train_samples_per_s"), "measured"),
+           **dict.fromkeys(("final_loss", "heldout_logloss", "best_heldout_logloss", "samples_to_target",
+                            "reached_target", "target_logloss", "stored_bytes", "in_batch_dedup",
+                            "user_values_per_epoch", "looked_up_ids_per_epoch", "user_id_share",
+                            "duplicated_share"), "counted")},
+    # issue 45: the headline is at equal held-out quality; a trainer that never reaches the declared target
+    # is a miss: never the strongest baseline, and a technique that misses it wins nothing
+    constraint=Constraint(
+        "reached_target", "higher", bound=1.0,
+        statement="every compared trainer reaches the held-out logloss target (target_fraction of the way from the "
+                  "base-rate predictor's held-out logloss to the generator's own) within its training run; one that "
+                  "does not is a miss, reported and counted, never a win"),
     claims=(
+        Claim("time_to_target_s", "kjt", "ikjt", "lower", 2.48,
+              "training time to the held-out logloss target (the paper's training throughput, at equal held-out "
+              "quality), paired by evaluated seed: samples trained until the smoothed held-out logloss (running mean "
+              "of 3 evaluations) first reaches the seed's target, over the trainer's measured samples/s in that run. Paper: up to 2.48x training throughput, 1.79x preprocessing throughput, 3.71x "
+              "storage efficiency", headline=True),
         Claim("train_samples_per_s", "kjt", "ikjt", "higher", 2.48,
-              "up to 2.48x training throughput, 1.79x preprocessing throughput, 3.71x storage efficiency",
-              headline=True),
+              "training throughput at equal steps, not at equal quality. Paper: up to 2.48x training throughput"),
         Claim("stored_bytes", "kjt", "ikjt", "lower", 3.71, "3.71x storage efficiency"),
         Claim("preprocess_batches_per_s", "kjt", "ikjt", "higher", 1.79, "1.79x preprocessing throughput"),
         Claim("preprocess_batches_per_s", "kjt_clustered", "ikjt", "higher",
               statement="the reader's dedup alone, both reading the clustered file"),
         Claim("train_samples_per_s", "kjt_clustered", "ikjt", "higher",
               statement="the IKJT trainer alone, both training on the same session-clustered batches"),
-        Claim("final_loss", "kjt", "ikjt", "lower",
-              statement="what clustering costs in model quality: final training loss at equal steps on "
-                        "session-clustered batches (RecD) vs arrival-order batches (1.0: no cost)"),
+        Claim("time_to_target_s", "kjt_clustered", "ikjt", "lower",
+              statement="the IKJT trainer alone at equal held-out quality: both train the same session-clustered "
+                        "batches (same math), so the samples to the target agree and the ratio is the throughput's"),
+        Claim("heldout_logloss", "kjt", "ikjt", "lower",
+              statement="what clustering costs in model quality: held-out logloss at the end of equal steps (mean of "
+                        "the last 5 evaluations) on session-clustered batches (RecD) vs arrival-order batches (1.0: no "
+                        "cost), paired by seed"),
+        Claim("samples_to_target", "kjt", "ikjt", "lower",
+              statement="samples trained until the smoothed held-out logloss first reaches the target (running mean of "
+                        "3 evaluations, linear between them), paired by seed: what the clustered order costs in "
+                        "samples (<1) or saves (>1)"),
     ),
 )
 
-__all__ = ["Params", "SPEC"]
+__all__ = ["CALIBRATION_SEEDS", "Params", "SPEC"]

@@ -137,6 +137,18 @@ def _step(model: DLRM, opt: torch.optim.Optimizer, loss_fn: nn.Module, b: Batch)
     return loss.detach()
 
 
+@torch.no_grad()
+def heldout_logloss(model: DLRM, batches: list[Batch]) -> float:
+    """The model's mean binary logloss over every sample of the held-out ``batches`` (the same batches
+    and the same code for every trainer; no gradient, no optimizer step)."""
+    total, n = 0.0, 0
+    for b in batches:
+        total += float(nn.functional.binary_cross_entropy_with_logits(model(b.dense, b.sparse), b.labels,
+                                                                      reduction="sum"))
+        n += b.size
+    return total / max(1, n)
+
+
 def turn_order(names: list[str], turn: int) -> list[str]:
     """The order in which the trainers run in ``turn``: a Williams design, so that over each cycle
     (``n`` turns, ``2n`` for an odd count ``n``) every trainer is in every position, and right after
@@ -156,7 +168,7 @@ def turn_order(names: list[str], turn: int) -> list[str]:
 def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = "cpu",
                       state: dict[str, Any] | None = None,
                       checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
-                      checkpoint_every: int = 1) -> dict[str, dict]:
+                      checkpoint_every: int = 1, heldout: list[Batch] | None = None) -> dict[str, dict]:
     """Train one DLRM per variant (same init, same number of batches), taking turns of
     ``chunk_steps`` steps in the order of :func:`turn_order`.
 
@@ -165,6 +177,8 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
     With ``checkpoint``, ``checkpoint(turn, state)`` runs after every ``checkpoint_every`` turns and
     after the last, outside the timed steps; training given that ``state`` continues after ``turn``
     exactly as if it had never stopped (models, optimizers, losses and timings so far).
+    With ``heldout`` batches, every trainer's held-out logloss is evaluated before training and after
+    each of its turns, outside the timed steps: ``evals``, a list of (samples trained, logloss).
     """
     names = list(batches)
     steps = len(batches[names[0]])
@@ -183,6 +197,9 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
     losses: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     timed_samples = {n: 0 for n in names}
     chunk_rates: dict[str, list[float]] = {n: [] for n in names}
+    staged_heldout = [b.to(device) for b in heldout] if heldout else []
+    evals: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
+    trained = {n: 0 for n in names}
     first_turn = 0
     if state is not None:
         first_turn = state["turn"] + 1
@@ -192,6 +209,11 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
             losses[n] = list(state["losses"][n].to(device).unbind())
             chunk_rates[n] = list(state["chunk_rates"][n])
             watches[n].seconds, timed_samples[n] = state["seconds"][n], state["timed_samples"][n]
+            evals[n] = [tuple(e) for e in state.get("evals", {}).get(n, [])]
+            trained[n] = state.get("trained", {}).get(n, 0)
+    if staged_heldout and first_turn == 0:
+        for n in names:  # the common starting point: the same init, evaluated once per trainer
+            evals[n].append((0, heldout_logloss(models[n], staged_heldout)))
     turns = list(enumerate(range(0, steps, p.chunk_steps)))
     for turn, start in turns[first_turn:]:
         for n in turn_order(names, turn):  # no variant always goes first
@@ -206,15 +228,18 @@ def train_interleaved(batches: dict[str, list[Batch]], p: Params, device: str = 
             if turn > 0 or steps <= p.chunk_steps:  # the first turn warms up caches and allocators
                 watches[n].seconds += seconds
                 timed_samples[n] += samples
+            trained[n] += samples
+            if staged_heldout:  # outside the timed steps, identical for every trainer
+                evals[n].append((trained[n], heldout_logloss(models[n], staged_heldout)))
         if checkpoint is not None and ((turn + 1) % checkpoint_every == 0 or turn == len(turns) - 1):
             checkpoint(turn, {"turn": turn, "models": {n: models[n].state_dict() for n in names},
                               "opts": {n: opts[n].state_dict() for n in names},
                               "losses": {n: torch.stack(losses[n]).cpu() for n in names},
                               "chunk_rates": chunk_rates, "seconds": {n: watches[n].seconds for n in names},
-                              "timed_samples": timed_samples})
+                              "timed_samples": timed_samples, "evals": evals, "trained": trained})
     return {n: {"samples_per_s": timed_samples[n] / max(watches[n].seconds, 1e-9),
                 "losses": torch.stack(losses[n]).float().cpu().tolist(), "chunk_rates": chunk_rates[n],
-                "samples": sum(b.size for b in batches[n])} for n in names}
+                "samples": sum(b.size for b in batches[n]), "evals": [list(e) for e in evals[n]]} for n in names}
 
 
 def looked_up_ids(batches: list[Batch]) -> int:
@@ -276,6 +301,45 @@ def throughput_samples(chunk_rates: list[float], repeats: int) -> list[float]:
     timed = chunk_rates[1:] or chunk_rates
     groups = [g for g in np.array_split(np.asarray(timed, dtype=float), min(repeats, len(timed))) if len(g)]
     return [float(len(g) / np.sum(1.0 / g)) for g in groups]
+
+
+def samples_to_target(evals: list, target: float) -> float | None:
+    """Samples trained until the held-out curve ``evals`` (raw, or :func:`smoothed_evals`) first reaches
+    ``target``, linear between the evaluations (one per turn); None when it never does."""
+    for i, (s1, l1) in enumerate(evals):
+        if l1 <= target:
+            if i == 0:
+                return float(s1)
+            s0, l0 = evals[i - 1]
+            return float(s0 + (s1 - s0) * (l0 - target) / (l0 - l1))
+    return None
+
+
+SMOOTH_EVALS = 3   # the held-out curve a crossing is read from: the running mean of this many evaluations
+FINAL_EVALS = 5    # heldout_logloss: the mean of the last this many evaluations (not one noisy point)
+
+
+def smoothed_evals(evals: list, window: int = SMOOTH_EVALS) -> list[tuple[float, float]]:
+    """The held-out curve as the trailing running mean of ``window`` evaluations, each point at the samples of
+    its last evaluation (the mean is only known then); the first ``window - 1`` points average what came
+    before them. A single noisy evaluation below the target does not make a crossing."""
+    out = []
+    for i, (s, _) in enumerate(evals):
+        tail = [l for _, l in evals[max(0, i - window + 1):i + 1]]
+        out.append((float(s), float(np.mean(tail))))
+    return out
+
+
+def final_heldout(evals: list, k: int = FINAL_EVALS) -> float:
+    """The held-out logloss at the end of training: the mean of the last ``k`` evaluations."""
+    return float(np.mean([l for _, l in evals[-k:]]))
+
+
+def heldout_target(base_logloss: float, bayes_logloss: float, fraction: float) -> float:
+    """The held-out logloss target: ``fraction`` of the way from the base-rate predictor's held-out
+    logloss down to the generator's own (its hidden model's probabilities), both properties of the
+    held-out set alone, never of a trained variant."""
+    return base_logloss - fraction * (base_logloss - bayes_logloss)
 
 
 def final_loss(losses: list[float]) -> float:

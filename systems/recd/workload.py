@@ -82,18 +82,40 @@ def _list_array(j: Jagged) -> pa.LargeListArray:
 
 def generate(p: Params) -> pa.Table:
     """The interaction log in session order (samples of a session are contiguous)."""
+    return _draw(p, p.sessions)[0]
+
+
+def generate_split(p: Params) -> tuple[pa.Table, pa.Table, np.ndarray]:
+    """(training log, held-out log, the generator's label probability of each held-out sample): one
+    draw of ``sessions + heldout_sessions`` sessions from the generator (one hidden model, one seed),
+    the first ``sessions`` for training and the rest held out, so no held-out sample (nor session)
+    is ever trained on; fixed per seed. Both in session order."""
+    table, prob = _draw(p, p.sessions + p.heldout_sessions)
+    ids = table.column(Schema.of(p).session).to_numpy()
+    n_train = int(np.searchsorted(ids, p.sessions))  # sessions are contiguous and numbered in order
+    return table.slice(0, n_train), table.slice(n_train), prob[n_train:]
+
+
+def logloss(labels: np.ndarray, prob: np.ndarray) -> float:
+    """Mean binary logloss of probabilities ``prob`` on ``labels`` (0/1)."""
+    q = np.clip(np.asarray(prob, dtype=np.float64), 1e-12, 1 - 1e-12)
+    y = np.asarray(labels, dtype=np.float64)
+    return float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))
+
+
+def _draw(p: Params, sessions: int) -> tuple[pa.Table, np.ndarray]:
     rng = np.random.default_rng(p.seed)
     schema = Schema.of(p)
-    slen = rng.integers(p.session_min, p.session_max + 1, p.sessions)
+    slen = rng.integers(p.session_min, p.session_max + 1, sessions)
     n = int(slen.sum())
-    session_of = torch.from_numpy(np.repeat(np.arange(p.sessions), slen))
+    session_of = torch.from_numpy(np.repeat(np.arange(sessions), slen))
     vocab = 4 * p.table_rows
     cols: dict[str, pa.Array] = {schema.session: pa.array(session_of.numpy())}
     score = np.zeros(n)
 
     half = (p.dense_features + 1) // 2
     dense = np.empty((n, p.dense_features), dtype=np.float32)
-    dense[:, :half] = rng.lognormal(0.0, 1.0, (p.sessions, half))[session_of.numpy()]  # user-level
+    dense[:, :half] = rng.lognormal(0.0, 1.0, (sessions, half))[session_of.numpy()]  # user-level
     dense[:, half:] = rng.lognormal(0.0, 1.0, (n, p.dense_features - half))              # item-level
     w_dense = rng.normal(0.0, 1.0, p.dense_features) / np.sqrt(p.dense_features)
     logd = np.log1p(dense)
@@ -103,7 +125,7 @@ def generate(p: Params) -> pa.Table:
 
     for f, name in enumerate(schema.user):
         lo, hi = user_len_range(p.user_list_len)
-        lengths = rng.integers(lo, hi + 1, p.sessions)
+        lengths = rng.integers(lo, hi + 1, sessions)
         per_session = Jagged.from_numpy(_raw_ids(rng, int(lengths.sum()), vocab, 1000 + f), lengths)
         score += 1.5 * (_list_mean(_hidden_weight(per_session.values.numpy(), f), lengths) * np.sqrt(lengths))[session_of.numpy()]
         cols[name] = _list_array(per_session.take(session_of))  # the same list for every sample of a session
@@ -115,7 +137,7 @@ def generate(p: Params) -> pa.Table:
 
     prob = 1.0 / (1.0 + np.exp(-(score - score.mean())))
     cols[schema.label] = pa.array((rng.random(n) < prob).astype(np.float32))
-    return pa.table({c: cols[c] for c in schema.columns})
+    return pa.table({c: cols[c] for c in schema.columns}), prob
 
 
 def arrival_order(table: pa.Table, seed: int) -> pa.Table:

@@ -34,9 +34,11 @@ KINDS = (dict.fromkeys(SIMULATED, "simulated") | dict.fromkeys(CALIBRATED, "meas
 class Params(SystemParams):
     SYSTEM: ClassVar[str] = "recycle"
     PRESETS: ClassVar[dict] = {
+        # seed 7 draws rank 0 for the failover run (after 2 steps): the smoke run loses the rank whose
+        # loss once failed every survivor (issue 48), so one shared test run covers that case too
         "smoke": dict(pipelines=4, stages=4, microbatches=4, d_model=64, layers_per_stage=1, seq=32,
                       calibration_reps=3, sim_iterations=3, pair_check=False, regime_failures=[0, 1],
-                      failover_microbatches=4, failover_steps=2),
+                      failover_microbatches=4, failover_steps=2, seed=7),
         "quick": dict(pipelines=8, stages=4, microbatches=8, d_model=128, layers_per_stage=2, seq=64,
                       calibration_reps=7, sim_iterations=4, pair_check=True, regime_failures=[0, 1, 2, 4, 8]),
         "full": dict(pipelines=16, stages=8, microbatches=16, d_model=256, layers_per_stage=2, seq=128,

@@ -8,7 +8,9 @@ The remote user (:class:`RemoteUser`) trusts only manufacturer root keys and the
 image it built. It issues a fresh nonce with a fresh ephemeral key per attestation, then checks,
 in order: the device certificate chains to a trusted root, the report's signature is the device
 key's, the nonce is one it issued and has not used, the report echoes its session key, and the
-measurement is the expected one. Only then it derives the session key (X25519 + HKDF-SHA256, bound
+measurement is the expected one, and that the image is not a debug image (one declaring kernels
+that hand plaintext to the host or take it from the host; the device signs that flag into the
+report): a debug image gets no data key whatever measurement the user was given. Only then it derives the session key (X25519 + HKDF-SHA256, bound
 to nonce and measurement) and wraps the data key under it (AES-GCM), for the Shield to unwrap on
 the device (:func:`unwrap_data_key`).
 """
@@ -45,12 +47,17 @@ class WrongMeasurement(AttestationError):
     """The board runs an image other than the one the user expects."""
 
 
+class DebugImage(AttestationError):
+    """The board runs a debug image (its kernels hand plaintext to the host); the user's policy refuses it."""
+
+
 class RemoteUser:
     """The data owner: verifies a board's report and provisions the data key over the session."""
 
-    def __init__(self, trusted_roots: list[bytes], expected_measurement: bytes):
+    def __init__(self, trusted_roots: list[bytes], expected_measurement: bytes, allow_debug: bool = False):
         self.roots = [Ed25519PublicKey.from_public_bytes(r) for r in trusted_roots]
         self.expected = expected_measurement
+        self.allow_debug = allow_debug  # only a developer's own test of the debug image sets it
         self._outstanding: dict[bytes, X25519PrivateKey] = {}
         self._used: set[bytes] = set()
 
@@ -86,6 +93,10 @@ class RemoteUser:
         self._used.add(report.nonce)
         if report.session_public_key != eph.public_key().public_bytes_raw():
             raise AttestationError(f"{report.device}: the report does not echo this user's session key")
+        if report.debug and not self.allow_debug:
+            raise DebugImage(f"{report.device}: the board runs a debug image (measurement "
+                             f"{report.measurement.hex()[:16]}...), whose kernels hand plaintext to the host; "
+                             "no data key is provisioned to it")
         if report.measurement != self.expected:
             raise WrongMeasurement(f"{report.device}: image measurement {report.measurement.hex()[:16]}... is not "
                                    f"the expected {self.expected.hex()[:16]}... (a different accelerator image)")

@@ -6,7 +6,9 @@ accelerator's workload (``accel.run_workload``) runs through it: chunk operation
 turns such counts into the time of a hardware Shield from stated constants (an AES engine and DRAM
 on an FPGA card): every chunk costs a fixed engine overhead (tag fetch and finalisation, not
 overlapped across chunks) and every DRAM byte passes the slower of the engine and the DRAM. The
-regime sweep (access size) and the projection use it.
+regime sweep (access size) and the projection use it; on the card, uniform_tuned's chunk is tuned
+the same way as in the measured run (:func:`tune_chunk`: the fastest of ``tune_chunks`` on the
+calibration seed's workload), only by this model.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .workload import VARIANTS, block_order, lookup_indices, regions, variant_configs
+from .workload import VARIANTS, block_order, calibration_params, lookup_indices, regions, uniform, variant_configs
 
 TAG = 16  # bytes of one chunk's tag (shield.TAG; checked equal by a test)
 
@@ -94,15 +96,25 @@ def throughput_mb_s(traffic: dict[str, dict[str, int]], secure: bool, hw: FpgaSh
     return useful / 1e6 / seconds(traffic, secure, hw)
 
 
+def tune_chunk(p, hw: FpgaShield) -> tuple[int, dict[int, float]]:
+    """uniform_tuned on the modelled card: every chunk of ``p.tune_chunks`` as the one configuration of
+    every region, modelled on the calibration seed's workload (never the evaluated seed); returns the
+    fastest chunk (the smaller one on a tie) and each candidate's modelled MB/s."""
+    cal = calibration_params(p)
+    tp = {c: throughput_mb_s(count(cal, uniform(cal, c)), True, hw) for c in sorted(p.tune_chunks)}
+    return max(tp, key=lambda c: (tp[c], -c)), tp
+
+
 def modelled(p, hw: FpgaShield, variants=VARIANTS) -> dict[str, float]:
-    """Every variant's modelled throughput for the workload of ``p``."""
-    cfgs = variant_configs(p)
+    """Every variant's modelled throughput for the workload of ``p``, uniform_tuned tuned on the card."""
+    cfgs = variant_configs(p, tune_chunk(p, hw)[0])
     return {v: throughput_mb_s(count(p, cfgs[v]), cfgs[v]["stream"].secure, hw) for v in variants}
 
 
 def sweep_access(p, sizes, hw: FpgaShield) -> dict[int, dict[str, float]]:
     """The regime: the table region's access size (record bytes) swept, everything else as in ``p``;
-    every variant's modelled throughput at each size (custom_shield's table chunk follows the record)."""
+    every variant's modelled throughput at each size (custom_shield's table chunk follows the record;
+    uniform_tuned is tuned again at each size, on the calibration seed, as a user would)."""
     return {size: modelled(replace_record(p, size), hw) for size in sizes}
 
 
@@ -111,4 +123,5 @@ def replace_record(p, record: int):
     return type(p).model_validate({**p.model_dump(), "record": record})
 
 
-__all__ = ["FpgaShield", "count", "seconds", "throughput_mb_s", "modelled", "sweep_access", "replace_record"]
+__all__ = ["FpgaShield", "count", "seconds", "throughput_mb_s", "tune_chunk", "modelled", "sweep_access",
+           "replace_record"]

@@ -10,10 +10,11 @@ read-write accelerators):
 
 Variants: ``no_shield`` (no protection: the upper bound), ``uniform_shield`` (one fine-grained
 configuration everywhere: ``uniform_chunk``-byte chunks with freshness counters, the paper's
-baseline shape), ``uniform_coarse`` (one coarse configuration everywhere: ``coarse_chunk``-byte
-chunks with counters, what a user tuning a single knob for bandwidth would pick) and
-``custom_shield`` (ShEF: per region, chunk = the region's access granularity, counters only where
-the accelerator writes).
+baseline shape), ``uniform_tuned`` (one configuration everywhere, its chunk the fastest of
+``tune_chunks`` on the calibration seed's workload, with counters: the single knob a careful user
+would tune) and ``custom_shield`` (ShEF: per region, chunk = the region's access granularity,
+counters only where the accelerator writes). The configurations of a run depend on the tuned
+chunk, so they travel as one dict (:func:`variant_configs`) into the image and the session.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from mlsys_flows.devices.fpga import build_image
 
 from .shield import EngineConfig
 
-VARIANTS = ("no_shield", "uniform_shield", "uniform_coarse", "custom_shield")
+VARIANTS = ("no_shield", "uniform_shield", "uniform_tuned", "custom_shield")
 REGIONS = ("stream", "table", "scratch")
 
 
@@ -53,47 +54,98 @@ def tailor(spec: RegionSpec, engine: str) -> EngineConfig:
     return EngineConfig(engine, chunk=spec.access, counters=spec.writes)
 
 
-def variant_configs(p) -> dict[str, dict[str, EngineConfig]]:
+def uniform(p, chunk: int) -> dict[str, EngineConfig]:
+    """One configuration for every region: ``chunk``-byte chunks with freshness counters."""
+    return {r: EngineConfig(p.engine, chunk=chunk, counters=True) for r in REGIONS}
+
+
+def variant_configs(p, tuned: int) -> dict[str, dict[str, EngineConfig]]:
+    """Every variant's configuration per region; ``tuned``: uniform_tuned's chunk (from the calibration)."""
     specs = regions(p)
     return {
         "no_shield": {r: EngineConfig("none", chunk=16, counters=False) for r in specs},
-        "uniform_shield": {r: EngineConfig(p.engine, chunk=p.uniform_chunk, counters=True) for r in specs},
-        "uniform_coarse": {r: EngineConfig(p.engine, chunk=p.coarse_chunk, counters=True) for r in specs},
+        "uniform_shield": uniform(p, p.uniform_chunk),
+        "uniform_tuned": uniform(p, tuned),
         "custom_shield": {r: tailor(s, p.engine) for r, s in specs.items()},
     }
 
 
-def metadata_bytes(p) -> dict[str, dict[str, int]]:
+def calibration_params(p):
+    """``p`` with the calibration seed as its seed: the workload the uniform chunk is tuned on (other
+    data, lookups and block orders than the evaluated run's, the same shape)."""
+    return p.model_copy(update={"seed": p.calibration_seed})
+
+
+def calibration_configs(p) -> dict[str, dict[str, EngineConfig]]:
+    """The calibration's candidates: ``uniform_<chunk>`` for every chunk of ``tune_chunks``."""
+    return {f"uniform_{c}": uniform(p, c) for c in p.tune_chunks}
+
+
+def metadata_bytes(p, configs: dict[str, dict[str, EngineConfig]]) -> dict[str, dict[str, int]]:
     """Per variant: tag bytes in DRAM and counter bytes on chip (counted from the configurations)."""
     specs, out = regions(p), {}
-    for v, cfgs in variant_configs(p).items():
+    for v, cfgs in configs.items():
         out[v] = {"tag_bytes": sum(cfgs[r].tag_bytes(s.size) for r, s in specs.items()),
                   "counter_bytes": sum(cfgs[r].counter_bytes(s.size) for r, s in specs.items())}
     return out
 
 
 _CODE = ("accel.py", "shield.py", "attest.py", "workload.py")
-# the accelerator's entry points, declared in the image's manifest: the board runs nothing else
+# the accelerator's entry points, declared in the image's manifest: the board runs nothing else.
+# None returns plaintext or takes it from the host (accel.py's docstring).
 KERNELS = tuple(f"mlsys_flows.systems.shef.accel:{k}" for k in (
-    "configure", "attach", "run_workload", "export_versions", "shield_read", "shield_write"))
+    "configure", "attach", "run_workload", "export_versions", "verify_range", "refresh_range"))
+# the debug kernels (plaintext out of and into the Shield): only in the debug image
+DEBUG_KERNELS = tuple(f"mlsys_flows.systems.shef.debug:{k}" for k in ("shield_read", "shield_write"))
 
 
-def image(p) -> bytes:
-    """The accelerator image: the manifest of its kernels, then its code (the modules the device
-    runs) and every Shield configuration and workload shape, canonically encoded. Its sha256 is the
-    measurement the user expects."""
+def image(p, configs: dict[str, dict[str, EngineConfig]], debug: bool = False) -> bytes:
+    """The accelerator image: the manifest of its kernels (with their code hashes), then its code
+    (the modules the device runs) and every Shield configuration (``configs``) and workload shape,
+    canonically encoded. Its sha256 is the measurement the user expects. ``debug``: the debug image,
+    which adds :data:`DEBUG_KERNELS` (its own measurement; its reports say debug, and
+    ``RemoteUser.verify`` refuses them)."""
     here = Path(__file__).parent
     code = {f: hashlib.sha256((here / f).read_bytes()).hexdigest() for f in _CODE}
-    doc = {"accelerator": "shef-bench-v1", "code": code,
+    doc = {"accelerator": "shef-bench-v1-debug" if debug else "shef-bench-v1", "code": code,
            "regions": {r: asdict(s) for r, s in regions(p).items()},
-           "variants": {v: {r: c.as_dict() for r, c in cfgs.items()} for v, cfgs in variant_configs(p).items()},
+           "variants": {v: {r: c.as_dict() for r, c in cfgs.items()} for v, cfgs in configs.items()},
            "workload": {"lookups": p.lookups, "scratch_passes": p.scratch_passes, "seed": p.seed}}
-    return build_image(KERNELS, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    return build_image(KERNELS + (DEBUG_KERNELS if debug else ()),
+                       json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+def debug_image(p, configs: dict[str, dict[str, EngineConfig]]) -> bytes:
+    """The debug image of the same accelerator (see :func:`image`)."""
+    return image(p, configs, debug=True)
 
 
 def plaintexts(p) -> dict[str, bytes]:
+    """The user's data: what the Shielded regions hold (sealed)."""
     rng = np.random.default_rng([p.seed, 7])
     return {r: rng.integers(0, 256, s.size, dtype=np.uint8).tobytes() for r, s in regions(p).items()}
+
+
+def public_plaintexts(p) -> dict[str, bytes]:
+    """Public filler of the same shape from its own seed: what a region without a Shield (``no_shield``)
+    holds instead of the user's data, which it would hand the host in the clear."""
+    rng = np.random.default_rng([p.seed, 17])
+    return {r: rng.integers(0, 256, s.size, dtype=np.uint8).tobytes() for r, s in regions(p).items()}
+
+
+def held_data(p, cfgs: dict[str, EngineConfig], plain: dict[str, bytes]) -> dict[str, bytes]:
+    """What one variant's regions hold (``cfgs``: its configuration per region): the user's data
+    (``plain``) behind a Shield, :func:`public_plaintexts` in a region with none, so the user's data
+    never sits unprotected in device DRAM. Its reference results are :func:`expected` of this."""
+    public = None
+    out = {}
+    for r in REGIONS:
+        if cfgs[r].secure:
+            out[r] = plain[r]
+        else:
+            public = public or public_plaintexts(p)
+            out[r] = public[r]
+    return out
 
 
 def lookup_indices(n_records: int, lookups: int, seed: int, rep: int) -> np.ndarray:

@@ -17,13 +17,33 @@ def test_recd_smoke_flow():
     """The shared smoke run (faultkit.reference_run), as the contract test sees it."""
     report, storage = reference_run("recd")
     h = report["headline"]
-    assert (h["metric"], h["baseline"], h["technique"]) == ("train_samples_per_s", "kjt", "ikjt")
+    assert (h["metric"], h["baseline"], h["technique"], h["better"]) == ("time_to_target_s", "kjt", "ikjt", "lower")
     assert math.isfinite(h["ratio"]) and h["ratio"] > 0
     assert h["vs_strongest"]["baseline"] in ("kjt", "kjt_clustered")
     assert [(r["metric"], r["baseline"]) for r in report["ratios"]] == [
-        ("stored_bytes", "kjt"), ("preprocess_batches_per_s", "kjt"), ("preprocess_batches_per_s", "kjt_clustered"),
-        ("train_samples_per_s", "kjt_clustered"), ("final_loss", "kjt")]
+        ("train_samples_per_s", "kjt"), ("stored_bytes", "kjt"), ("preprocess_batches_per_s", "kjt"),
+        ("preprocess_batches_per_s", "kjt_clustered"), ("train_samples_per_s", "kjt_clustered"),
+        ("time_to_target_s", "kjt_clustered"), ("heldout_logloss", "kjt"), ("samples_to_target", "kjt")]
     v = report["variants"]
+    # issue 45: every trainer's held-out logloss, evaluated on the same held-out set against one declared target
+    trainers = ("kjt", "kjt_clustered", "ikjt", "ikjt_arrival")
+    assert all(math.isfinite(v[n]["heldout_logloss"]) and 0 < v[n]["heldout_logloss"] < 2 for n in trainers)
+    assert len({v[n]["target_logloss"] for n in trainers}) == 1  # the median of the seeds' targets, one per seed
+    assert all(set(report["samples"][n]["reached_target"]) <= {0.0, 1.0} for n in trainers)
+    assert abs(v["ikjt"]["heldout_logloss"] - v["kjt_clustered"]["heldout_logloss"]) < 1e-3
+    assert abs(v["ikjt_arrival"]["heldout_logloss"] - v["kjt"]["heldout_logloss"]) < 1e-3
+    # issue 45: paired by seed, one sample per evaluated seed (each its own data and training run)
+    seeds = report["parameters"]["eval_seeds"]
+    assert seeds >= 2 and all(len(report["samples"][n][m]) == seeds for n in trainers
+                              for m in ("time_to_target_s", "train_samples_per_s", "reached_target", "heldout_logloss"))
+    assert report["samples"]["kjt"]["target_logloss"][0] != report["samples"]["kjt"]["target_logloss"][1]  # own held-out set
+    assert report["headline"]["verdict"]["pairs"] <= seeds
+    assert report["constraint"]["metric"] == "reached_target"
+    held = next(c for c in report["curves"] if c["title"].startswith("held-out logloss"))
+    assert set(held["series"]) == {*trainers, "target", "kjt, mean of 3 (the crossing's curve)",
+                                   "ikjt, mean of 3 (the crossing's curve)"}
+    assert {"heldout_logloss", "samples_to_target", "reached_target"} <= set(report["deterministic_metrics"])
+    assert storage.exists(f"runs/recd/{report['run_id']}/data/heldout.parquet")
     assert v["ikjt"]["stored_bytes"] < v["kjt"]["stored_bytes"]
     assert v["ikjt"]["user_values_per_epoch"] < v["kjt_clustered"]["user_values_per_epoch"] == \
         v["kjt"]["user_values_per_epoch"]
@@ -31,8 +51,8 @@ def test_recd_smoke_flow():
     assert abs(v["ikjt"]["final_loss"] - v["kjt_clustered"]["final_loss"]) < 1e-3
     assert math.isfinite(v["kjt"]["final_loss"])
     kinds = report["metric_kinds"]
-    assert kinds["train_samples_per_s"] == kinds["sweep_train_samples_per_s"] == "measured"
-    assert kinds["final_loss"] == kinds["user_id_share"] == "counted"
+    assert kinds["train_samples_per_s"] == kinds["sweep_train_samples_per_s"] == kinds["time_to_target_s"] == "measured"
+    assert kinds["final_loss"] == kinds["user_id_share"] == kinds["heldout_logloss"] == "counted"
     assert {"final_loss", "user_id_share"} <= set(report["deterministic_metrics"])
     # the mix sweep: the three trainers' variants per point, each with its samples, and the ratio curve
     shares = report["parameters"]["mix_sweep"]

@@ -98,7 +98,7 @@ def test_a_system_flows_device_tasks_claim_the_pool_and_run_only_on_the_gpu_work
     # Dask keys start with the task function's name (tasks/recd.py)
     assert ran_on.get("train") == ran_on.get("mix_sweep") == {"gpu-worker"}, ran_on
     assert {"make_dataset", "preprocess_throughput"} <= set(ran_on), ran_on  # the plain tasks ran too, anywhere
-    assert report["headline"]["metric"] == "train_samples_per_s"
+    assert report["headline"]["metric"] == "time_to_target_s"
     with get_client(sync_client=True) as api:
         assert api.read_global_concurrency_limit_by_name(pool.concurrency_limit_name).limit == 1
 

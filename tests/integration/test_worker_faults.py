@@ -22,8 +22,10 @@ from mlsys_flows.blocks import DaskCluster, ObjectStorage
 
 pytestmark = pytest.mark.integration
 # recycle's failover run kills a worker of its own and needs 4 (one per rank); this cluster has 2, so
-# both runs of that system go without it (tests/flows/test_recycle_flow.py runs it)
-OVERRIDES = {"recycle": {"failover_run": False}}
+# both runs of that system go without it (tests/flows/test_recycle_flow.py runs it). shef tunes its
+# uniform chunk by a measured calibration, which two runs may settle apart: both runs fix the chunk
+# (tests/flows/test_shef_flow.py runs the calibration)
+OVERRIDES = {"recycle": {"failover_run": False}, "shef": {"tuned_chunk": 4096}}
 
 
 @pytest.fixture(scope="module")

@@ -57,7 +57,7 @@ def test_regime_parameters_and_spec():
 
 def test_a_regime_point_off_equal_memory_is_invalid():
     p = Params.for_scale("smoke")
-    at = {v: {"comm_bytes": 1.0, "memory_vs_rowwise": 1.0} for v in REGIME_VARIANTS}
+    at = {v: {"alltoall_inter_bytes": 1.0, "memory_vs_rowwise": 1.0} for v in REGIME_VARIANTS}
     at["flexshard"]["memory_vs_rowwise"] = 1.04
     assert regime_sample(p, 1.0, at).valid
     at["rowwise_cache"]["memory_vs_rowwise"] = 1.05
@@ -65,3 +65,39 @@ def test_a_regime_point_off_equal_memory_is_invalid():
     assert not point.valid and "rowwise_cache holds 1.0500x" in point.invalid and point.kind == "counted"
     at["rowwise_cache"]["memory_vs_rowwise"], at["flexshard"]["memory_vs_rowwise"] = 1.0, 1 + p.memory_headroom + 0.01
     assert "above its budget" in regime_sample(p, 1.0, at).invalid
+
+
+def test_the_regime_carries_the_dedup_setting_at_its_own_equal_memory():
+    """Issue 45 review: the regime compares dedup against dedup too (flexshard_dedup vs rowwise_dedup and the
+    equal-memory rowwise_dedup_cache), beside the headline's per-lookup comparison."""
+    from mlsys_flows.systems.flexshard import REGIME_DEDUP_PAIRS
+    from mlsys_flows.systems.flexshard.result import dedup_pair_memory
+
+    assert {"flexshard_dedup", "rowwise_dedup_cache"} <= set(REGIME_VARIANTS)
+    assert ("rowwise_dedup", "flexshard_dedup") in REGIME_DEDUP_PAIRS
+    p = Params.for_scale("smoke")
+    out = regime_point(p, p.regime_lookups_per_row[-1])
+    assert out["rowwise_dedup_cache"]["memory_vs_rowwise"] == pytest.approx(out["flexshard_dedup"]["memory_vs_rowwise"],
+                                                                            abs=0.01)
+    assert dedup_pair_memory(out) == ""
+    # deduplicated fetches never exceed the per-lookup ones of the same plan family
+    assert out["flexshard_dedup"]["alltoall_bytes"] <= out["flexshard"]["alltoall_bytes"]
+    broken = {**out, "rowwise_dedup_cache": {**out["rowwise_dedup_cache"],
+                                             "memory_vs_rowwise": out["flexshard_dedup"]["memory_vs_rowwise"] + 0.1}}
+    assert "above flexshard_dedup's" in dedup_pair_memory(broken)
+    # the headline's point stays valid whatever the dedup pair holds: it compares flexshard with the per-lookup baselines
+    assert regime_sample(p, 3.0, broken).valid
+
+
+def test_the_headline_bytes_carry_the_link_bandwidths_and_all_inter_node_traffic_stands_beside_it():
+    """Issue 45 review: counted bytes come from plans optimised for the assumed bandwidths (an assumption of the
+    headline), and all inter-node traffic with the replicas' sync and the modelled latency stand beside it."""
+    from mlsys_flows.systems.flexshard.result import link_assumptions
+
+    p = Params.for_scale("quick")
+    a = link_assumptions(p)
+    assert a["intra_node_gb_s"].value == p.intra_node_gb_s and a["inter_node_gb_s"].value == p.inter_node_gb_s
+    assert a["bandwidth_ratio"].value == pytest.approx(12.0) and "tier_costs" in a["bandwidth_ratio"].source
+    beside = [(c.metric, c.baseline) for c in SPEC.claims[1:3]]
+    assert beside == [("modeled_comm_latency_s", "rowwise_cache"), ("comm_inter_node_bytes", "rowwise_cache")]
+    assert "gradient sync" in SPEC.claims[2].statement

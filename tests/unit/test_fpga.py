@@ -45,8 +45,13 @@ def test_memory_regions_are_bounds_checked(state):
         with pytest.raises(fpga.FpgaError, match="already allocated"):
             b.alloc("table", 8)
         assert b.read("table", 1000, 24) == b"x" * 24  # failed accesses changed nothing
-        # kernels on the device see the same regions through board_memory(), with the same bounds
+        # loading an image starts the board blank: the regions are gone
         b.load_image(fpga.diagnostic_image())
+        with pytest.raises(fpga.FpgaError, match="no region 'table'"):
+            b.read("table", 0, 1)
+        # kernels on the device see the host's regions through board_memory(), with the same bounds
+        b.alloc("table", 1024)
+        b.write("table", 1000, b"x" * 24)
         assert b.run(K + "read_region", "table", 1000, 24) == b"x" * 24
         with pytest.raises(fpga.BoundsError, match="outside its bounds"):
             b.run(K + "read_region", "table", 1000, 25)
@@ -76,6 +81,31 @@ def test_image_measurement_and_signed_report(state):
     with fpga.open_board("fpga-sw:0", state=state) as b:
         b.load_image(image)
         assert b.attest(nonce, user_pub).device_public_key == report.device_public_key
+
+
+def test_images_record_code_hashes_debug_images_are_flagged_and_every_load_starts_blank(state):
+    img = fpga.read_image(fpga.diagnostic_image())
+    assert img.code == {k: fpga.kernel_code_hash(k) for k in img.kernels} and not img.debug
+    assert all(k.partition(":")[0] in fpga.SHIPPED_KERNEL_MODULES for k in img.kernels)
+    with pytest.raises(fpga.KernelRefused, match="not a kernel module the device ships"):
+        fpga.build_image(["os:system"])
+    dbg = fpga.build_image([K + "echo", "mlsys_flows.systems.shef.debug:shield_read"])
+    assert fpga.read_image(dbg).debug
+    user_pub = X25519PrivateKey.generate().public_key().public_bytes_raw()
+    with fpga.open_board("fpga-sw:5", state=state) as b:
+        b.load_image(dbg)
+        assert b.attest(os.urandom(16), user_pub).debug
+        b.load_image(fpga.diagnostic_image())
+        report = b.attest(os.urandom(16), user_pub)
+        assert not report.debug and b.run(K + "has_session_key")
+        b.alloc("r", 64)
+        b.load_image(fpga.diagnostic_image())  # the same image again: a blank device all the same
+        with pytest.raises(fpga.FpgaError, match="no session key"):
+            b.run(K + "has_session_key")
+        with pytest.raises(fpga.FpgaError, match="no region 'r'"):
+            b.read("r", 0, 1)
+    with pytest.raises(fpga.FpgaError, match="only reachable from a kernel running on the device"):
+        fpga.board_store()
 
 
 def test_kernel_runs_in_the_board_process_with_plain_arguments(state):

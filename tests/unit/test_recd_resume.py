@@ -7,7 +7,7 @@ import torch
 
 from mlsys_flows.systems.recd import Params
 from mlsys_flows.systems.recd import pipeline as pl
-from mlsys_flows.systems.recd.workload import arrival_order, generate
+from mlsys_flows.systems.recd.workload import arrival_order, generate, generate_split
 
 
 def test_resumed_training_matches_uninterrupted_bitwise():
@@ -25,12 +25,14 @@ def test_resumed_training_matches_uninterrupted_bitwise():
         torch.save(state, buf)
         saved[turn] = buf.getvalue()
 
-    full = pl.train_interleaved(batches, p, checkpoint=keep, checkpoint_every=2)
+    heldout = pl.table_batches(generate_split(p)[1], p, dedup=True)  # the held-out curve resumes too
+    full = pl.train_interleaved(batches, p, checkpoint=keep, checkpoint_every=2, heldout=heldout)
     turns = -(-len(batches["kjt"]) // p.chunk_steps)
     assert sorted(saved) == sorted({t for t in range(turns) if (t + 1) % 2 == 0} | {turns - 1})
     for turn in sorted(saved)[:2]:
         state = torch.load(io.BytesIO(saved[turn]), weights_only=True)
-        resumed = pl.train_interleaved(batches, p, state=state)
+        resumed = pl.train_interleaved(batches, p, state=state, heldout=heldout)
         for n in batches:
             assert resumed[n]["losses"] == full[n]["losses"]
+            assert resumed[n]["evals"] == full[n]["evals"] and len(full[n]["evals"]) == turns + 1
             assert len(resumed[n]["chunk_rates"]) == turns

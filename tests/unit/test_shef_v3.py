@@ -50,15 +50,15 @@ def _run(p, configs) -> dict[str, dict[str, int]]:
 @pytest.mark.parametrize("record", [16, 64, 256])
 def test_count_equals_the_shields_own_counts(record):
     p = Params.for_scale("smoke", stream_kb=64, stream_burst=4096, table_kb=16, record=record, lookups=50,
-                         scratch_kb=16, scratch_block=1024, scratch_passes=2, uniform_chunk=64, coarse_chunk=2048,
+                         scratch_kb=16, scratch_block=1024, scratch_passes=2, uniform_chunk=64,
                          regime_records=[16, 64])
-    for v, cfgs in variant_configs(p).items():
+    for v, cfgs in variant_configs(p, 2048).items():
         assert model.count(p, cfgs) == _run(p, cfgs), v
 
 
 def test_partial_chunk_writes_are_read_back_first():
     p = Params.for_scale("smoke", stream_kb=64, stream_burst=4096, table_kb=16, record=64, lookups=10,
-                         scratch_kb=16, scratch_block=512, scratch_passes=1, coarse_chunk=2048,
+                         scratch_kb=16, scratch_block=512, scratch_passes=1,
                          regime_records=[16, 64])
     cfgs = {r: EngineConfig("aes-gcm", chunk=2048, counters=True) for r in ("stream", "table", "scratch")}
     got = model.count(p, cfgs)["scratch"]
@@ -75,13 +75,37 @@ def test_modelled_fpga_shield_and_sweep():
     assert model.seconds(t, True, hw) == pytest.approx(16 / 250e6 + (4096 + TAG) / 4e9)
     p = Params.for_scale("smoke")
     sweep = model.sweep_access(p, [64, 1024, 4096], hw)
-    gain = [s["custom_shield"] / s["uniform_coarse"] for s in sweep.values()]
-    assert gain[0] > gain[1] > gain[2] >= 1  # read amplification shrinks as the record nears the coarse chunk
+    gain = [s["custom_shield"] / s["uniform_tuned"] for s in sweep.values()]
+    assert gain[0] > gain[1] > gain[2] >= 1  # the gain shrinks as one chunk suits the table and the streams
     assert all(s["no_shield"] > s["custom_shield"] for s in sweep.values())
+    assert all(s["uniform_tuned"] >= s["uniform_shield"] for s in sweep.values())  # 64 B is a candidate
+
+
+def test_the_card_tunes_its_uniform_chunk_on_the_calibration_seed(monkeypatch):
+    """On the modelled card uniform_tuned is the fastest candidate on the calibration workload (the
+    quick scale's: 512 B, 1520 MB/s against 4096 B's 502 MB/s), not a fixed chunk, and the
+    evaluated seed never enters the choice."""
+    hw = model.FpgaShield()
+    p = Params.for_scale("quick")
+    chunk, tp = model.tune_chunk(p, hw)
+    assert set(tp) == set(p.tune_chunks) and chunk == max(tp, key=tp.get) == 512
+    assert tp[512] > 3 * tp[4096]
+    # the choice reads the calibration workload only: the evaluated seed does not move it
+    assert model.tune_chunk(p.model_copy(update={"seed": 7}), hw) == (chunk, tp)
+    seeds = []
+    count = model.count
+    monkeypatch.setattr(model, "count", lambda q, cfgs, rep=0: seeds.append(q.seed) or count(q, cfgs, rep))
+    model.tune_chunk(p, hw)
+    assert set(seeds) == {p.calibration_seed} and p.calibration_seed != p.seed
+    monkeypatch.undo()
+    cfgs = variant_configs(p, chunk)
+    assert model.modelled(p, hw)["uniform_tuned"] == pytest.approx(
+        model.throughput_mb_s(model.count(p, cfgs["uniform_tuned"]), True, hw))
 
 
 def test_spec_is_v3_with_a_deployable_denominator():
-    assert SPEC.contract_v3 and SPEC.headline.baseline == "uniform_coarse" and SPEC.hardware == ("FPGA",)
-    assert "deployable" in SPEC.role("uniform_coarse") and SPEC.mechanism.ablation == "uniform_coarse"
+    assert SPEC.contract_v3 and SPEC.headline.baseline == "uniform_tuned" and SPEC.hardware == ("FPGA",)
+    assert SPEC.role("uniform_tuned") == ("deployable",) and SPEC.mechanism.ablation == "uniform_tuned"
+    assert "uniform_coarse" not in SPEC.baselines
     with pytest.raises(Exception, match="regime_records"):
         Params.for_scale("smoke", regime_records=[48, 64])

@@ -25,10 +25,11 @@ def certificate_payload(device: str, device_public_key: bytes) -> bytes:
 
 
 def report_payload(device: str, measurement: bytes, nonce: bytes, session_public_key: bytes,
-                   device_session_public_key: bytes) -> bytes:
-    """What the device key signs in an attestation report."""
-    return _encode(b"mlsys-fpga-attestation-v1", device.encode(), measurement, nonce, session_public_key,
-                   device_session_public_key)
+                   device_session_public_key: bytes, debug: bool = False) -> bytes:
+    """What the device key signs in an attestation report (``debug``: the loaded image declares a
+    debug kernel, one that hands plaintext to the host or takes it from the host)."""
+    return _encode(b"mlsys-fpga-attestation-v2", device.encode(), measurement, nonce, session_public_key,
+                   device_session_public_key, b"\x01" if debug else b"\x00")
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,11 @@ class AttestationReport:
     device_public_key: bytes  # the board's Ed25519 public key (raw)
     device_certificate: bytes  # manufacturer root's Ed25519 signature over certificate_payload()
     signature: bytes  # device key's Ed25519 signature over payload()
+    debug: bool = False  # the loaded image is a debug image (signed: part of payload())
 
     def payload(self) -> bytes:
         return report_payload(self.device, self.measurement, self.nonce, self.session_public_key,
-                              self.device_session_public_key)
+                              self.device_session_public_key, self.debug)
 
 
 def session_key_from(shared_secret: bytes, nonce: bytes, measurement: bytes) -> bytes:
@@ -78,6 +80,30 @@ def _root_key(root: str | None = None):
 def manufacturer_root_public_key(root: str | None = None) -> bytes:
     """The raw Ed25519 public key a remote verifier trusts for software boards."""
     return _root_key(root).public_key().public_bytes_raw()
+
+
+TRUSTED_ROOT_ENV = "MLSYS_FPGA_TRUSTED_ROOT"
+
+
+def trusted_root_public_key(root: str | None = None) -> bytes:
+    """The user's trust anchor: the manufacturer root public key the user pinned in its own
+    configuration, ``$MLSYS_FPGA_TRUSTED_ROOT`` (64 hex characters), when set; otherwise the software
+    manufacturer's (:func:`manufacturer_root_public_key`), read now. Read it once, on the user's side,
+    before any board is used, and pass the value on (``trusted_roots``): a verifier that reads the
+    state directory when it verifies trusts whatever root file the host put there by then."""
+    from .errors import FpgaError
+
+    pinned = os.environ.get(TRUSTED_ROOT_ENV, "").strip()
+    if not pinned:
+        return manufacturer_root_public_key(root)
+    try:
+        key = bytes.fromhex(pinned)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise FpgaError(f"${TRUSTED_ROOT_ENV}: expected a raw Ed25519 public key as 64 hex characters, got "
+                        f"{len(pinned)} characters")
+    return key
 
 
 def _manufacture(device: str, root: str | None = None):

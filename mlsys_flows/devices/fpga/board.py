@@ -1,7 +1,9 @@
 """The board interface every driver implements (:class:`FpgaBoard`), the images a board loads (a
-manifest of kernel entry points, then the accelerator: :func:`build_image`, :func:`read_image`), the
-mark that makes a function a kernel entry point (:func:`device_kernel`), device names, and the
-drivers that open boards by name (:func:`register_driver`, :func:`open_board`).
+manifest of kernel entry points with their code hashes, then the accelerator: :func:`build_image`,
+:func:`read_image`), the kernel modules a device ships (:data:`SHIPPED_KERNEL_MODULES`, the only code
+it runs; debug modules marked), the mark that makes a function a kernel entry point
+(:func:`device_kernel`) and its code hash (:func:`kernel_code_hash`), device names, and the drivers
+that open boards by name (:func:`register_driver`, :func:`open_board`).
 
 The built-in driver ``fpga-sw`` is the software board of :mod:`.software` (which builds on this
 module); it is imported when the first software board is opened."""
@@ -9,9 +11,11 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
+import hashlib
 import importlib
+import inspect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .attestation import AttestationReport
@@ -47,17 +51,27 @@ def check_kernel_name(kernel: Any) -> str:
 
 @dataclass(frozen=True)
 class Image:
-    """A parsed image: the kernel entry points its manifest declares, and the accelerator itself."""
+    """A parsed image: the kernel entry points its manifest declares, each kernel's code hash (as
+    the image records it), and the accelerator itself."""
 
     kernels: tuple[str, ...]
     payload: bytes
+    code: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def debug(self) -> bool:
+        """Whether the image declares a debug kernel (one of a :data:`SHIPPED_KERNEL_MODULES` debug module)."""
+        return any(SHIPPED_KERNEL_MODULES.get(k.partition(":")[0], False) for k in self.kernels)
 
 
 def build_image(kernels: Iterable[str], payload: bytes = b"") -> bytes:
-    """An image: a manifest declaring its kernel entry points, then ``payload`` (the accelerator,
-    e.g. its bitstream). The board measures the whole, so the manifest is part of the measurement."""
+    """An image: a manifest declaring its kernel entry points with each one's code hash
+    (:func:`kernel_code_hash`), then ``payload`` (the accelerator, e.g. its bitstream). The board
+    measures the whole, so the manifest (names and code hashes) is part of the measurement. Only
+    kernels of :data:`SHIPPED_KERNEL_MODULES` can be declared (:class:`KernelRefused` otherwise)."""
     names = sorted({check_kernel_name(k) for k in kernels})
-    manifest = json.dumps({"kernels": names}, separators=(",", ":")).encode()
+    code = {k: kernel_code_hash(k) for k in names}
+    manifest = json.dumps({"kernels": names, "code": code}, separators=(",", ":")).encode()
     return _IMAGE_MAGIC + len(manifest).to_bytes(4, "big") + manifest + bytes(payload)
 
 
@@ -72,38 +86,81 @@ def read_image(image: bytes) -> Image:
     try:
         if len(image) < head + size:
             raise ValueError("truncated")
-        kernels = json.loads(image[head:head + size])["kernels"]
+        manifest = json.loads(image[head:head + size])
+        kernels, code = manifest["kernels"], manifest.get("code", {})
         if not isinstance(kernels, list):
             raise ValueError("'kernels' is not a list")
+        if not isinstance(code, dict) or not all(isinstance(v, str) for v in code.values()):
+            raise ValueError("'code' is not a map of kernel names to code hashes")
     except (ValueError, KeyError, TypeError) as e:
         raise FpgaError(f"the image's manifest is malformed ({e}); build images with build_image()") from None
-    return Image(tuple(check_kernel_name(k) for k in kernels), image[head + size:])
+    return Image(tuple(check_kernel_name(k) for k in kernels), image[head + size:], dict(code))
 
 
 # ---------------------------------------------------------------------------------------------
 # kernel entry points: the only functions an image's manifest may declare
 
+# The kernel modules the device ships (its "firmware"): a board runs code from these modules only,
+# whatever a manifest names, and imports nothing else for a manifest. True marks a debug module:
+# its kernels hand plaintext to the host or take it from the host, so an image declaring any of
+# them is a debug image, which the device says in its attestation report (a verifier refuses it).
+SHIPPED_KERNEL_MODULES: dict[str, bool] = {
+    "mlsys_flows.devices.fpga.kernels": False,   # diagnostics (no key, no plaintext)
+    "mlsys_flows.systems.shef.accel": False,     # ShEF's accelerator (production)
+    "mlsys_flows.systems.shef.debug": True,      # ShEF's spot checks that read/write plaintext (debug only)
+    "mlsys_flows.systems.sia.train": False,      # SIA's retrain kernels
+}
 
 _DEVICE_KERNELS: dict[int, Callable] = {}  # id -> function: identity, so no look-alike object passes
 
 
 def device_kernel(fn: Callable) -> Callable:
-    """Marks ``fn`` as a kernel entry point: an image's manifest may declare it (nothing else runs
-    on the board, whatever a host-built manifest names). The function itself is unchanged."""
+    """Marks ``fn`` as a kernel entry point: an image's manifest may declare it when its module is
+    one of :data:`SHIPPED_KERNEL_MODULES` (nothing else runs on the board, whatever a host-built
+    manifest names). The function itself is unchanged."""
     _DEVICE_KERNELS[id(fn)] = fn
     return fn
 
 
-def _resolve(kernel: str) -> Callable:
-    """Device side, at load: the marked function a manifest entry names (already name-checked)."""
-    module, _, name = kernel.partition(":")
+def _shipped(kernel: str) -> tuple[Any, Callable]:
+    """The shipped module and marked function ``kernel`` names; refused before any import unless
+    its module is shipped."""
+    module_name, _, name = check_kernel_name(kernel).partition(":")
+    if module_name not in SHIPPED_KERNEL_MODULES:
+        raise KernelRefused(f"kernel {kernel!r}: module {module_name!r} is not a kernel module the device ships "
+                            f"(shipped: {', '.join(sorted(SHIPPED_KERNEL_MODULES))}); nothing else is imported")
     try:
-        fn = getattr(importlib.import_module(module), name)
+        module = importlib.import_module(module_name)
+        fn = getattr(module, name)
     except (ImportError, AttributeError) as e:
-        raise KernelRefused(f"the image declares kernel {kernel!r}, which the device cannot find: {e}") from None
-    if _DEVICE_KERNELS.get(id(fn)) is not fn:
-        raise KernelRefused(f"the image declares {kernel!r}, which is not a device kernel "
-                            "(only functions marked @device_kernel are)")
+        raise KernelRefused(f"kernel {kernel!r}: the device cannot find it: {e}") from None
+    if _DEVICE_KERNELS.get(id(fn)) is not fn or getattr(fn, "__module__", None) != module_name:
+        raise KernelRefused(f"kernel {kernel!r} is not a device kernel of {module_name} "
+                            "(only functions it defines and marks @device_kernel are)")
+    return module, fn
+
+
+def kernel_code_hash(kernel: str) -> str:
+    """The code hash of a shipped kernel: sha256 over its name and the source of the module that
+    defines it (the function and the module-level helpers it calls), hex. ``build_image`` records
+    it in the manifest; the device recomputes it from the code it ships and refuses a mismatch."""
+    module, _ = _shipped(kernel)
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError) as e:
+        raise KernelRefused(f"kernel {kernel!r}: the source of {module.__name__} is unreadable: {e}") from None
+    return hashlib.sha256(b"mlsys-fpga-kernel-v1\0" + kernel.encode() + b"\0" + source.encode()).hexdigest()
+
+
+def _resolve(kernel: str, code_hash: Any) -> Callable:
+    """Device side, at load: the shipped, marked function a manifest entry names, when the code
+    hash the image records for it is the hash of the device's own code."""
+    _, fn = _shipped(kernel)
+    if not isinstance(code_hash, str):
+        raise KernelRefused(f"the image records no code hash for kernel {kernel!r} (build images with build_image())")
+    if code_hash != kernel_code_hash(kernel):
+        raise KernelRefused(f"the image's code hash for kernel {kernel!r} ({code_hash[:16]}...) is not the hash of "
+                            "the code the device ships: the device runs only its own code")
     return fn
 
 

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import sys
 import threading
 import time
 import traceback
@@ -162,13 +163,23 @@ class BoardMemory:
 
 
 class _DeviceState:
+    """The device: its key material (made at the "factory", kept for the board's life) and what one
+    loaded image owns (memory, kernels, measurement, session key, the kernels' on-chip store), which
+    :meth:`fresh` drops wholesale: every ``load_image`` starts from a blank device."""
+
     def __init__(self, device: str, root: str | None, memory_bytes: int):
         self.device = device
         self.key, self.cert = _manufacture(device, root)
         self.public_key = self.key.public_key().public_bytes_raw()
-        self.memory = BoardMemory(memory_bytes)
+        self.memory_bytes = memory_bytes
+        self.fresh()
+
+    def fresh(self) -> None:
+        self.memory = BoardMemory(self.memory_bytes)
         self.measurement: bytes | None = None
+        self.debug = False
         self.session_key: bytes | None = None
+        self.store: dict[str, Any] = {}  # the loaded image's on-chip state (board_store())
         self.kernels: dict[str, Callable] = {}  # the loaded image's manifest, resolved
 
 
@@ -203,11 +214,24 @@ def board_measurement() -> bytes:
     return st.measurement
 
 
+def board_store() -> dict[str, Any]:
+    """Device side: the loaded image's on-chip store, a dict the kernels keep their state in (keys
+    they unwrapped, configurations, counters). It is empty after every ``load_image``: state kept
+    here never outlives the image it was set up for."""
+    st = _on_device()
+    if st.measurement is None:
+        raise FpgaError(f"{st.device}: no image loaded")
+    return st.store
+
+
 def _load_image(st: _DeviceState, image: bytes) -> bytes:
-    """Reconfigure: the old image's kernels and session key go first, so a failed load leaves none."""
-    st.measurement, st.session_key, st.kernels = None, None, {}
-    kernels = {k: _resolve(k) for k in read_image(image).kernels}
-    st.kernels, st.measurement = kernels, hashlib.sha256(image).digest()
+    """Reconfigure: the device starts blank (memory, session key, kernels and their store of the
+    old image go first, so a failed load leaves none), then takes the image's kernels, each only
+    when it is shipped code whose hash matches the image's record."""
+    st.fresh()
+    parsed = read_image(image)
+    kernels = {k: _resolve(k, parsed.code.get(k)) for k in parsed.kernels}
+    st.kernels, st.debug, st.measurement = kernels, parsed.debug, hashlib.sha256(image).digest()
     return st.measurement
 
 
@@ -249,9 +273,9 @@ def _attest(st: _DeviceState, nonce: bytes, session_public_key: bytes) -> Attest
     eph_pub = eph.public_key().public_bytes_raw()
     shared = eph.exchange(X25519PublicKey.from_public_bytes(bytes(session_public_key)))
     st.session_key = session_key_from(shared, nonce, st.measurement)
-    sig = st.key.sign(report_payload(st.device, st.measurement, nonce, session_public_key, eph_pub))
+    sig = st.key.sign(report_payload(st.device, st.measurement, nonce, session_public_key, eph_pub, st.debug))
     return AttestationReport(st.device, st.measurement, bytes(nonce), bytes(session_public_key), eph_pub,
-                             st.public_key, st.cert, sig)
+                             st.public_key, st.cert, sig, st.debug)
 
 
 def _device_main(conn, device: str, root: str | None, memory_bytes: int) -> None:
@@ -309,31 +333,58 @@ def _device_main(conn, device: str, root: str | None, memory_bytes: int) -> None
 
 
 _START_LOCK = threading.Lock()
+_TRUSTED_START = threading.local()  # set while this thread starts a board's process (_starting_board)
+
+
+def _install_trusted_spawn() -> None:
+    """Wrap two functions of ``multiprocessing.spawn`` (once per process) so that a board's process,
+    started by this thread inside :func:`_starting_board`, runs only trusted code: its interpreter
+    starts isolated (``-I``: no ``PYTHONPATH``/``PYTHONHOME`` or other ``PYTHON*`` variables, no user
+    site-packages, neither the current directory nor a script's directory on the path), so its
+    ``sys.path`` is the interpreter's own (the standard library and site-packages, where the project
+    is installed), and the preparation data carries none of the host's: no ``sys.path`` (spawn would
+    otherwise copy the host's, with whatever the host put first on it), no ``sys.argv``, and no
+    ``__main__`` to re-run. Any other spawn (another thread, another library) is passed through as is."""
+    from multiprocessing import spawn
+
+    if getattr(spawn.get_command_line, "_fpga_board", False):
+        return
+    prep, cmd = spawn.get_preparation_data, spawn.get_command_line
+
+    def get_preparation_data(name):
+        data = prep(name)
+        if getattr(_TRUSTED_START, "on", False):
+            for k in ("sys_path", "sys_argv", "init_main_from_name", "init_main_from_path"):
+                data.pop(k, None)
+        return data
+
+    def get_command_line(**kwds):
+        line = cmd(**kwds)
+        if getattr(_TRUSTED_START, "on", False) and not getattr(sys, "frozen", False):
+            line = line[:1] + ["-I"] + line[1:]
+        return line
+
+    get_command_line._fpga_board = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data, spawn.get_command_line = get_preparation_data, get_command_line
 
 
 @contextmanager
 def _starting_board() -> Iterator[None]:
-    """Around ``Process.start()``: (1) Dask worker processes are daemonic and multiprocessing
-    refuses children of a daemonic process; the board's process is a child of the job, so lift the
-    flag; (2) spawn re-runs the host's ``__main__`` in the child unless it is guarded; the board
-    needs only this module and the kernels' modules, so hide ``__main__``'s file and spec."""
-    import sys
-
+    """Around ``Process.start()``: (1) the board's process gets a trusted ``sys.path`` and never
+    runs the host's ``__main__`` (:func:`_install_trusted_spawn`): a module the host writes on its
+    own path or in ``PYTHONPATH``, a shadow of a standard-library module included, is never imported
+    on the device; (2) Dask worker processes are daemonic and multiprocessing refuses children of a
+    daemonic process; the board's process is a child of the job, so lift the flag."""
     with _START_LOCK:
+        _install_trusted_spawn()
         proc = multiprocessing.current_process()
         was = proc._config.get("daemon")
         proc._config["daemon"] = False
-        main = sys.modules.get("__main__")
-        hidden = {k: main.__dict__.pop(k) for k in ("__file__",) if main is not None and k in main.__dict__}
-        spec = getattr(main, "__spec__", None) if main is not None else None
-        if main is not None:
-            main.__spec__ = None
+        _TRUSTED_START.on = True
         try:
             yield
         finally:
-            if main is not None:
-                main.__dict__.update(hidden)
-                main.__spec__ = spec
+            _TRUSTED_START.on = False
             if was is not None:
                 proc._config["daemon"] = was
 
