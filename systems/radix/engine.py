@@ -12,11 +12,16 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.llm_serving.kv_pool import KVPool
 from .block_cache import BlockPrefixCache
 from .tree import RadixCache
 
 CACHE_KINDS = ("radix", "block")
+
+
+class SlotLeakError(MlsysError, RuntimeError):
+    """A pass ended with KV-pool slots that are neither free nor cached: the engine lost track of them."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class ServeStats:
     evicted_tokens: int = 0
     outputs: dict[int, list[int]] = field(default_factory=dict)
     finished_prefill: list[int] = field(default_factory=list)  # cumulative prefill tokens at each finish
-    unaccounted_slots: int = 0    # at the end: pool slots neither free nor cached (a leak; 0 when correct)
+    unaccounted_slots: int = 0    # at the end: pool slots neither free nor cached (serve raises unless 0)
 
     @property
     def cached_tokens(self) -> int:
@@ -84,29 +89,23 @@ class Engine:
             model = pretrained()
         self.model = model
         self.cfg = self.model.cfg
-        self._exact = False   # set per serve(): exact-prompt matching only
 
     def serve(self, requests: list[Request], *, kv_slots: int, max_running: int, cache: bool,
-              policy: str = "lpm", match: str = "prefix", cache_kind: str = "radix", block_size: int = 16) -> ServeStats:
+              policy: str = "lpm", cache_kind: str = "radix", block_size: int = 16) -> ServeStats:
         """Serve ``requests`` (a request becomes ready when its parent finishes; ready requests
-        queue in the order they became ready) and return the counts and the wall time. ``match``:
-        ``prefix`` reuses the longest cached prefix (RadixAttention); ``exact`` reuses the cache only
-        for a prompt cached whole (an identical earlier prompt), the ablation of prefix matching.
+        queue in the order they became ready) and return the counts and the wall time.
         ``cache_kind``: ``radix`` (the tree: any prefix, token by token) or ``block`` (vLLM's automatic
-        prefix caching: whole ``block_size``-token blocks keyed by the hash of the prefix)."""
+        prefix caching: whole ``block_size``-token blocks keyed by the hash of the prefix); ``policy``:
+        ``lpm`` (longest prefix match first) or ``fcfs``. Raises ``SlotLeakError`` when a pool slot is
+        neither free nor cached at the end (checked on every pass, after the clock stops)."""
         if policy not in ("lpm", "fcfs"):
             raise ValueError(f"policy must be 'lpm' or 'fcfs' (got {policy!r})")
-        if match not in ("prefix", "exact"):
-            raise ValueError(f"match must be 'prefix' or 'exact' (got {match!r})")
         if cache_kind not in CACHE_KINDS:
             raise ValueError(f"cache_kind must be one of {', '.join(CACHE_KINDS)} (got {cache_kind!r})")
-        if cache_kind == "block" and match == "exact":
-            raise ValueError("match='exact' is the radix tree's ablation; the block cache matches prefixes")
         longest = longest_sequence(requests)
         if longest > self.cfg.max_positions:
             raise ValueError(f"a request chain needs {longest} positions (prompt + generated tokens) but "
                              f"{self.cfg.name} has {self.cfg.max_positions}")
-        self._exact = match == "exact"
         # the decode batch's gather buffers are sized (and touched) before the clock starts
         model, pool = self.model, KVPool(self.cfg, kv_slots, batch_tokens=min(max_running, len(requests)) * longest)
         tree = (RadixCache() if cache_kind == "radix" else BlockPrefixCache(block_size)) if cache else None
@@ -166,6 +165,10 @@ class Engine:
                 running, rows = still, None
         st.wall_s = time.perf_counter() - t0
         st.unaccounted_slots = kv_slots - pool.free - (tree.total_size() if tree is not None else 0)
+        if st.unaccounted_slots:
+            raise SlotLeakError(f"{st.unaccounted_slots} of {kv_slots} KV-pool slots are neither free nor cached "
+                                f"after serving {len(requests)} requests ({cache_kind if tree is not None else 'no'} "
+                                f"cache, {policy}): the engine leaked them")
         return st
 
     def _admit(self, req: Request, prompt: list[int], pool: KVPool, tree: RadixCache | None,
@@ -173,8 +176,6 @@ class Engine:
         need_total = len(prompt) + req.max_new - 1       # positions that get K/V
         if tree is not None:  # keep at least the last prompt token to compute: its logits start decoding
             prefix, node = tree.match_prefix(prompt[:-1])
-            if self._exact and len(prefix) < len(prompt) - 1:
-                prefix, node = [], tree.root             # exact matching: a partial prefix is not reused
             tree.inc_lock(node)                          # before evicting: the match must survive
         else:
             prefix, node = [], None
