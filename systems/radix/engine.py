@@ -1,6 +1,9 @@
-"""A serving engine around the causal MiniLM (``model.CausalMiniLM``): continuous batching over a KV pool, with or without the
-radix cache, and the two admission orders compared in the paper (SGLang, Sec. 3): first come first
-served, and longest prefix match first (LPM, the paper's cache-aware scheduling)."""
+"""A serving engine around a causal LM over a slot-indexed KV pool (SmolLM2-135M-Instruct,
+``llm_serving.smollm2``, by default; the causal MiniLM has the same interface): continuous batching,
+with no cache, the radix cache (``tree.RadixCache``) or the block-hash prefix cache of vLLM
+(``block_cache.BlockPrefixCache``), and the two admission orders compared in the paper (SGLang,
+Sec. 3): first come first served, and longest prefix match first (LPM, the paper's cache-aware
+scheduling)."""
 from __future__ import annotations
 
 import time
@@ -9,8 +12,16 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from mlsys_flows.systems.llm_serving.causal_minilm import CausalMiniLM, KVPool, pretrained
+from mlsys_flows.errors import MlsysError
+from mlsys_flows.systems.llm_serving.kv_pool import KVPool
+from .block_cache import BlockPrefixCache
 from .tree import RadixCache
+
+CACHE_KINDS = ("radix", "block")
+
+
+class SlotLeakError(MlsysError, RuntimeError):
+    """A pass ended with KV-pool slots that are neither free nor cached: the engine lost track of them."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +51,8 @@ def longest_sequence(requests: list[Request]) -> int:
 class _Running:
     req: Request
     prompt: list[int]
-    node: object | None            # locked tree node covering the cached prefix (None: no cache)
-    matched: int                    # prompt tokens whose K/V came from the cache
+    node: object | None            # locked cache node covering the cached prefix (None: no cache)
+    matched: int                    # leading positions whose slots the cache owns (the rest are the run's)
     slots: torch.Tensor             # slots of positions 0 .. len(prompt) + max_new - 2
     output: list[int] = field(default_factory=list)
 
@@ -57,6 +68,7 @@ class ServeStats:
     evicted_tokens: int = 0
     outputs: dict[int, list[int]] = field(default_factory=dict)
     finished_prefill: list[int] = field(default_factory=list)  # cumulative prefill tokens at each finish
+    unaccounted_slots: int = 0    # at the end: pool slots neither free nor cached (serve raises unless 0)
 
     @property
     def cached_tokens(self) -> int:
@@ -68,29 +80,35 @@ class ServeStats:
 
 
 class Engine:
-    def __init__(self, model: CausalMiniLM | None = None):
-        self.model = model if model is not None else pretrained()
+    def __init__(self, model=None):
+        """``model``: a causal LM with the pool interface (``prefill``, ``gather_batch``, ``decode``,
+        ``cfg``); None: SmolLM2-135M-Instruct, loaded once per process."""
+        if model is None:
+            from mlsys_flows.systems.llm_serving.smollm2 import pretrained
+
+            model = pretrained()
+        self.model = model
         self.cfg = self.model.cfg
-        self._exact = False   # set per serve(): exact-prompt matching only
 
     def serve(self, requests: list[Request], *, kv_slots: int, max_running: int, cache: bool,
-              policy: str = "lpm", match: str = "prefix") -> ServeStats:
+              policy: str = "lpm", cache_kind: str = "radix", block_size: int = 16) -> ServeStats:
         """Serve ``requests`` (a request becomes ready when its parent finishes; ready requests
-        queue in the order they became ready) and return the counts and the wall time. ``match``:
-        ``prefix`` reuses the longest cached prefix (RadixAttention); ``exact`` reuses the cache only
-        for a prompt cached whole (an identical earlier prompt), the ablation of prefix matching."""
+        queue in the order they became ready) and return the counts and the wall time.
+        ``cache_kind``: ``radix`` (the tree: any prefix, token by token) or ``block`` (vLLM's automatic
+        prefix caching: whole ``block_size``-token blocks keyed by the hash of the prefix); ``policy``:
+        ``lpm`` (longest prefix match first) or ``fcfs``. Raises ``SlotLeakError`` when a pool slot is
+        neither free nor cached at the end (checked on every pass, after the clock stops)."""
         if policy not in ("lpm", "fcfs"):
             raise ValueError(f"policy must be 'lpm' or 'fcfs' (got {policy!r})")
-        if match not in ("prefix", "exact"):
-            raise ValueError(f"match must be 'prefix' or 'exact' (got {match!r})")
+        if cache_kind not in CACHE_KINDS:
+            raise ValueError(f"cache_kind must be one of {', '.join(CACHE_KINDS)} (got {cache_kind!r})")
         longest = longest_sequence(requests)
         if longest > self.cfg.max_positions:
             raise ValueError(f"a request chain needs {longest} positions (prompt + generated tokens) but "
                              f"{self.cfg.name} has {self.cfg.max_positions}")
-        self._exact = match == "exact"
         # the decode batch's gather buffers are sized (and touched) before the clock starts
         model, pool = self.model, KVPool(self.cfg, kv_slots, batch_tokens=min(max_running, len(requests)) * longest)
-        tree = RadixCache() if cache else None
+        tree = (RadixCache() if cache_kind == "radix" else BlockPrefixCache(block_size)) if cache else None
         children: dict[int | None, list[Request]] = {}
         for r in requests:
             children.setdefault(r.parent, []).append(r)
@@ -146,6 +164,11 @@ class Engine:
             if len(still) != len(running):
                 running, rows = still, None
         st.wall_s = time.perf_counter() - t0
+        st.unaccounted_slots = kv_slots - pool.free - (tree.total_size() if tree is not None else 0)
+        if st.unaccounted_slots:
+            raise SlotLeakError(f"{st.unaccounted_slots} of {kv_slots} KV-pool slots are neither free nor cached "
+                                f"after serving {len(requests)} requests ({cache_kind if tree is not None else 'no'} "
+                                f"cache, {policy}): the engine leaked them")
         return st
 
     def _admit(self, req: Request, prompt: list[int], pool: KVPool, tree: RadixCache | None,
@@ -153,8 +176,6 @@ class Engine:
         need_total = len(prompt) + req.max_new - 1       # positions that get K/V
         if tree is not None:  # keep at least the last prompt token to compute: its logits start decoding
             prefix, node = tree.match_prefix(prompt[:-1])
-            if self._exact and len(prefix) < len(prompt) - 1:
-                prefix, node = [], tree.root             # exact matching: a partial prefix is not reused
             tree.inc_lock(node)                          # before evicting: the match must survive
         else:
             prefix, node = [], None
@@ -181,19 +202,21 @@ class Engine:
     @staticmethod
     def _cache(run: _Running, tokens: list[int], pool: KVPool, tree: RadixCache) -> None:
         """Insert ``tokens`` (a prefix of the run's positions) with the run's slots; free the run's
-        duplicates of tokens someone else cached meanwhile, switch to the tree's slots and move the
-        lock to the node that now covers ``tokens``."""
+        duplicates of tokens someone else cached meanwhile, switch to the cache's slots and move the
+        lock to the node that now covers what is cached of ``tokens`` (all of them in the tree; the
+        whole blocks in the block cache, whose partial last block stays the run's)."""
         n = len(tokens)
         mine = run.slots[:n].tolist()
         have = tree.insert(tokens, mine)
         slots, node = tree.match_prefix(tokens)
+        m = len(slots)
         dup = [s for s, t in zip(mine[run.matched:have], slots[run.matched:have]) if s != t]
         if dup:
             pool.release(dup)
-            run.slots[:n] = torch.tensor(slots, dtype=torch.long)
+            run.slots[:m] = torch.tensor(slots, dtype=torch.long)
         tree.inc_lock(node)
         tree.dec_lock(run.node)
-        run.node, run.matched = node, n
+        run.node, run.matched = node, m
 
     def _finish(self, run: _Running, pool: KVPool, tree: RadixCache | None, st: ServeStats,
                 full: dict, children: dict, waiting: list) -> int:
@@ -203,6 +226,7 @@ class Engine:
         if tree is not None:
             self._cache(run, seq[:kv_len], pool, tree)
             tree.dec_lock(run.node)
+            pool.release(run.slots[run.matched:].tolist())   # what the cache did not take (block cache)
         else:
             pool.release(run.slots.tolist())
         st.requests += 1

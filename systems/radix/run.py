@@ -13,19 +13,27 @@ from . import SPEC, TOKEN_IDS
 from . import workloads as w
 from .engine import Engine, Request, ServeStats
 
-WORKLOADS = ("fewshot", "chat", "tot", "noshare", "pressure")
-SUFFIX = {"fewshot": "", "chat": "_chat", "tot": "_tot", "noshare": "_noshare", "pressure": "_pressure"}
-# variant -> (cache, policy, match); the FCFS ablation runs where the cache is under pressure, the
-# exact-prompt cache (the mechanism's ablation: no prefix matching) on the headline's few-shot workload
-VARIANTS = {"no_cache": (False, "fcfs", "prefix"), "radix": (True, "lpm", "prefix"),
-            "radix_fcfs": (True, "fcfs", "prefix"), "exact_cache": (True, "lpm", "exact")}
-REGIME_VARIANTS = ("no_cache", "radix")
+WORKLOADS = ("fewshot", "chat", "tot", "noshare", "pressure")   # the order seeds each workload's requests
+HEADLINE = "chat"   # the headline's workload: its variants carry no suffix
+SUFFIX = {"fewshot": "_fewshot", "chat": "", "tot": "_tot", "noshare": "_noshare", "pressure": "_pressure"}
+# variant -> (cache, admission policy, cache kind). block_cache is vLLM's automatic prefix caching with
+# its FCFS admission (the strongest deployable baseline); block_cache_lpm the same block cache with the
+# radix variant's longest-prefix-match-first admission (the mechanism's ablation: only the token
+# granularity of the tree removed); radix_fcfs the tree with FCFS admission (the scheduler's ablation)
+VARIANTS = {"no_cache": (False, "fcfs", "radix"), "radix": (True, "lpm", "radix"),
+            "radix_fcfs": (True, "fcfs", "radix"), "block_cache": (True, "fcfs", "block"),
+            "block_cache_lpm": (True, "lpm", "block")}
+REGIME_VARIANTS = ("no_cache", "radix", "block_cache")
 
 
 def variants_of(workload: str) -> tuple[str, ...]:
-    if workload == "pressure":
-        return ("no_cache", "radix", "radix_fcfs")
-    return ("no_cache", "radix", "exact_cache") if workload == "fewshot" else ("no_cache", "radix")
+    """The variants served on ``workload``: the block cache wherever there is sharing; the ablations
+    (block_cache_lpm, radix_fcfs) where they are judged: the headline's chat and the pressure workload."""
+    return {"chat": ("no_cache", "radix", "block_cache", "block_cache_lpm"),
+            "fewshot": ("no_cache", "radix", "block_cache"),
+            "tot": ("no_cache", "radix", "block_cache"),
+            "noshare": ("no_cache", "radix"),
+            "pressure": ("no_cache", "radix", "radix_fcfs", "block_cache", "block_cache_lpm")}[workload]
 
 
 def make_requests(p, workload: str) -> list[Request]:
@@ -50,7 +58,7 @@ def make_requests(p, workload: str) -> list[Request]:
 
 
 def make_engine(p) -> Engine:
-    """An engine on the pretrained model (weights read once per process), ``p.torch_threads`` threads."""
+    """An engine on SmolLM2 (weights loaded once per process), ``p.torch_threads`` threads."""
     import torch
 
     torch.set_num_threads(p.torch_threads)
@@ -58,13 +66,16 @@ def make_engine(p) -> Engine:
 
 
 def model_note() -> dict:
-    """What was served and how long reading its weights took (once per process, never in a timed pass)."""
-    from mlsys_flows.systems.llm_serving.causal_minilm import pretrained
+    """What was served and how long loading its weights took (once per process, never in a timed
+    pass; ``load_source``: the dequantized cache under the project's home, or the GGUF file)."""
+    from mlsys_flows.systems.llm_serving.smollm2 import pretrained
 
     model = pretrained()
     cfg = model.cfg
     return {"name": cfg.name, "layers": cfg.layers, "d_model": cfg.d_model, "heads": cfg.heads,
-            "vocab": cfg.vocab, "max_positions": cfg.max_positions, "load_s": model.load_s}
+            "kv_heads": cfg.kv_heads, "intermediate": cfg.intermediate, "vocab": cfg.vocab,
+            "max_positions": cfg.max_positions, "rope_theta": cfg.rope_theta, "load_s": model.load_s,
+            "load_source": model.load_source}
 
 
 def outputs_digest(st: ServeStats) -> str:
@@ -72,9 +83,19 @@ def outputs_digest(st: ServeStats) -> str:
 
 
 def serve(engine: Engine, p, workload: str, variant: str, requests: list[Request]) -> ServeStats:
-    cache, policy, match = VARIANTS[variant]
+    cache, policy, kind = VARIANTS[variant]
     slots = p.pressure_kv_slots if workload == "pressure" else p.kv_slots
-    return engine.serve(requests, kv_slots=slots, max_running=p.max_running, cache=cache, policy=policy, match=match)
+    return engine.serve(requests, kv_slots=slots, max_running=p.max_running, cache=cache, policy=policy,
+                        cache_kind=kind, block_size=p.block_size)
+
+
+def warm_up(engine: Engine, p, workload: str, names, requests: list[Request]) -> None:
+    """One untimed pass of every variant on the first eighth of ``requests`` (parents precede
+    children): allocator, kernels, caches of the interpreter. Off (``p.warmup``) at smoke, whose
+    timings decide nothing."""
+    if p.warmup:
+        for v in names:
+            serve(engine, p, workload, v, requests[: max(2, len(requests) // 8)])
 
 
 def regime_workload(share: float) -> str:
@@ -82,19 +103,21 @@ def regime_workload(share: float) -> str:
 
 
 def measure_regime(p, log=None) -> dict[float, dict[str, list[float]]]:
-    """Requests/s of no cache and the radix cache at every shared-prefix share of ``p.regime_shared_share``:
-    ``p.regime_requests`` prompts of the few-shot length whose first share of tokens is common,
-    ``p.regime_repeats`` timed passes per variant (interleaved, after one warm-up pass each)."""
+    """Requests/s of no cache, the radix cache and the block cache at every shared-prefix share of
+    ``p.regime_shared_share``: ``p.regime_requests`` prompts of the few-shot length whose first share of
+    tokens is common, ``p.regime_repeats`` timed passes per variant (interleaved, their order rotated;
+    one warm-up pass of each variant before the first point: the points share the process's warm state)."""
     eng = make_engine(p)
     out = {}
-    for share in p.regime_shared_share:
+    for i, share in enumerate(p.regime_shared_share):
         name = regime_workload(share)
         requests = make_requests(p, name)
         rates: dict[str, list[float]] = {v: [] for v in REGIME_VARIANTS}
-        for v in REGIME_VARIANTS:
-            serve(eng, p, name, v, requests[: max(2, len(requests) // 8)])
+        if i == 0:
+            warm_up(eng, p, name, REGIME_VARIANTS, requests)
+        k = len(REGIME_VARIANTS)
         for rep in range(p.regime_repeats):
-            for v in REGIME_VARIANTS[rep % 2:] + REGIME_VARIANTS[:rep % 2]:
+            for v in REGIME_VARIANTS[rep % k:] + REGIME_VARIANTS[:rep % k]:
                 st = serve(eng, p, name, v, requests)
                 rates[v].append(st.requests / st.wall_s)
         if log:
@@ -110,13 +133,12 @@ def measure(p, workload: str, log=None) -> dict:
     eng = make_engine(p)
     requests = make_requests(p, workload)
     names = variants_of(workload)
-    for v in names:  # warm-up: allocator, kernels, caches of the interpreter
-        serve(eng, p, workload, v, requests[: max(2, len(requests) // 8)])  # parents precede children
+    warm_up(eng, p, workload, names, requests)
     rates: dict[str, list[float]] = {v: [] for v in names}
     first: dict[str, ServeStats] = {}
     digests: dict[str, set[str]] = {v: set() for v in names}
     # the headline's workload repeats until its verdict decides (within max_repeats / the budget)
-    reps = p.adaptive_repeats() if workload == "fewshot" else AdaptiveRepeats(p.repeats)
+    reps = p.adaptive_repeats() if workload == HEADLINE else AdaptiveRepeats(p.repeats)
     for rep in reps:
         order = names[rep % len(names):] + names[:rep % len(names)]
         for v in order:

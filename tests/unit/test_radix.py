@@ -125,8 +125,18 @@ def test_common_prefix_len(a, b):
 
 def test_params_reject_impossible_pools():
     with pytest.raises(ParamsError, match="kv_slots"):
-        Params.for_scale("smoke", kv_slots=100)
+        Params.for_scale("quick", kv_slots=100)             # the few-shot chain is 96 + 16 + 4 tokens
     with pytest.raises(ParamsError, match="pressure_kv_slots"):
         Params.for_scale("smoke", pressure_kv_slots=5000)   # holds every template: no pressure
-    with pytest.raises(ParamsError, match="noshare_prompt"):
-        Params.for_scale("smoke", noshare_prompt=510)   # 510 + 4 generated: past 512 positions
+    with pytest.raises(ParamsError, match="chat_turns"):
+        Params.for_scale("smoke", chat_turns=40, chat_user=300)   # 16 + 40 x 302: past SmolLM2's 8192 positions
+
+
+def test_lengths_are_capped_by_the_served_model_not_minilm():
+    """SmolLM2 has 8192 positions: prompts past MiniLM's 512 are accepted; one past the model's is rejected,
+    naming the field."""
+    p = Params.for_scale("quick", fewshot_prefix=4000, noshare_prompt=2000, kv_slots=8192)
+    assert (p.fewshot_prefix, p.noshare_prompt) == (4000, 2000)
+    for field in ("fewshot_prefix", "noshare_prompt", "pressure_prefix", "tot_question", "chat_system"):
+        with pytest.raises(ParamsError, match=field):
+            Params.for_scale("quick", **{field: 8193})

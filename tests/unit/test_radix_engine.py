@@ -1,7 +1,10 @@
-"""The served model is the package's pretrained MiniLM run causally, and the engine really reuses its
-cached K/V: logits with a cached prefix equal a full recomputation, served outputs are identical with
-and without the radix cache, the cache saves the prefill it should, and longest-prefix-match-first
-beats FCFS under cache pressure."""
+"""The causal MiniLM (the package's pretrained weights run causally, what metropolis serves) reuses its
+cached K/V exactly, and the engine (model-agnostic; radix serves SmolLM2, tests/unit/test_smollm2.py)
+really reuses cached K/V: served outputs are identical with and without the radix cache and the
+block-hash cache, the caches save the prefill they should (the block cache recomputes the partial
+block of every chat turn) and a leaked slot fails the pass, and longest-prefix-match-first beats FCFS
+under cache pressure. Engine logic runs on MiniLM (cheap);
+the parameters' workloads run on SmolLM2 at smoke scale."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,11 +12,14 @@ import pytest
 import torch
 
 from mlsys_flows.systems.common.params import ParamsError
-from mlsys_flows.systems.radix import FIRST_WORD_ID, MODEL_POSITIONS, MODEL_VOCAB, TOKEN_IDS, Params, common_prefix_len
+from mlsys_flows.systems.llm_serving.model_card import FIRST_WORD_ID, MODEL_POSITIONS, MODEL_VOCAB, TOKEN_IDS
+from mlsys_flows.systems.radix import FIRST_TOKEN_ID, Params, common_prefix_len
+from mlsys_flows.systems.radix import MODEL_POSITIONS as SERVED_POSITIONS
+from mlsys_flows.systems.radix import MODEL_VOCAB as SERVED_VOCAB
 from mlsys_flows.systems.radix import workloads as w
-from mlsys_flows.systems.radix.engine import Engine
+from mlsys_flows.systems.radix.engine import Engine, SlotLeakError
 from mlsys_flows.systems.llm_serving.causal_minilm import KVPool, load_config, load_state_dict, pretrained, weights_dir
-from mlsys_flows.systems.radix.run import make_requests, measure, serve
+from mlsys_flows.systems.radix.run import make_requests, measure, serve, variants_of
 
 ATOL = RTOL = 1e-4
 
@@ -29,6 +35,13 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def model():
     return pretrained()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from mlsys_flows.systems.llm_serving.smollm2 import pretrained as smollm2_pretrained
+
+    return smollm2_pretrained()
 
 
 def _tokens(n: int, seed: int = 0) -> list[int]:
@@ -134,29 +147,31 @@ def test_positions_past_the_model_fail_clearly(model):
     long = [w.Request(0, None, tuple(_tokens(500)), 20)]
     with pytest.raises(ValueError, match="needs 520 positions"):
         Engine(model).serve(long, kv_slots=1024, max_running=1, cache=True)
-    for field, value in (("fewshot_prefix", 500), ("chat_turns", 20), ("tot_depth", 8), ("noshare_prompt", 509),
-                         ("pressure_prefix", 500)):
-        more = {"tot_question": 300} if field == "tot_depth" else {}   # 300 + 8 x 16 + 9 x 16 = 572
+    # radix serves SmolLM2 (8192 positions): only chains of many turns or levels can pass them
+    for field, value, more in (("chat_turns", 20, dict(chat_user=300, chat_new_tokens=200)),    # 32 + 20 x 500
+                               ("tot_depth", 8, dict(tot_step=500, tot_new_tokens=500))):      # 64 + 8 x 500 + 9 x 500
         with pytest.raises(ParamsError, match=field) as err:
             Params.for_scale("quick", **{field: value}, **more)
-        assert err.value.field == field and "512" in str(err.value)
+        assert err.value.field == field and str(SERVED_POSITIONS) in str(err.value)
 
 
 @pytest.mark.parametrize("workload", ["fewshot", "chat", "tot", "noshare", "pressure"])
-def test_outputs_identical_with_and_without_cache(model, workload):
+def test_outputs_identical_with_and_without_cache(smollm2, workload):
+    """The parameters' workloads on the served model (SmolLM2), every variant of the workload."""
     p = Params.for_scale("smoke")
-    engine = Engine(model)
+    engine = Engine(smollm2)
     reqs = make_requests(p, workload)
     base = serve(engine, p, workload, "no_cache", reqs)
-    variants = ("radix", "radix_fcfs") if workload == "pressure" else ("radix",)
+    variants = [v for v in variants_of(workload) if v != "no_cache"]
     results = {v: serve(engine, p, workload, v, reqs) for v in variants}
-    for got in results.values():
+    for got in [base, *results.values()]:
         assert got.outputs == base.outputs
         assert got.requests == base.requests == len(reqs)
         assert got.prompt_tokens == base.prompt_tokens
         assert got.prefill_tokens + got.cached_tokens == base.prefill_tokens
+        assert got.unaccounted_slots == 0
     if workload != "noshare":
-        assert results["radix"].prefill_tokens < base.prefill_tokens / 2
+        assert results["radix"].prefill_tokens < 0.6 * base.prefill_tokens
 
 
 def test_fewshot_prefill_counts_exact(model):
@@ -181,40 +196,110 @@ def test_lpm_beats_fcfs_under_pressure_and_pool_is_conserved(model):
     fcfs = engine.serve(reqs, kv_slots=150, max_running=2, cache=True, policy="fcfs")
     assert lpm.outputs == fcfs.outputs
     assert lpm.prefill_tokens < fcfs.prefill_tokens and lpm.evicted_tokens < fcfs.evicted_tokens
+    assert lpm.unaccounted_slots == fcfs.unaccounted_slots == 0
     with pytest.raises(RuntimeError, match="more KV slots"):
         engine.serve(reqs, kv_slots=40, max_running=2, cache=True)
 
 
+@pytest.mark.parametrize("block", [1, 7])
+def test_block_cache_serves_the_same_outputs_and_reuses_whole_blocks(model, block):
+    """The block-hash cache through the engine: outputs equal no cache; a few-shot prefix of whole
+    blocks is reused exactly as the tree reuses it, and the partial last block is recomputed; the
+    pool is conserved under eviction (the partial blocks the cache does not take are freed)."""
+    engine = Engine(model)
+    reqs = w.fewshot(np.random.default_rng(0), TOKEN_IDS, 6, 48, 5, 3)     # a 48-token prefix: 3 blocks of 16
+    none = engine.serve(reqs, kv_slots=2048, max_running=4, cache=False)
+    radix = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, policy="fcfs")
+    blk = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, policy="fcfs", cache_kind="block", block_size=block)
+    assert blk.outputs == radix.outputs == none.outputs
+    assert blk.unaccounted_slots == radix.unaccounted_slots == 0
+    # request i > 0 reuses the prefix's whole blocks (42 of its 48 tokens with blocks of 7); with block 1 the
+    # block cache is the tree
+    per = [len(r.append) for r in reqs]
+    assert radix.prefill_tokens == per[0] + sum(p - 48 for p in per[1:])
+    assert blk.prefill_tokens == per[0] + sum(p - 48 // block * block for p in per[1:])
+    pressure = w.interleaved_templates(np.random.default_rng(3), TOKEN_IDS, 3, 3, 40, 4, 2)
+    base = engine.serve(pressure, kv_slots=100, max_running=2, cache=False).outputs
+    for policy in ("lpm", "fcfs"):
+        st = engine.serve(pressure, kv_slots=100, max_running=2, cache=True, policy=policy, cache_kind="block", block_size=block)
+        assert st.evicted_tokens > 0 and st.unaccounted_slots == 0
+        assert st.outputs == base
+    with pytest.raises(ValueError, match="cache_kind"):
+        engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, cache_kind="paged")
+    with pytest.raises(ValueError, match="policy"):
+        engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, policy="random")
+
+
+def test_block_cache_recomputes_the_partial_block_of_every_chat_turn(model):
+    """Multi-turn chat (the headline's workload): turn k reuses its conversation so far, all but the
+    last output token (it has no K/V yet); the tree reuses all of it, the block cache (FCFS or with the
+    tree's admission order) only its whole blocks, so each turn recomputes the partial last block."""
+    engine = Engine(model)
+    sessions, turns, system, user, new, block = 2, 3, 20, 9, 3, 16
+    reqs = w.chat(np.random.default_rng(4), TOKEN_IDS, sessions, turns, system, user, new)
+    # tokens each request reuses: turn 0 of a later session the system prompt (turn 0 of the first session
+    # is cached right after its prefill, in the same admission round), turn k > 0 its parent's prompt and output
+    # but the last output token
+    seq = {}
+    reuse = []
+    for r in reqs:
+        prompt = (seq[r.parent] if r.parent is not None else 0) + len(r.append)
+        seq[r.rid] = prompt + r.max_new
+        reuse.append(seq[r.parent] - 1 if r.parent is not None else (system if r.rid else 0))
+    prompt_tokens = sum(seq[r.rid] - r.max_new for r in reqs)
+    none = engine.serve(reqs, kv_slots=2048, max_running=4, cache=False)
+    radix = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, policy="lpm")
+    blk = {policy: engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, policy=policy, cache_kind="block",
+                                block_size=block) for policy in ("fcfs", "lpm")}
+    assert none.prompt_tokens == none.prefill_tokens == prompt_tokens
+    assert radix.prefill_tokens == prompt_tokens - sum(reuse)
+    for st in blk.values():
+        assert st.prefill_tokens == prompt_tokens - sum(m // block * block for m in reuse) > radix.prefill_tokens
+        assert st.outputs == radix.outputs == none.outputs
+
+
+def test_a_leaked_slot_fails_the_pass(model, monkeypatch):
+    """serve() checks at the end of every pass that each pool slot is free or cached: a pool that loses one
+    slot of the first slots released (a finished run's without a cache, the partial blocks the block cache
+    does not take, evicted ones) fails it, with every cache and without one."""
+    from mlsys_flows.systems.llm_serving import kv_pool
+
+    engine = Engine(model)
+    reqs = w.interleaved_templates(np.random.default_rng(3), TOKEN_IDS, 3, 3, 40, 4, 2)   # evicts in 110 slots
+    kinds = (dict(cache=False), dict(cache=True), dict(cache=True, cache_kind="block"))
+    for kw in kinds:
+        st = engine.serve(reqs, kv_slots=110, max_running=2, **kw)
+        assert st.unaccounted_slots == 0 and (st.evicted_tokens > 0) == kw["cache"]
+    real = kv_pool.KVPool.release
+
+    def lossy(self, slots):
+        slots = list(slots)
+        if slots and not getattr(self, "lost", False):
+            self.lost, slots = True, slots[1:]
+        real(self, slots)
+
+    monkeypatch.setattr(kv_pool.KVPool, "release", lossy)
+    for kw in kinds:
+        with pytest.raises(SlotLeakError, match="1 of 110 KV-pool slots are neither free nor cached"):
+            engine.serve(reqs, kv_slots=110, max_running=2, **kw)
+
+
 def test_measure_reports_every_variant():
     p = Params.for_scale("smoke", repeats=2)
-    out = measure(p, "pressure")
-    assert set(out["rates"]) == {"no_cache", "radix", "radix_fcfs"}
+    out = measure(p, "tot")
+    assert set(out["rates"]) == {"no_cache", "radix", "block_cache"}
     assert all(len(r) == 2 and min(r) > 0 for r in out["rates"].values())
     m = out["metrics"]
     assert m["radix"]["prefill_tokens_saved"] == m["radix"]["prompt_tokens"] - m["radix"]["prefill_tokens"] > 0
     assert m["no_cache"]["hit_rate"] == 0.0 and 0 < m["radix"]["hit_rate"] < 1
-    assert out["model"]["name"] == "all-MiniLM-L6-v2" and out["model"]["max_positions"] == MODEL_POSITIONS
+    assert out["model"]["name"] == "SmolLM2-135M-Instruct" and out["model"]["max_positions"] == SERVED_POSITIONS
+    assert out["model"]["kv_heads"] == 3 and out["model"]["load_source"] in ("cache", "gguf")
 
 
-def test_exact_prompt_cache_reuses_only_whole_identical_prompts(model):
-    """The mechanism's ablation: prompts sharing a prefix recompute it; an identical prompt reuses it whole."""
-    engine = Engine(model)
-    reqs = w.fewshot(np.random.default_rng(0), TOKEN_IDS, 6, 50, 5, 3)
-    exact = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, match="exact")
-    radix = engine.serve(reqs, kv_slots=2048, max_running=4, cache=True)
-    assert exact.prefill_tokens == exact.prompt_tokens == 6 * 55 > radix.prefill_tokens
-    assert exact.outputs == radix.outputs
-    same = [w.Request(i, None, reqs[0].append, 3) for i in range(4)]  # four identical prompts
-    st = engine.serve(same, kv_slots=2048, max_running=1, cache=True, match="exact")
-    assert st.prefill_tokens == 55 + 3 * 1  # the first computes it; the rest reuse all but the last token
-    with pytest.raises(ValueError, match="match"):
-        engine.serve(reqs, kv_slots=2048, max_running=4, cache=True, match="fuzzy")
-
-
-def test_workload_tokens_are_ordinary_wordpieces():
+def test_workload_tokens_are_ordinary_tokens():
     p = Params.for_scale("smoke")
     for name in ("fewshot", "chat", "tot", "noshare", "pressure"):
-        assert all(FIRST_WORD_ID <= t < MODEL_VOCAB for r in make_requests(p, name) for t in r.append)
+        assert all(FIRST_TOKEN_ID <= t < SERVED_VOCAB for r in make_requests(p, name) for t in r.append)
     with pytest.raises(ValueError, match="ids"):
         w.fewshot(np.random.default_rng(0), 512, 2, 4, 2, 1)
 
