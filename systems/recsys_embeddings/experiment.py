@@ -94,6 +94,8 @@ def run_once(ds: Dataset, p: HarnessParams, v, cfg=None, device: str = "cpu") ->
             "stale_quantile_min": c.get("stale_quantile_min", 0.0), "stale_rule_s": c.get("stale_rule_s", 0.0),
             # Slipstream's re-preparation of its kept inputs after a skip: data-loader work, not timed
             "prepare_s": c.get("prepare_s", 0.0),
+            # seconds the slow tier slept on purpose (the regime's slow_row_us): > 0 makes the run's timings emulated
+            "injected_sleep_s": c.get("injected_sleep_s", 0.0),
             # which constraint stopped a larger threshold at each pick (counted): the loss rule or the skip cap
             **{f"stale_bound_{b}": c.get(f"stale_bound_{b}", 0) for b in ("loss", "cap", "both", "none")},
             # share of the training time spent blocked on slow-tier gathers (the updates sent before a
@@ -164,6 +166,12 @@ def parity_break(runs: dict[str, dict], gap: float, compared: tuple[str, ...], b
             if broke else "")
 
 
+def injected(us: float, runs: dict[str, dict]) -> bool:
+    """Whether a regime point's timings rest on an injected cost: an added cost per row was asked, or
+    a run there says its slow tier slept (``injected_sleep_s``). Such a point is emulated."""
+    return us > 0 or any(r.get("injected_sleep_s", 0.0) > 0 for r in runs.values())
+
+
 def regime_result(sweep: dict[float, dict[str, dict]], metric: str, p: HarnessParams, technique: str,
                   baselines: tuple[str, ...]):
     """(RegimeSamples of ``metric`` per point, a note on what the sweep measured, the assumptions of
@@ -175,9 +183,10 @@ def regime_result(sweep: dict[float, dict[str, dict]], metric: str, p: HarnessPa
     samples = []
     for us, runs in sorted(sweep.items()):
         broke = parity_break(runs, p.parity_gap, (technique, *baselines))
+        slept = injected(us, runs)
         samples.append(RegimeSample(value=float(us), samples={n: [r[metric]] for n, r in runs.items()},
-                                    kind="emulated" if us > 0 else "measured", valid=not broke, invalid=broke,
-                                    emulated=EMULATED_SLOW_TIER if us > 0 else ""))
+                                    kind="emulated" if slept else "measured", valid=not broke, invalid=broke,
+                                    emulated=EMULATED_SLOW_TIER if slept else ""))
     shares = ", ".join(f"{us:g} us: {runs['hybrid']['slow_tier_share']:.0%}" for us, runs in sorted(sweep.items())
                        if "hybrid" in runs)
     broken = [f"{s.value:g} us ({s.invalid})" for s in samples if not s.valid]
