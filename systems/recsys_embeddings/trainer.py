@@ -30,11 +30,12 @@ is authoritative: in the fast tier or by a sparse update sent to the slow tier. 
 Input preparation (dedup of each batch's rows, the hot/cold split, and the inputs' copy to the
 device) is data-loader work done for every variant outside the clock: before it starts, and, for
 Slipstream's popular micro-batch shrunk by a skip (its kept inputs prepared again), with the clock
-paused around that ``prepare()`` (its time counted apart in ``prepare_s``). Slipstream's own runtime
-work stays timed: the snapshots, the drift, the threshold's loss probe and the skip test on every
-batch (the paper's snapshot, sampling and input-classifier blocks). On CUDA the kept inputs'
-host-to-device copy is queued without waiting, so the device may still run it inside the clock.
-Everything else after the clock starts is timed.
+paused around that ``prepare()`` (its time counted apart in ``prepare_s``). On CUDA the device's
+queued work is waited for before the clock pauses (timed) and the kept inputs' host-to-device copy
+after the preparation (paused), so the paused window holds only the host-side preparation and its
+copy, never queued training kernels. Slipstream's own runtime work stays timed: the snapshots, the
+drift, the threshold's loss probe and the skip test on every batch (the paper's snapshot, sampling
+and input-classifier blocks). Everything else after the clock starts is timed.
 
 Device (``TrainConfig.device``, resolved once by device.resolve_device: ``cpu`` always works, CUDA
 when present and asked for): the dense model, the fast tier (hot rows and their Adagrad accumulators)
@@ -437,10 +438,14 @@ class Trainer:
                     if skip.any():
                         keep = ~skip
                         # the kept inputs' micro-batch is data-loader work, as every variant's preparation:
-                        # outside the clock (``clock`` excludes it; its time is counted in ``prepare_s``)
+                        # outside the clock (``clock`` excludes it; its time is counted in ``prepare_s``).
+                        # The device's queued work (the last step's updates) finishes first, timed, so the
+                        # paused window holds only this host-side preparation and its copy, waited for.
+                        place.sync()
                         t1 = time.perf_counter()
                         micros = [prepare(pop.host_dense[keep], pop.ids[keep], pop.host_labels[keep],
                                           self.slots, False, place), micros[1]]
+                        place.sync()
                         untimed += time.perf_counter() - t1
                         self.counters["skipped"] += int(skip.sum())
                 if kind == "mixed":

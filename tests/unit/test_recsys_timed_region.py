@@ -1,19 +1,23 @@
 """Every variant of the two-tier trainer prepares its inputs (dedup, hot/cold split, tensors) outside
 its timed region, Slipstream's re-preparation of a popular micro-batch shrunk by a skip included
-(issue 44, item 3). The check does not read the wall clock: the trainer's clock is replaced by one
-on which every ``prepare()`` costs PENALTY seconds, so a variant whose training time contains a
-preparation reports at least PENALTY seconds, whatever the machine's speed."""
+(issue 44, item 3), and pauses the clock around that preparation alone. The check does not read the
+wall clock: the trainer's clock is replaced by one that moves only when charged, PENALTY seconds for
+every ``prepare()`` and STEP seconds for every training step, so a variant whose training time
+contains a preparation reports at least PENALTY seconds, and one whose paused window holds more
+than its preparations (a step) counts more than their PENALTY seconds in ``prepare_s``, whatever the
+machine's speed."""
 from __future__ import annotations
 
-import time as real_time
 from types import SimpleNamespace
 
 import pytest
 
 from mlsys_flows.systems.recsys_embeddings import experiment as ex
 from mlsys_flows.systems.recsys_embeddings import trainer as tr
+from mlsys_flows.systems.recsys_embeddings.device import Placement
 
-PENALTY = 1.0e4  # seconds a preparation costs on the fake clock (a run here takes a few real seconds)
+PENALTY = 1.0e4  # seconds a preparation costs on the fake clock
+STEP = 1.0       # seconds a training step costs on it (a run here makes a few dozen steps)
 
 
 @pytest.fixture(scope="module")
@@ -29,20 +33,36 @@ def small():
 
 
 def charged_run(monkeypatch, ds, cfg, v):
-    """Train ``v`` with every ``prepare()`` costing PENALTY seconds on the trainer's clock: (result,
-    preparations made after the plan was built, i.e. inside the training loop)."""
+    """Train ``v`` on a clock that moves only by PENALTY seconds per ``prepare()`` and STEP seconds per
+    ``Trainer.step``: (result, counts: ``all`` preparations, ``in_loop`` those made after the plan was
+    built, ``steps``; ``events``: the loop's prepare/sync/step calls in order)."""
     offset = [0.0]
-    calls = {"all": 0, "in_loop": 0}
+    calls = {"all": 0, "in_loop": 0, "steps": 0}
+    events: list[str] = []
     in_loop = [False]
-    fake_time = SimpleNamespace(perf_counter=lambda: real_time.perf_counter() + offset[0])
-    real_prepare = tr.prepare
+    fake_time = SimpleNamespace(perf_counter=lambda: offset[0])
+    real_prepare, real_step, real_sync = tr.prepare, tr.Trainer.step, Placement.sync
 
     def prepare(*a, **k):
         calls["all"] += 1
         calls["in_loop"] += in_loop[0]
+        if in_loop[0]:
+            events.append("prepare")
         out = real_prepare(*a, **k)
         offset[0] += PENALTY
         return out
+
+    def step(self, micros, tier):
+        calls["steps"] += 1
+        events.append("step")
+        out = real_step(self, micros, tier)
+        offset[0] += STEP
+        return out
+
+    def sync(self):
+        if in_loop[0]:
+            events.append("sync")
+        return real_sync(self)
 
     real_evaluate = tr.Trainer.evaluate
 
@@ -52,9 +72,11 @@ def charged_run(monkeypatch, ds, cfg, v):
 
     monkeypatch.setattr(tr, "time", fake_time)
     monkeypatch.setattr(tr, "prepare", prepare)
+    monkeypatch.setattr(tr.Trainer, "step", step)
+    monkeypatch.setattr(Placement, "sync", sync)
     monkeypatch.setattr(tr.Trainer, "evaluate", evaluate)
     r = tr.train(ds, cfg, v)
-    return r, calls
+    return r, calls, events
 
 
 def check_untimed_preparation(r) -> None:
@@ -63,16 +85,31 @@ def check_untimed_preparation(r) -> None:
                              f"{r.train_time_s:.0f} s contains a preparation's {PENALTY:.0f} s")
 
 
+def check_paused_window(r, calls) -> None:
+    """The clock pauses around the in-loop preparations and nothing else: ``prepare_s`` is their charged
+    time, and every step's charge is in the training time."""
+    charged = calls["in_loop"] * PENALTY
+    if r.counters.get("prepare_s", 0.0) > charged + STEP / 2:
+        raise AssertionError(f"{r.name} pauses its clock around more than its preparations: prepare_s "
+                             f"{r.counters['prepare_s']:.0f} s > {calls['in_loop']} x {PENALTY:.0f} s")
+    assert r.counters.get("prepare_s", 0.0) == pytest.approx(charged, abs=STEP / 2)
+    assert r.train_time_s == pytest.approx(calls["steps"] * STEP, abs=STEP / 2)
+
+
 @pytest.mark.parametrize("name", ["hybrid", "fae", "cache", "hotline", "hotline_sync", "slipstream"])
 def test_every_variant_prepares_outside_its_timed_region(small, monkeypatch, name):
     p, ds, hot = small
-    r, calls = charged_run(monkeypatch, ds, ex.config(p), ex.variant(name, p, hot))
-    assert calls["all"] > 0
+    r, calls, events = charged_run(monkeypatch, ds, ex.config(p), ex.variant(name, p, hot))
+    assert calls["all"] > 0 and calls["steps"] > 0
     check_untimed_preparation(r)
+    check_paused_window(r, calls)
     if name == "slipstream":
         # it did skip, so it prepared its kept inputs again inside the loop, and that time is counted apart
         assert r.counters["skipped"] > 0 and calls["in_loop"] > 0
-        assert r.counters["prepare_s"] >= calls["in_loop"] * PENALTY
+        # the device's queued work is waited for before the pause and the preparation's copy inside it
+        # (no-ops on the CPU; on CUDA the paused window then holds no queued training kernels)
+        at = [i for i, e in enumerate(events) if e == "prepare"]
+        assert all(events[i - 1] == "sync" and events[i + 1] == "sync" for i in at), events
     else:
         assert calls["in_loop"] == 0 and r.counters.get("prepare_s", 0.0) == 0
 
@@ -89,7 +126,8 @@ def test_a_variant_preparing_inside_the_clock_is_caught(small, monkeypatch):
         return real_step(self, micros, tier)
 
     monkeypatch.setattr(tr.Trainer, "step", step)
-    r, calls = charged_run(monkeypatch, ds, ex.config(p), ex.variant("hotline", p, hot))
+    r, calls, _ = charged_run(monkeypatch, ds, ex.config(p), ex.variant("hotline", p, hot))
     assert calls["in_loop"] > 0
     with pytest.raises(AssertionError, match="prepares inside its timed region"):
         check_untimed_preparation(r)
+
