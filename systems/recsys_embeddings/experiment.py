@@ -94,7 +94,7 @@ def run_once(ds: Dataset, p: HarnessParams, v, cfg=None, device: str = "cpu") ->
             "stale_quantile_min": c.get("stale_quantile_min", 0.0), "stale_rule_s": c.get("stale_rule_s", 0.0),
             # Slipstream's re-preparation of its kept inputs after a skip: data-loader work, not timed
             "prepare_s": c.get("prepare_s", 0.0),
-            # seconds the slow tier slept on purpose (the regime's slow_row_us): > 0 makes the run's timings emulated
+            # sleep requested of the slow tier (slow_row_us x rows moved): > 0 makes the run's timings emulated
             "injected_sleep_s": c.get("injected_sleep_s", 0.0),
             # which constraint stopped a larger threshold at each pick (counted): the loss rule or the skip cap
             **{f"stale_bound_{b}": c.get(f"stale_bound_{b}", 0) for b in ("loss", "cap", "both", "none")},

@@ -135,8 +135,9 @@ class SlowTier:
 
     @property
     def injected_s(self) -> float:
-        """Seconds the tier process slept on purpose so far (``row_cost_s`` per row of every gather,
-        update and write sent): the part of its cost that is emulated, not measured."""
+        """Seconds of sleep requested of the tier process so far (``row_cost_s`` x the rows of every
+        gather, update and write sent): the part of its cost that is emulated, not measured. The
+        request, not the time slept: ``time.sleep`` overshoots small requests, so it slept at least this."""
         return self.row_cost_s * (self.rows_gathered + self.rows_sent)
 
     # ----- requests --------------------------------------------------------------------------

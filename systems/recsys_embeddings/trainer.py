@@ -464,7 +464,7 @@ class Trainer:
             # batch traffic only: the syncs' rows are counted apart (sync_rows); evaluation gathers excluded
             self.counters["rows_gathered"] = self._batch_gathered
             self.counters["rows_sent"] = tier.rows_sent - (self.counters["sync_rows"] - self.counters["sync_gathered"])
-            # the sleep injected by the tier (slow_row_us > 0), evaluations' gathers included: an emulated cost
+            # the sleep requested of the tier (row cost x rows, evaluations' gathers included): an emulated cost
             self.counters["injected_sleep_s"] = tier.injected_s
         final = curve[-1]
         self.counters["hot_input_fraction"] = float(hot_in.mean()) if hot_in is not None else 0.0
