@@ -131,6 +131,14 @@ class SlowTier:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="slowtier-gather")
         self.rows_gathered = 0
         self.rows_sent = 0
+        self.row_cost_s = float(row_cost_s)
+
+    @property
+    def injected_s(self) -> float:
+        """Seconds of sleep requested of the tier process so far (``row_cost_s`` x the rows of every
+        gather, update and write sent): the part of its cost that is emulated, not measured. The
+        request, not the time slept: ``time.sleep`` overshoots small requests, so it slept at least this."""
+        return self.row_cost_s * (self.rows_gathered + self.rows_sent)
 
     # ----- requests --------------------------------------------------------------------------
     def gather(self, ids: np.ndarray, with_state: bool = False) -> np.ndarray:
