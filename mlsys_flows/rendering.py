@@ -124,7 +124,7 @@ def claim_rows(report: dict, short: bool = False) -> list[tuple[str, dict]]:
         afters += [after] if after and after not in afters else []
         labels += [label] if label and label not in labels else []
     broke = set((report.get("constraint") or {}).get("excluded") or [])  # issue 47: baselines that broke it
-    mark = "broke constraint" if short else "baseline broke the constraint: not a comparison at it"
+    mark = "unmet" if short else "baseline broke the constraint: not a comparison at it"  # short: a UI cell never wraps
     return [(f"{r['metric']}: {r['technique']} vs {r['baseline']}" + "".join(afters)
              + (f" ({'; '.join(labels + ([mark] if r['baseline'] in broke else []))})"
                 if labels or r["baseline"] in broke else ""), r) for r, afters, labels in found.values()]

@@ -218,8 +218,8 @@ def _stood(verdict: Verdict, keep: list[int], n: int, both: int) -> Verdict:
         if len(keep) > both else "")
     if len(keep) == n and both == n:
         return verdict
-    if not keep:
-        return Verdict(outcome="ties", ratio=None, pairs=0, why=f"{said}: no comparison at the constraint")
+    if not keep:  # short: the label is a table cell the UI never wraps (the counts are in the constraint)
+        return Verdict(outcome="ties", ratio=None, pairs=0, why=f"no pair of {n} met the constraint")
     if len(keep) < MIN_PAIRS and not verdict.exact:
         return verdict.model_copy(update={"outcome": "ties", "pairs": len(keep),
                                           "why": f"{said}: fewer than {MIN_PAIRS}, a tie"})

@@ -182,7 +182,7 @@ def test_when_no_trainer_reaches_the_target_no_ratio_is_claimed():
     assert any("No trainer reached the target on seed(s) 0, 1, 2, 3, 4, 5" in n and "no time to the target" in n
                for n in rep.notes)
     v = rep.headline.verdict
-    assert v.outcome == "ties" and v.ratio is None and "no comparison at the constraint" in v.why
+    assert v.outcome == "ties" and v.ratio is None and "no pair of 6 met the constraint" in v.why
 
 
 def test_the_calibration_chooses_the_target_below_every_final_window_with_a_margin():
