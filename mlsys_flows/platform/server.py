@@ -266,23 +266,39 @@ class LocalPlatform:
 
     def _crash_orphans(self) -> list[str]:
         """Mark this work pool's runs that are still Pending or Running as Crashed: their processes
-        are gone with the worker, and a run left Running would read as still going in the UI."""
-        from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
-                                                    WorkPoolFilter, WorkPoolFilterName)
+        are gone with the worker, and a run left Running would read as still going in the UI. So are
+        the unfinished task runs of any of the pool's runs: the flow process crashes its own in-flight
+        task runs when interrupted, but a task a Dask worker moved to Running after that sweep (or
+        one whose flow process was killed first) would read Running forever."""
+        from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId, FlowRunFilterState,
+                                                    FlowRunFilterStateType, TaskRunFilter, TaskRunFilterState,
+                                                    TaskRunFilterStateType, WorkPoolFilter, WorkPoolFilterName)
         from prefect.client.schemas.objects import StateType
         from prefect.states import Crashed
 
+        from mlsys_flows.task_runs import UNFINISHED
+
         crashed = []
         live = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
+        message = "the local platform (`mlsys-flows server`) was stopped during the run"
+        pool = WorkPoolFilter(name=WorkPoolFilterName(any_=[self.work_pool]))
+        unfinished = TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(
+            any_=[StateType(s) for s in UNFINISHED])))
         try:
             with prefect_client(self.api_url, retries=1) as client:  # one retry: the stop has 10 s in all
                 runs = client.read_flow_runs(
-                    work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[self.work_pool])),
+                    work_pool_filter=pool,
                     flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=live))))
                 for run in runs:
-                    client.set_flow_run_state(run.id, Crashed(
-                        message="the local platform (`mlsys-flows server`) was stopped during the run"), force=True)
+                    client.set_flow_run_state(run.id, Crashed(message=message), force=True)
                     crashed.append(str(run.id))
+                # every process the worker started is gone by now: nothing can move these again
+                with_tasks = client.read_flow_runs(work_pool_filter=pool, task_run_filter=unfinished)
+                if with_tasks:
+                    for task in client.read_task_runs(
+                            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[r.id for r in with_tasks])),
+                            task_run_filter=unfinished):
+                        client.set_task_run_state(task.id, Crashed(message=message), force=True)
         except Exception:  # noqa: BLE001 - best effort: the stop goes on whatever the API says
             pass
         return crashed
