@@ -191,6 +191,10 @@ def summary_markdown(report: RunReport) -> str:
                                                      f"({a.source})" for k, a in consts.items()))
     if report.notes:
         lines += ["", "**Notes**", *[f"- {n}" for n in report.notes]]
+    if report.components:
+        lines += ["", "**Components** (learned, packaged, or scripted by this project)",
+                  *[f"- {c.name}: {c.provenance}" + (f" ({c.statement})" if c.statement else "")
+                    for c in report.components]]
     env = report.environment
     load = f", load {env.load_before[0]:.2f} -> {env.load_after[0]:.2f}" if env.load_before and env.load_after else ""
     lines += ["", f"Run `{report.run_id}` on {env.device}, {env.usable_cores or env.cores} usable cores{load}, "

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .runreport import (Assumption, ConstraintCheck, ConstraintReport, ContractError, Curve, Environment, Ratio,
+from .runreport import (Assumption, ComponentReport, ConstraintCheck, ConstraintReport, ContractError, Curve, Environment, Ratio,
                         RegimePoint, RegimeReport, RunReport, Verdict, _ratio_range, oriented_ratio)
 from .spec import KINDS, Better, Claim, Constraint, Kind, SystemSpec
 from .verdict import MIN_PAIRS, against_strongest, judge
@@ -468,5 +468,7 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
                      ratios=[ratio(c) for c in spec.claims if not c.headline], curves=curves,
                      roles={b: list(r) for b, r in spec.roles.items()}, regime=regime, projection=projection,
                      notes=result.notes, constraint=constraint,
+                     components=[ComponentReport(name=c.name, provenance=c.provenance, statement=c.statement)
+                                 for c in spec.components],
                      deterministic_metrics=result.deterministic_metrics(variants),
                      environment=environment, wall_time_s=wall_time_s)

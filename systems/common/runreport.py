@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from mlsys_flows.errors import MlsysError
 
-from .spec import ASSUMED, Better, Claim, Kind
+from .spec import ASSUMED, Better, Claim, Kind, Provenance
 
 
 def oriented_ratio(baseline: float, technique: float, better: Better) -> float:
@@ -264,6 +264,14 @@ class ConstraintReport(BaseModel):
         return text
 
 
+class ComponentReport(BaseModel):
+    """A component the verdict rests on and where it comes from (the spec's Component)."""
+    name: str
+    provenance: Provenance = Field(description="learned (trained on data), packaged (a library's implementation) "
+                                   "or scripted (written by this project)")
+    statement: str = ""
+
+
 class Environment(BaseModel):
     device: str
     cores: int = Field(description="CPUs of the machine.")
@@ -318,6 +326,9 @@ class RunReport(BaseModel):
     constraint: ConstraintReport | None = Field(None, description="The constraint the headline's comparison with "
                                                 "the strongest deployable baseline is held to, and who broke it (issue "
                                                 "47); None: the spec declares none, or a report made before it.")
+    components: list[ComponentReport] = Field(default_factory=list, description="The components the verdict rests "
+                                              "on, each learned, packaged or scripted by the project (issue 50); "
+                                              "empty: the spec declares none, or a report made before it.")
     deterministic_metrics: list[str] = Field(default_factory=list, description="Metrics that depend only on the "
                                              "parameters and seed, equal in every run with the same parameters.")
     environment: Environment

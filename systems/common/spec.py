@@ -33,6 +33,13 @@ ASSUMED: tuple[str, ...] = ("modelled", "simulated", "emulated")
 Pairing = Literal["repeats", "seeds", "turns"]
 PAIRINGS: tuple[str, ...] = ("repeats", "seeds", "turns")
 
+# Where a component a verdict rests on comes from (issue 50): learned (trained on data, in this run or
+# shipped weights: SmolLM2, MiniLM, a PPO policy), packaged (a library's implementation: HiGHS, BTrees,
+# scikit-learn), scripted (written by this project: a workload generator, a planner, a parser). A
+# scripted component whose weaknesses decide the result is a threat the report must show.
+Provenance = Literal["learned", "packaged", "scripted"]
+PROVENANCES: tuple[str, ...] = ("learned", "packaged", "scripted")
+
 
 def reduction(fraction: float) -> float:
     """A paper's "X% less" (time, bytes, latency) as an oriented ratio: 1 / (1 - X)."""
@@ -143,6 +150,20 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Component:
+    """A part of the run the verdict rests on (a variant's model, a baseline's engine, the workload's
+    generator), and whether it is learned, packaged or scripted by the project."""
+    name: str
+    provenance: Provenance
+    statement: str = ""          # what it is (the package, the model, what the script does)
+
+    def __post_init__(self) -> None:
+        if self.provenance not in PROVENANCES:
+            raise ValueError(f"component {self.name!r}: provenance must be one of {', '.join(PROVENANCES)} "
+                             f"(got {self.provenance!r})")
+
+
+@dataclass(frozen=True)
 class SystemSpec:
     name: str
     title: str
@@ -170,6 +191,8 @@ class SystemSpec:
     # Contract v4 (issue 47): the constraint the headline's comparison holds at (see Constraint): a
     # deployable baseline that broke it is not the strongest; None: no declared constraint.
     constraint: Constraint | None = None
+    # Issue 50: the components the verdict rests on, each learned, packaged or scripted (see Component).
+    components: tuple[Component, ...] = field(default=())
 
     def __post_init__(self) -> None:
         heads = [c for c in self.claims if c.headline]
@@ -232,4 +255,5 @@ class SystemSpec:
                 "mechanism": asdict(self.mechanism) if self.mechanism else None,
                 "regime": asdict(self.regime) if self.regime else None, "hardware": list(self.hardware),
                 "pairing": self.pairing, "constraint": asdict(self.constraint) if self.constraint else None,
+                "components": [asdict(c) for c in self.components],
                 "claims": [asdict(c) for c in self.claims]}

@@ -12,7 +12,7 @@ from mlsys_flows.rendering import summary_markdown
 from mlsys_flows.systems.common.report import (Assumption, ContractError, Projection, RegimeSample, SystemResult,
                                                build_report, crossover)
 from mlsys_flows.systems.common.runreport import Environment, RunReport
-from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Component, Mechanism, Regime, SystemSpec
 
 CLAIM = Claim("t", "paper_base", "tech", "lower", 2.0, "2x faster", headline=True)
 ENV = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="abc", git_dirty=False, code_hash="c0de")
@@ -64,6 +64,19 @@ def test_strongest_is_deployable_and_the_oracle_stands_beside_it():
 def test_a_spec_without_roles_keeps_every_baseline_as_a_rival():
     h = report(spec(roles={})).headline
     assert h.vs_strongest.baseline == "hindsight" and h.vs_oracle is None
+
+
+def test_components_reach_the_report_with_their_provenance():
+    """Issue 50: a report says which components its verdict rests on are learned, packaged or scripted."""
+    with pytest.raises(ValueError, match="provenance must be one of"):
+        Component("planner", "handwritten")
+    parts = (Component("planner", "scripted", "rules this project wrote"), Component("index", "packaged", "BTrees"))
+    r = report(spec(components=parts))
+    assert [(c.name, c.provenance) for c in r.components] == [("planner", "scripted"), ("index", "packaged")]
+    assert RunReport.model_validate_json(r.model_dump_json()).components == r.components
+    md = summary_markdown(r)
+    assert "- planner: scripted (rules this project wrote)" in md and "- index: packaged (BTrees)" in md
+    assert "**Components**" not in summary_markdown(report(spec())) and spec().as_dict()["components"] == []
 
 
 def test_crossover_is_interpolated_where_the_ratio_crosses_one():
