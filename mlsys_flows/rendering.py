@@ -226,14 +226,18 @@ def table_rows(report: RunReport) -> list[dict[str, str]]:
     """One row per comparison, headline first, each once (``claim_rows``), every number with its
     unit. The UI shows the table at its widest row's width and scrolls the rest, so what a reader
     needs first comes first and short (the claim with its role as a tag, the verdict, the paper's
-    ratio beside this run's, its kind), the spread and the raw values after."""
+    ratio beside this run's, its kind), the spread and the raw values after, and last the verdict's
+    reason where its cell leaves it out (a reason is free text: the cell stays narrow whatever the run)."""
     rows = []
     for name, r in claim_rows(report.model_dump(mode="json"), short=True):
         base, tech = fmt.column(r["metric"], [r["baseline_value"], r["technique_value"]])
-        rows.append({"claim": name, "verdict": verdict_of(report.model_dump(mode="json"), r).label(),
+        verdict = verdict_of(report.model_dump(mode="json"), r)
+        short = verdict.short()
+        rows.append({"claim": name, "verdict": short,
                      "paper": fmt.ratio(r.get("paper")), "this run": fmt.ratio(r["ratio"]),
                      "kind": r["kind"], "range": fmt.ratio_range(r.get("range"), r["kind"]),
-                     "baseline value": base, "technique value": tech})
+                     "baseline value": base, "technique value": tech,
+                     "why": "" if short == verdict.label() else verdict.why})
     return rows
 
 

@@ -199,6 +199,12 @@ def run_ranks(client, fn: Callable[..., Any], world_size: int, *args: Any, backe
         except TimeoutError:
             pass  # refused below, naming world_size
     present = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    # the workers named may not be registered yet (just started, or reconnecting to a scheduler that
+    # missed their heartbeats on a loaded machine): they get up to timeout_s to (re)join
+    deadline = time.monotonic() + timeout_s
+    while workers and not set(workers) <= set(present) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        present = sorted(client.scheduler_info(n_workers=-1)["workers"])
     chosen = list(workers or present[:world_size])
     if len(chosen) < world_size or len(set(chosen)) != len(chosen) or not set(chosen) <= set(present):
         raise ValueError(f"world_size: {world_size} ranks need {world_size} distinct Dask workers (one rank per "

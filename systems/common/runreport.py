@@ -67,6 +67,17 @@ class Verdict(BaseModel):
         lo, hi = self.interval
         return f"{self.outcome} {ratio(self.ratio)} ({ratio(lo).rstrip('x')}-{ratio(hi)}, {self.pairs} pairs)"
 
+    def short(self) -> str:
+        """The label without a free-text reason (``ties 1.04x``; the interval and pairs kept): a table
+        cell that must stay narrow whatever the run said; the reason goes in a later column."""
+        from .formatting import ratio
+
+        if self.ratio is None:
+            return self.outcome
+        if self.exact or self.interval is not None:
+            return self.label()
+        return f"{self.outcome} {ratio(self.ratio)}"
+
 
 class Ratio(BaseModel):
     """One comparison of the technique against one baseline on one metric, from this run."""

@@ -78,6 +78,12 @@ def test_more_ranks_than_workers_is_refused_naming_world_size(client):
         run_ranks(client, reduce_ranks, 9, 0.0, timeout_s=2)  # waits that long for workers to join
 
 
+def test_a_named_worker_that_never_joins_is_refused_naming_it(client):
+    present = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    with pytest.raises(ValueError, match="tcp://127.0.0.1:1'\\] are not among them"):
+        run_ranks(client, reduce_ranks, 2, 0.0, workers=[present[0], "tcp://127.0.0.1:1"], timeout_s=1)
+
+
 def test_a_failing_rank_is_named_and_its_peer_is_released(client):
     with pytest.raises(RanksFailed) as err:
         run_ranks(client, rank_one_raises, 2, timeout_s=TIMEOUT_S)

@@ -117,6 +117,11 @@ def test_the_mechanism_and_the_table_artifact_show_verdicts_not_bare_ratios():
     assert cells["mechanism"].startswith("ties ") and cells["mechanism"].endswith("vs no_trick")
     rows = table_rows(r)
     assert all(row["verdict"].startswith("ties") for row in rows)
+    # the verdict's cell stays narrow whatever its reason says; the reason is in the last column
+    assert all(len(row["verdict"]) <= 40 and list(row)[-1] == "why" for row in rows)
+    long_why = judge([2.0], [1.0], "lower", deterministic=False)  # one sample: a tie whose reason is free text
+    assert long_why.interval is None and long_why.short() == f"ties {long_why.label().split()[1]}"
+    assert long_why.why and long_why.why not in long_why.short()
     assert "ties" in table_description(r).split(";")[0]
 
 
