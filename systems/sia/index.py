@@ -15,6 +15,11 @@ run inline). The host keeps serving meanwhile and installs the new array and mod
 completes. A buffer that reaches ``cap`` keys while its group's retrain is still in flight stalls the
 insert until that retrain completes (write back-pressure): slow retrains cost throughput through
 stalls and through larger buffers (bigger merges).
+
+Two serving paths: :class:`Server` (pure Python, the reference) and :class:`CompiledServer` (the loop,
+lookups and inserts compiled by :mod:`.compiled`; what the benchmark runs), held to the same results
+operation by operation by the tests. Both wait for the retrains still in flight when a stream ends
+before their clock stops.
 """
 from __future__ import annotations
 

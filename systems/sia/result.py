@@ -74,7 +74,7 @@ def build_result(p: Any, results: dict[str, dict]) -> SystemResult:
         "compares sia with the strongest deployable baseline, pair by pair, and reads a tie as a tie). Their "
         "lookups and inserts run in C, called once per operation from a Python loop; the learned index's loop is "
         f"compiled. That loop alone, driving a Python dict (a hash map, the cheapest call it can make), serves "
-        f"{y.get('driver_floor_ops_per_s', 0.0):.0f} ops/s: no baseline served through it can exceed that. The "
+        f"{y.get('driver_floor_ops_per_s', 0.0):.0f} ops/s, about the most any index served through it can reach. The "
         "paper's values (vs ALEX, LIPP, SIndex) stand beside the full-retraining baseline only (SIndex's scheme).",
         "With the board on its own core, a slow retrain costs host throughput only through stalls (and the "
         "board's process competing for CPU where cores are shared): the ops/s ratio reflects whether full "
