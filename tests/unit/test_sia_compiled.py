@@ -6,6 +6,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mlsys_flows.systems.sia import SPEC, compiled, train
 from mlsys_flows.systems.sia.bench import clone, runs_for
@@ -56,6 +58,34 @@ def test_compiled_path_returns_what_the_reference_returns(workload, scheme):
     n = s.loaded + s.inserts
     assert all(comp[2].lookup(kl[i]) == i for i in range(0, n, 3))
     assert comp[2].lookup(kl[n]) is None if n < len(kl) else True
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(keys=st.lists(st.binary(min_size=1, max_size=10).filter(lambda b: b"\0" not in b), min_size=40, max_size=160,
+                     unique=True),
+       data=st.data(), scheme=st.sampled_from(["sia", "full_retrain"]))
+def test_compiled_path_matches_on_arbitrary_byte_keys(keys, data, scheme):
+    """Any keys (lengths 1-10, shared prefixes or not), any read/insert order, absent keys read too."""
+    arr = np.array(keys, dtype="S10")
+    loaded = data.draw(st.integers(8, len(keys) - 8))
+    group = data.draw(st.integers(4, loaded))
+    n_ops = data.draw(st.integers(1, 120))
+    is_insert = np.array(data.draw(st.lists(st.booleans(), min_size=n_ops, max_size=n_ops)))
+    is_insert &= np.cumsum(is_insert) <= len(keys) - loaded
+    present = loaded + np.cumsum(is_insert) - is_insert
+    reads = np.array(data.draw(st.lists(st.integers(0, len(keys) - 1), min_size=n_ops, max_size=n_ops)))
+    target = np.where(is_insert, present, reads)   # a read may ask for a key not inserted yet: absent
+    base = LearnedIndex(arr[:loaded], np.arange(loaded), group, 4, 1e-8)
+    ref_index, comp_index = clone(base), clone(base)
+    ref = Server(ref_index, scheme, inline_submit, 2, 3)
+    ref.run(arr.tolist(), is_insert.tolist(), target.tolist(), record=True)
+    comp = CompiledServer(comp_index, scheme, inline_submit, 2, 3)
+    comp.run(rows(arr), is_insert, target)
+    want = [compiled.NOT_FOUND if v is None else v for v in ref.results]
+    assert comp.results[~is_insert].tolist() == want
+    assert (ref.stats.retrains, ref.stats.stalls, ref.stats.misses) == \
+        (comp.stats.retrains, comp.stats.stalls, comp.stats.misses)
+    assert ref_index.all_items() == comp_index.all_items()
 
 
 def test_the_equivalence_check_fails_on_a_wrong_compiled_state():
