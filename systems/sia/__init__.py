@@ -61,6 +61,12 @@ class Params(AdaptiveRepeatParams):
             raise ValueError("regime_insert_shares: distinct shares, each in (0, 0.9]")
         if self.group_size > self.loaded_keys:
             raise ValueError(f"group_size ({self.group_size}) exceeds loaded_keys ({self.loaded_keys})")
+        # the compiled serving path keeps every group's delta buffer and frozen buffer at buffer_cap rows of the
+        # widest key (40 bytes, Twitter-like)
+        groups = -(-self.loaded_keys // self.group_size)
+        if 2 * groups * (self.buffer_cap + 1) * 40 > 2 << 30:
+            raise ValueError(f"buffer_cap ({self.buffer_cap}) x {groups} groups needs more than 2 GiB of delta buffers "
+                             "on the compiled serving path: lower buffer_cap or raise group_size")
         return self
 
 
