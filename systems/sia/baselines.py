@@ -133,6 +133,16 @@ class PgmIndex:
         self._build()
 
 
+class DictFloor:
+    """Not a baseline: a Python ``dict`` (a hash map, no order) driven by :func:`serve`, the cheapest C
+    lookup and insert a Python loop can call. Its ops/s bounds what any index served through that
+    loop can reach; the learned index's loop is compiled and does not pay it (issue 50)."""
+
+    def __init__(self, keys: list, values: list):
+        self.d = dict(zip(keys, values))
+        self.lookup, self.insert = self.d.get, self.d.__setitem__
+
+
 def build(name: str, keys: np.ndarray, values: np.ndarray, pgm_buffer: int):
     """The baseline index ``name`` loaded with ``keys`` (fixed-width bytes) and ``values``."""
     if name == "pgm":

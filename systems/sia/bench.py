@@ -11,7 +11,7 @@ import numpy as np
 from mlsys_flows.systems.common.repeats import AdaptiveRepeats
 
 from . import SPEC, baselines, train
-from .index import LearnedIndex, Server, Submit, inline_submit
+from .index import CompiledServer, LearnedIndex, Submit, inline_submit
 from .shared import SharedSubmit
 from .workload import make_keys, op_stream
 
@@ -21,7 +21,7 @@ LATENCY_QUANTILES = [0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 9
 @dataclass(frozen=True)
 class Run:
     variant: str     # report variant name
-    scheme: str      # full_retrain | sia (the learned index), or a baseline index (baselines.INDEXES)
+    scheme: str      # full_retrain | sia | sia_nomemo (the learned index), or a baseline index (baselines.INDEXES)
     offload: bool    # retrain on the board (True) or inline on the host
     mix: str         # "write" (the headline mix) | "read" (read-heavy)
 
@@ -32,9 +32,12 @@ class Run:
 
 def runs_for(workload: str, inline: bool) -> list[Run]:
     """The runs of one workload: both schemes offloaded and the baseline indexes at both mixes, and
-    (``inline``) both schemes retraining on the host at the write-heavy mix."""
+    (``inline``) both schemes retraining on the host at the write-heavy mix; on the YCSB-style keys
+    also the mechanism's ablation ``sia_nomemo`` (offloaded, write-heavy)."""
     sfx = "" if workload == "ycsb" else f"_{workload}"
     out = [Run(f"{s}{sfx}", s, True, "write") for s in ("full_retrain", "sia")]
+    if workload == "ycsb":
+        out.append(Run("sia_nomemo", "sia_nomemo", True, "write"))
     out += [Run(f"{s}{sfx}_readheavy", s, True, "read") for s in ("full_retrain", "sia")]
     if inline:
         out += [Run(f"{s}{sfx}_inline", s, False, "write") for s in ("full_retrain", "sia")]
@@ -113,21 +116,29 @@ def measure_workload(p, workload: str, board_submit: Submit, inline: bool,
 
 def _serve(p, base: LearnedIndex, keys: np.ndarray, key_list: list, scheme: str, offload: bool,
            board: Submit, stream: tuple) -> tuple[dict, object, object]:
-    """One timed pass of ``stream`` (insert flags, targets): (summary, the index after it, its stats)."""
+    """One timed pass of ``stream`` (insert flags and targets as lists, then as arrays): (summary, the
+    index after it, its stats). The learned index serves on the compiled path (:class:`CompiledServer`;
+    compiled by :func:`.compiled.warm_up` before any clock), the baselines through their packages."""
     if scheme in baselines.INDEXES:
         index = baselines.build(scheme, keys[: p.loaded_keys], np.arange(p.loaded_keys), p.pgm_buffer)
-        st = baselines.serve(index, key_list, *stream)
+        st = baselines.serve(index, key_list, stream[0], stream[1])
         summ = {m: v for m, v in st.summary().items() if m in BASELINE_METRICS}
         if scheme == "pgm":
             summ["rebuilds"] = float(index.rebuilds - 1)  # the build before the clock is not one
         return summ, index, st
     index = clone(base)
-    st = Server(index, scheme, board if offload else inline_submit, p.threshold, p.buffer_cap).run(key_list, *stream)
+    rows = keys.view(np.uint8).reshape(len(keys), keys.dtype.itemsize)
+    server = CompiledServer(index, scheme, board if offload else inline_submit, p.threshold, p.buffer_cap)
+    st = server.run(rows, stream[2], stream[3])
     return st.summary(), index, st
 
 
 def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable[[str], None],
              regime: tuple[float, ...] = ()) -> dict:
+    from . import compiled
+
+    jit_s = compiled.warm_up()  # compile (or load from numba's cache) the serving path before any clock
+    log(f"{workload}: compiled serving path ready in {jit_s:.2f} s (outside every timed region)")
     rng_seed = p.seed
     total = p.loaded_keys + int(p.ops * max(p.insert_share, p.read_heavy_insert_share, *regime) * 1.2) + 64
     keys = make_keys(workload, total, rng_seed)
@@ -140,7 +151,7 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
     streams = {}
     for mix, share in (("write", p.insert_share), ("read", p.read_heavy_insert_share)):
         s = op_stream(keys, p.loaded_keys, p.ops, 1.0 - share, rng_seed)
-        streams[mix] = (s.is_insert.tolist(), s.target.tolist(), s.inserts)
+        streams[mix] = (s.is_insert.tolist(), s.target.tolist(), s.inserts, s.is_insert, s.target)
     runs = runs_for(workload, inline)
     samples: dict[str, dict[str, list[float]]] = {r.variant: {} for r in runs}
     counts: dict[str, dict[str, float]] = {}
@@ -150,8 +161,9 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
     for rep in reps:
         order = runs[rep % len(runs):] + runs[: rep % len(runs)]
         for run in order:
-            ins, tgt, n_ins = streams[run.mix]
-            summ, index, st = _serve(p, base, keys, key_list, run.scheme, run.offload, board_submit, (ins, tgt))
+            ins, tgt, n_ins, ins_a, tgt_a = streams[run.mix]
+            summ, index, st = _serve(p, base, keys, key_list, run.scheme, run.offload, board_submit,
+                                     (ins, tgt, ins_a, tgt_a))
             for m, v in summ.items():
                 samples[run.variant].setdefault(m, []).append(v)
             if run.learned:
@@ -168,13 +180,18 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
                     [present[i] + b"~" for i in pick[:64] if len(present[i]) < keys.dtype.itemsize]
                 wrong = check_lookups(index, [present[i] for i in pick], [int(i) for i in pick], absent)
                 c = {"ops": float(p.ops), "inserts": float(n_ins), "lookup_errors": float(wrong)}
-                if run.scheme == "sia":
+                if run.scheme.startswith("sia"):
                     c["weight_rel_diff_max"], c["weight_diff_over_bound"] = check_weights(index)
                 counts[run.variant] = c
                 latency[run.variant] = np.percentile(np.asarray(st.lookup_ns) / 1e3, LATENCY_QUANTILES).tolist()
         reps.record_headline(SPEC, {v: m.get(SPEC.headline.metric, []) for v, m in samples.items()})
     if reps.adaptive:
         log(f"{workload}: {reps.done} repeats, stopped: {reps.stopped}")
+    # the baselines' Python driver loop on its own: a dict served by the same loop (not a variant)
+    ins, tgt = streams["write"][:2]
+    floor = baselines.serve(baselines.DictFloor(key_list[: p.loaded_keys], list(range(p.loaded_keys))),
+                            key_list, ins, tgt).summary()
+    log(f"{workload}: a Python dict through the baselines' loop: {floor['ops_per_s']:.0f} ops/s")
     sweep: dict[float, dict[str, list[float]]] = {}
     for share, plan in regime_plan(p, regime, inline).items():  # one run per new point, after the repeats
         sweep[share] = {}
@@ -185,12 +202,13 @@ def _measure(p, workload: str, board_submit: Submit, inline: bool, log: Callable
                 continue
             if stream is None:
                 s = op_stream(keys, p.loaded_keys, p.ops, 1.0 - share, rng_seed)
-                stream = (s.is_insert.tolist(), s.target.tolist())
+                stream = (s.is_insert.tolist(), s.target.tolist(), s.is_insert, s.target)
             summ, _, _ = _serve(p, base, keys, key_list, *how, board_submit, stream)
             sweep[share][name] = [summ["ops_per_s"]]
             log(f"{workload} regime insert share {share:g} {name}: {summ['ops_per_s']:.0f} ops/s, stall share "
                 f"{summ.get('stall_share', 0.0):.3f}")
     return {"samples": samples, "counts": counts, "latency": latency, "groups": len(base.groups), "repeats": reps.summary(),
-            "build_s": build_s, "err_median": float(np.median([g.err for g in base.groups])), "regime": sweep,
+            "build_s": build_s, "jit_s": jit_s, "driver_floor_ops_per_s": floor["ops_per_s"],
+            "err_median": float(np.median([g.err for g in base.groups])), "regime": sweep,
             "shared": {"calls": board_submit.calls, "bytes": board_submit.shared_bytes}
             if isinstance(board_submit, SharedSubmit) else {}}

@@ -152,6 +152,23 @@ def retrain_sia(keys: np.ndarray, new_keys: np.ndarray, r_old: np.ndarray, offse
 
 
 @device_kernel
+def retrain_sia_nomemo(keys: np.ndarray, new_keys: np.ndarray, r_old: np.ndarray, offset: int, n_feat: int,
+                       lam: float) -> dict:
+    """The mechanism's ablation: :func:`retrain_sia` with the memoisation removed and nothing else. It
+    takes the same arguments (the host ships the new keys and the memoised ``r_old`` as for SIA, so the
+    offload's cost is the same) and solves the same way (``R^{-T} A^T y`` plus a refinement step, the
+    same error bound), but factorises ``R`` from scratch, from the ridge rows and every key of the
+    merged group, instead of updating ``r_old`` with the new keys."""
+    single_thread_blas()
+    t0 = time.perf_counter()
+    a = features(keys, offset, n_feat)
+    r = update_r(ridge_rows(n_feat + 1, lam), a)
+    w = solve_with_r(r, a, np.arange(len(a), dtype=np.float64), lam)
+    err = error_bound(a, w)
+    return {"w": w, "r": r, "err": err, "kernel_s": time.perf_counter() - t0, "qr_rows": len(a) + len(r)}
+
+
+@device_kernel
 def retrain_full_shared(keys, offset: int, n_feat: int, lam: float) -> dict:
     """:func:`retrain_full` with its key array in a shared-memory segment (a descriptor, :mod:`.shared`)."""
     from .shared import attach
@@ -167,6 +184,15 @@ def retrain_sia_shared(keys, new_keys, r_old, offset: int, n_feat: int, lam: flo
 
     with attach((keys, new_keys, r_old)) as (k, new, r):
         return retrain_sia(k, new, r, offset, n_feat, lam)
+
+
+@device_kernel
+def retrain_sia_nomemo_shared(keys, new_keys, r_old, offset: int, n_feat: int, lam: float) -> dict:
+    """:func:`retrain_sia_nomemo` with its arrays in a shared-memory segment (descriptors, :mod:`.shared`)."""
+    from .shared import attach
+
+    with attach((keys, new_keys, r_old)) as (k, new, r):
+        return retrain_sia_nomemo(k, new, r, offset, n_feat, lam)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,4 +241,5 @@ def warm_up() -> int:
     keys = (np.arange(64, dtype=np.uint8)[:, None] + np.arange(4, dtype=np.uint8)).astype(np.uint8)
     out = retrain_full(keys, 0, 4, 1e-8)
     retrain_sia(keys, keys[:4], out["r"], 0, 4, 1e-8)
+    retrain_sia_nomemo(keys, keys[:4], out["r"], 0, 4, 1e-8)
     return os.getpid()

@@ -275,9 +275,11 @@ def test_params_validation_names_the_field():
         Params.for_scale("smoke", loaded_keys=2048, group_size=4096)
     with pytest.raises(ParamsError, match="pgm_buffer"):
         Params.for_scale("smoke", pgm_buffer=0)
+    with pytest.raises(ParamsError, match="buffer_cap"):   # the compiled path's buffers would not fit
+        Params.for_scale("smoke", loaded_keys=10_000_000, group_size=256, buffer_cap=1_000_000)
     idx = {"sorteddict", "btree", "pgm"}
     assert {r.variant for r in runs_for("ycsb", True)} == {
-        "full_retrain", "sia", "full_retrain_readheavy", "sia_readheavy", "full_retrain_inline", "sia_inline",
+        "full_retrain", "sia", "sia_nomemo", "full_retrain_readheavy", "sia_readheavy", "full_retrain_inline", "sia_inline",
         *idx, *(f"{b}_readheavy" for b in idx)}
     assert {r.variant for r in runs_for("twitter", False)} == {
         "full_retrain_twitter", "sia_twitter", "full_retrain_twitter_readheavy", "sia_twitter_readheavy",
