@@ -42,8 +42,8 @@ def test_atlas_flow_smoke(prefect_api):
     assert report["roles"]["atlas_no_docs"] == ["deployable"] and v["pc_algorithm"]["pc_alpha"] > 0
     assert {r["baseline"] for r in report["ratios"]} >= {"atlas_regex", "atlas_no_docs"}
     assert {c["provenance"] for c in report["components"]} == {"learned", "scripted"}
-    # paired by system: a smoke run has one system, one pair, so every sampled verdict is a tie
-    assert report["samples"]["atlas"]["top1_accuracy"] and h["verdict"]["outcome"] == "ties"
+    # paired by system (one sample per system; a smoke run's single system gives the exact comparison)
+    assert len(report["samples"]["atlas"]["top1_accuracy"]) == p["systems"]
 
 
 KEY = "sk-atlas-flow-key-not-real"
