@@ -47,6 +47,8 @@ def build_result(p: Any, systems: list[dict]) -> SystemResult:
     a, pc, nv = variants["atlas"], variants["pc_algorithm"], variants["atlas_no_validation"]
     agent = systems[0]["learned"]["synthesis"].get("agent", "doc_parser")
     rx, tp = variants["atlas_regex"], variants["atlas_no_docs"]
+    diffs = [x - y for x, y in zip(samples["atlas"]["top1_accuracy"], samples["atlas_no_validation"]["top1_accuracy"])]
+    up, down = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
     cal = systems[0]["learned"]["synthesis"].get("calibration") or {}
     alphas = [sysm["learned"]["settings"][head]["stats"]["pc_algorithm"].get("pc_alpha") for sysm in systems]
     synth = (f"the learned synthesizer: all-MiniLM-L6-v2 embeddings of each sentence naming another component (names "
@@ -73,9 +75,10 @@ def build_result(p: Any, systems: list[dict]) -> SystemResult:
         f"{a['edge_recall']:.2f} (before validation {nv['edge_precision']:.2f}/{nv['edge_recall']:.2f}), pc_algorithm "
         f"{pc['edge_precision']:.2f}/{pc['edge_recall']:.2f}, atlas_regex (the scripted parser on the same held-out "
         f"pages, validated alike) {rx['edge_precision']:.2f}/{rx['edge_recall']:.2f}. Validation changed pooled top-1 by "
-        f"{a['top1_accuracy'] - nv['top1_accuracy']:+.3f} (its claim's verdict, atlas vs atlas_no_validation, says "
-        "whether that is more than a tie): with this localizer a spurious parent matters only when both ends are "
-        "anomalous, and pruning cannot restore a missing dependency.",
+        f"{a['top1_accuracy'] - nv['top1_accuracy']:+.3f}; per system it raised top-1 in {up}, lowered it in {down} "
+        f"and left it unchanged in {len(systems) - up - down} of {len(systems)} (the claim atlas vs atlas_no_validation "
+        "judges those pairs)" + (": it changes nothing here" if up == down == 0 else "") + ". With this localizer a "
+        "spurious parent matters only when both ends are anomalous, and pruning cannot restore a missing dependency.",
         f"Every variant sees the same data: {p.history_samples} samples of normal telemetry plus {p.history_incidents} "
         f"past incidents x {p.fault_window} samples (the curves vary the normal window: {', '.join(map(str, sizes))}; "
         f"and the past incidents: {', '.join(map(str, counts))}). "
