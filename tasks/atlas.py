@@ -1,5 +1,6 @@
-"""Prefect tasks of the Atlas flow: per microservice system, synthesize (documentation parser or an
-OpenAI-compatible model) and validate Atlas's graph and learn the PC graph; per chunk of incidents,
+"""Prefect tasks of the Atlas flow: once, fit the learned synthesizer's rule on calibration pages; per
+microservice system, synthesize (the learned synthesizer or an OpenAI-compatible model, and the scripted
+parser as a reference) and validate Atlas's graph and learn the PC graph; per chunk of incidents,
 simulate and rank root causes with every graph."""
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from prefect import get_run_logger, task
 from mlsys_flows.blocks import ObjectStorage
 from mlsys_flows.systems.atlas import Params
 from mlsys_flows.systems.atlas.docs import DocParser
-from mlsys_flows.systems.atlas.evaluate import build, learn_graphs, rank_incidents
+from mlsys_flows.systems.atlas.evaluate import build, calibration_incidents, learn_graphs, rank_incidents
+from mlsys_flows.systems.atlas.learned import (CalibrationError, EmbeddingSynthesizer, SentenceRule, calibration_sentences,
+                                                fit_rule)
 from mlsys_flows.tasks.common import llm_client
 
 
@@ -20,23 +23,41 @@ def _stats_only(learned: dict) -> dict:
             "settings": {st: {"stats": v["stats"]} for st, v in learned["settings"].items()}}
 
 
+@task(name="atlas-calibrate-synthesizer")
+def calibrate(p: Params) -> SentenceRule:
+    """Fit the learned synthesizer's decision rule on the calibration systems' pages (calibration
+    phrasings, own seeds: no evaluated page)."""
+    started = time.perf_counter()
+    texts, labels = calibration_sentences(p.components, p.calibration_systems, p.doc_omit, p.doc_hard, p.doc_stale,
+                                          p.doc_distractor)
+    rule = fit_rule(texts, labels)
+    c = rule.calibration
+    get_run_logger().info("synthesizer rule fitted on %d calibration sentences (%d dependencies) in %.1f s: precision "
+                          "%.2f, recall %.2f on them", c["sentences"], c["dependencies"], time.perf_counter() - started,
+                          c["precision"], c["recall"])
+    return rule
+
+
 @task(name="atlas-learn-graphs")
-def learn(p: Params, storage: ObjectStorage, seed: int, key: str) -> dict:
+def learn(p: Params, storage: ObjectStorage, seed: int, key: str, rule: SentenceRule | None = None) -> dict:
     """Build one system (call graph, SCM, documentation, history), synthesize Atlas's graph with one
     agent request per component, validate it on the history, learn PC on the same history, fit every
     variant's localizer; save them at ``key``. Returns the graph statistics."""
     log = get_run_logger()
     started = time.perf_counter()
     s, pages, history, past = build(p, seed)
+    calib = calibration_incidents(p, s, seed)
     if p.llm_base_url:
         from mlsys_flows.systems.atlas.synth import LLMSynthesizer
 
         with llm_client(p.llm_base_url, p.llm_model, p.api_key_secret, timeout_s=p.llm_timeout_s) as client:
-            learned = learn_graphs(p, s, pages, history, past, LLMSynthesizer(client))
+            learned = learn_graphs(p, s, pages, history, past, LLMSynthesizer(client), calib, DocParser())
         learned["synthesis"]["agent"] = "llm"
     else:
-        learned = learn_graphs(p, s, pages, history, past, DocParser())
-        learned["synthesis"]["agent"] = "doc_parser"
+        if rule is None:
+            raise CalibrationError("the learned synthesizer needs its calibrated rule (the atlas-calibrate-synthesizer task)")
+        learned = learn_graphs(p, s, pages, history, past, EmbeddingSynthesizer(rule), calib, DocParser())
+        learned["synthesis"].update(agent="minilm", calibration=rule.calibration)
     storage.write_bytes(key, pickle.dumps({"system": s, "learned": learned}))
     syn = learned["synthesis"]
     log.info("system %d: %d components, %d true dependencies; %s synthesizer: %d requests, %d malformed, %d failed, "

@@ -1,4 +1,10 @@
-"""Generated component documentation and the offline synthesizer that reads it.
+"""Generated component documentation and the scripted parser (a reference synthesizer) that reads it.
+
+Two disjoint sets of phrasings write the pages. The *calibration* phrasings (``CALIBRATION``: the
+parser's cue words were written around them) write the pages of calibration systems, on which a learned
+synthesizer fits its decision rule; the *held-out* phrasings (``HELDOUT``, written separately, sharing
+no template with the calibration set: tests/unit/test_atlas_synth.py) write the evaluated pages. Both
+are written by this project.
 
 Each component's page describes what it does and names its dependencies (its callees) in varied
 phrasings. Like real documentation it is imperfect: some dependencies are not mentioned
@@ -21,7 +27,7 @@ _ROLE = {"frontend": "the entry point that serves {d} traffic from browsers and 
          "cache": "an in-memory cache holding {d} data",
          "db": "the database of record for {d}",
          "queue": "a message queue carrying {d} events"}
-# phrasings the parser's cue words cover ({d}: a dependency, in telemetry name or alias form)
+# CALIBRATION phrasings. Those the parser's cue words cover ({d}: a dependency, in telemetry name or alias form)
 _EASY = ("It calls {d} over gRPC.", "Requests are forwarded to {d}.", "{me} depends on {d} for {p}.",
          "It reads from and writes to {d}.", "Hot keys are cached in {d}.", "Events are published to {d}.",
          "It uses {d} for {p}.", "Downstream dependencies: {d}.", "It sends requests to {d} on every page view.",
@@ -33,6 +39,30 @@ _DISTRACT = ("Unlike older releases, it does not call {w}.", "It no longer uses 
              "It is maintained by the team that owns {w}.", "{w} calls it for {p}.",
              "Formerly it depended on {w}; that path was removed.", "Its dashboards sit next to those of {w}.",
              "Calls from {w} arrive through the gateway.")
+
+# HELDOUT phrasings: the evaluated pages' (written apart from the calibration set and from the parser's cues;
+# a reader understands every one): dependencies with a verb of use, in prose only, and non-dependency mentions
+_HELD_VERB = ("On each request it fetches {p} from {d}.", "{me} talks to {d} to obtain {p}.",
+              "Before responding, it looks up {p} in {d}.", "It relies on {d} for {p}.",
+              "All of its {p} are kept in {d}.", "It invokes {d} synchronously while handling a request.",
+              "Lookups of {p} go through {d}.", "State is persisted in {d}.",
+              "A client library for {d} is embedded in {me}.", "Retries against {d} are capped at three attempts.",
+              # common verbs of real pages (some are the parser's cue words, written in new sentences)
+              "It calls {d} through a pooled connection.", "{me} reads its {p} from {d} at startup.",
+              "It uses {d} as a write-through store.")
+_HELD_PROSE = ("Latency of {me} tracks that of {d}.", "When {d} is unavailable, {me} returns errors.",
+               "Its runbook starts with checking {d}.", "Outages of {d} have taken {me} down twice.",
+               "{d} is on its critical path.")
+_HELD_DISTRACT = ("{w} is a consumer of its API.", "It was migrated off {w} in the last release.",
+                  "There is no runtime link to {w}.", "The on-call rotation is shared with {w}.",
+                  "Traffic from {w} is rate-limited at the edge.",
+                  "Do not confuse it with {w}, which serves a different domain.",
+                  "{w} subscribes to its change feed.", "It once read from {w}; that integration has since been retired.")
+
+# (dependency phrasings with a verb of use, dependency phrasings in prose only, non-dependency mentions)
+CALIBRATION = (_EASY, _HARD, _DISTRACT)
+HELDOUT = (_HELD_VERB, _HELD_PROSE, _HELD_DISTRACT)
+PHRASINGS = {"calibration": CALIBRATION, "heldout": HELDOUT}
 
 
 def alias(name: str) -> str:
@@ -46,8 +76,14 @@ def _cap(sentence: str) -> str:
     return "The" + sentence[3:] if sentence.startswith("the ") else sentence
 
 
-def make_docs(s: Microservices, seed: int, omit: float, hard: float, stale: float, distractor: float) -> list[str]:
-    """One documentation page per component (see the module docstring for the imperfections)."""
+def make_docs(s: Microservices, seed: int, omit: float, hard: float, stale: float, distractor: float,
+              phrasings: str = "heldout") -> list[str]:
+    """One documentation page per component (see the module docstring for the imperfections), written
+    with the ``phrasings`` set ("heldout": evaluated pages; "calibration": a learned synthesizer's
+    calibration pages)."""
+    if phrasings not in PHRASINGS:
+        raise ValueError(f"phrasings must be one of {', '.join(PHRASINGS)} (got {phrasings!r})")
+    easy_pool, hard_pool, distract_pool = PHRASINGS[phrasings]
     rng = np.random.default_rng([seed, 21])
     pages = []
     for v, (nm, kind, dom) in enumerate(zip(s.names, s.kinds, s.domains)):
@@ -56,15 +92,15 @@ def make_docs(s: Microservices, seed: int, omit: float, hard: float, stale: floa
             if rng.random() < omit:
                 continue
             d = s.names[u] if rng.random() < 0.6 else alias(s.names[u])
-            pool = _HARD if rng.random() < hard else _EASY
+            pool = hard_pool if rng.random() < hard else easy_pool
             out.append(_cap(str(rng.choice(pool)).format(d=d, me=nm, p=_PURPOSE[s.kinds[u]])))
         others = [u for u in range(s.n) if u != v and u not in s.calls[v]]
         if others and rng.random() < stale:   # a stale page: names a component it does not call
             w = s.names[int(rng.choice(others))]
-            out.append(str(rng.choice(_EASY[:3])).format(d=w, me=nm, p="legacy lookups"))
+            out.append(_cap(str(rng.choice(easy_pool[:3])).format(d=w, me=nm, p="legacy lookups")))
         if others and rng.random() < distractor:
             w = s.names[int(rng.choice(others))]
-            out.append(_cap(str(rng.choice(_DISTRACT)).format(w=w if rng.random() < 0.6 else alias(w), p="its lookups")))
+            out.append(_cap(str(rng.choice(distract_pool)).format(w=w if rng.random() < 0.6 else alias(w), p="its lookups")))
         if rng.random() < 0.5:
             out.append(f"It exports {nm}.cpu, {nm}.queue, {nm}.latency and {nm}.errors to the metrics pipeline.")
         head, rest = out[0], out[1:]
@@ -90,8 +126,12 @@ def mentions(sentence: str, names: list[str]) -> list[int]:
     return sorted(found)
 
 
+def sentences(page: str) -> list[str]:
+    return [x for x in re.split(r"(?<=[.;])\s+", page) if x]
+
+
 class DocParser:
-    """The offline synthesizer: per component, the sentences of its page that carry a dependency cue
+    """The scripted reference synthesizer (written around the calibration phrasings): per component, the sentences of its page that carry a dependency cue
     word and no negation/ownership cue propose an edge to every component they name."""
 
     name = "doc_parser"
@@ -102,7 +142,7 @@ class DocParser:
     def propose(self, component: int, page: str, names: list[str]) -> list[int]:
         self.calls += 1
         deps: set[int] = set()
-        for sent in re.split(r"(?<=[.;])\s+", page):
+        for sent in sentences(page):
             if _CUES.search(sent) and not _NEGATION.search(sent):
                 deps.update(mentions(sent, names))
         deps.discard(component)

@@ -1,5 +1,6 @@
-"""One microservice system end to end: synthesize and validate Atlas's graph, learn the PC graph from
-the same short window of normal telemetry, fit the same localizer on every graph, rank incidents."""
+"""One microservice system end to end: synthesize and validate Atlas's graph (and the scripted parser's,
+a labelled reference), learn the PC graph from the same short window of normal telemetry with its
+significance level chosen on calibration incidents, fit the same localizer on every graph, rank incidents."""
 from __future__ import annotations
 
 import time
@@ -10,22 +11,25 @@ from . import ci
 from .docs import make_docs
 from .model import ERR, FAULTS, LAT, Microservices, expand, make_incident, make_system, simulate, true_graph, var
 from .rca import Localizer, component_edges, edge_scores, rank_of, set_scores
+from .docs import DocParser
+from .learned import CalibrationError
 from .synth import synthesize
 
-GRAPH_VARIANTS = ("true_graph", "atlas", "atlas_no_validation", "atlas_no_docs", "pc_algorithm")
+GRAPH_VARIANTS = ("true_graph", "atlas", "atlas_no_validation", "atlas_regex", "atlas_no_docs", "pc_algorithm")
 VARIANTS = GRAPH_VARIANTS + ("zscore",)
 SUMMED = ("pc_s", "pruned_true_edges", "pruned_false_edges", "validated_edges")
 
 
 PAST = 10**6   # incident indices of the past incidents in the history (never evaluated)
+CALIBRATION = 2 * 10**6   # incident indices of the calibration incidents (PC's alpha is chosen on them; never evaluated)
 
 
 def build(p, seed: int) -> tuple[Microservices, list[str], np.ndarray, np.ndarray]:
-    """The system, its documentation, the longest normal-operation history any run size needs, and
-    the telemetry of the most past incidents any setting needs (``past[: k * fault_window]`` are the
-    first k incidents)."""
-    s = make_system(p.components, seed)
-    pages = make_docs(s, seed, p.doc_omit, p.doc_hard, p.doc_stale, p.doc_distractor)
+    """The system, its documentation (the held-out phrasings), the longest normal-operation history any
+    run size needs, and the telemetry of the most past incidents any setting needs
+    (``past[: k * fault_window]`` are the first k incidents)."""
+    s = make_system(p.components, seed, p.timeout_quantile, p.request_spread)
+    pages = make_docs(s, seed, p.doc_omit, p.doc_hard, p.doc_stale, p.doc_distractor, phrasings="heldout")
     history = simulate(s, max(h for h, _ in p.settings()), np.random.default_rng([seed, 31]))
     past = [make_incident(s, PAST + k, seed, p.fault_window, p.fault_magnitude).data
             for k in range(max(k for _, k in p.settings()))]
@@ -44,45 +48,99 @@ def directed_only(G: np.ndarray) -> np.ndarray:
     return G & ~G.T
 
 
-def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, past: np.ndarray, agent) -> dict:
+def calibration_incidents(p, s: Microservices, seed: int) -> list:
+    """The calibration incidents of a system: past incidents with a known root cause (post-mortems) that
+    no variant learns from and none is evaluated on; PC's significance level is chosen on them."""
+    return [make_incident(s, CALIBRATION + k, seed, p.fault_window, p.fault_magnitude)
+            for k in range(p.calibration_incidents)]
+
+
+def validated(s: Microservices, edges: set, data: np.ndarray, alpha: float) -> tuple[np.ndarray, list]:
+    """Atlas's data validation of synthesized dependencies: each u -> v is tested through the metric edges
+    it stands for and pruned when the data contradicts all of them (none rejects independence)."""
+    groups = component_candidates(s, edges)
+    candidates = [e for es in groups.values() for e in es]
+    _, pvals = ci.validate(expand(s.n, edges), candidates, data, alpha)
+    pruned = [ce for ce, es in groups.items() if min(pvals[e] for e in es) > alpha]
+    return expand(s.n, set(edges) - set(pruned)), pruned
+
+
+def tuned_pc(p, data: np.ndarray, template: np.ndarray, calib: list, n: int) -> tuple[np.ndarray, float, dict]:
+    """PC at ``p.pc_alpha``, or at the level of ``p.pc_alpha_grid`` whose graph gives the best top-1 on the
+    calibration incidents (the first in the grid's order on a tie). Returns (graph, alpha, top-1 per alpha)."""
+    grid = [p.pc_alpha] if p.pc_alpha is not None else list(p.pc_alpha_grid)
+    if len(grid) > 1 and not calib:
+        raise CalibrationError("PC's level is chosen on calibration incidents (pc_alpha None): pass them, or set pc_alpha")
+    best, scores = None, {}
+    for alpha in grid:
+        G = ci.pc(data, alpha, p.pc_max_depth, required=template)
+        if len(grid) > 1:
+            loc = Localizer.fit(directed_only(G), data)
+            scores[alpha] = float(np.mean([rank_of(loc.rank(inc.data, n, p.anomaly_threshold), inc.root) == 1
+                                           for inc in calib]))
+        if best is None or scores.get(alpha, 0.0) > scores.get(best[1], 0.0):
+            best = (G, alpha)
+    return best[0], best[1], scores
+
+
+def timeout_edges(s: Microservices) -> list[tuple[int, int]]:
+    """The true callee latency -> caller errors edges (timeouts)."""
+    return [(var(u, LAT), var(v, ERR)) for u, v in sorted(s.component_edges())]
+
+
+def detectable(truth: np.ndarray, edges: list[tuple[int, int]], data: np.ndarray, alpha: float = 0.05) -> float:
+    """Share of ``edges`` i -> j whose Fisher-z test given j's other true parents rejects independence at
+    ``alpha`` on ``data``: whether the link is in the telemetry at all (for the timeouts: in normal operation)."""
+    if not edges:
+        return 0.0
+    _, pvals = ci.validate(truth, edges, data, alpha)
+    return float(np.mean([pvals[e] <= alpha for e in edges]))
+
+
+def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, past: np.ndarray, agent,
+                 calib: list | None = None, reference=None) -> dict:
     """Every variant's graph and localizer at every history size, with graph quality and counts.
-    Atlas's data validation tests each synthesized dependency u -> v through the metric edges it stands
-    for and prunes it when the data contradicts all of them (none rejects independence). Every learned
-    graph starts from the same background knowledge, the per-component metric template (``expand`` of no
-    dependency): Atlas adds the documented dependencies to it, PC gets it as required edges, and
-    ``atlas_no_docs`` (the mechanism's ablation) is the template alone."""
+    Atlas's data validation (``validated``) prunes synthesized dependencies the data contradicts. Every
+    learned graph starts from the same background knowledge, the per-component metric template (``expand``
+    of no dependency): Atlas adds the documented dependencies to it, PC gets it as required edges, and
+    ``atlas_no_docs`` (the mechanism's ablation, and the template-only deployable baseline) is the template
+    alone. ``atlas_regex`` is the same pipeline with the scripted parser (``reference``, DocParser by
+    default) as its synthesizer. ``calib``: the calibration incidents PC's alpha is chosen on."""
     t0 = time.perf_counter()
     syn = synthesize(agent, pages, s.names)
     synth_s = time.perf_counter() - t0
+    ref = synthesize(reference if reference is not None else DocParser(), pages, s.names)
+    calib = calib if calib is not None else []
     truth = true_graph(s)
     truth_c = s.component_edges()
     proposed = expand(s.n, syn.edges)
-    groups = component_candidates(s, syn.edges)
-    candidates = [e for es in groups.values() for e in es]
     template = expand(s.n, ())
+    tmo = timeout_edges(s)
     out = {"synthesis": {**syn.stats(), "synth_s": synth_s}, "problems": syn.problems, "settings": {}}
     for h, k in p.settings():
         data = np.concatenate([history[:h], past[: k * p.fault_window]])
-        _, pvals = ci.validate(proposed, candidates, data, p.validation_alpha)
-        pruned = [ce for ce, es in groups.items() if min(pvals[e] for e in es) > p.validation_alpha]
-        atlas = expand(s.n, set(syn.edges) - set(pruned))
+        atlas, pruned = validated(s, syn.edges, data, p.validation_alpha)
+        regex, _ = validated(s, ref.edges, data, p.validation_alpha)
         t1 = time.perf_counter()
-        pcg = ci.pc(data, p.pc_alpha, p.pc_max_depth, required=template)
+        pcg, alpha, alpha_scores = tuned_pc(p, data, template, calib, s.n)
         pc_s = time.perf_counter() - t1
-        graphs = {"true_graph": truth, "atlas": atlas, "atlas_no_validation": proposed, "atlas_no_docs": template,
-                  "pc_algorithm": pcg, "zscore": np.zeros_like(truth)}
+        graphs = {"true_graph": truth, "atlas": atlas, "atlas_no_validation": proposed, "atlas_regex": regex,
+                  "atlas_no_docs": template, "pc_algorithm": pcg, "zscore": np.zeros_like(truth)}
         stats = {}
         for name, G in graphs.items():
             st = {}
             if name != "zscore":
                 m, c = edge_scores(G, truth), set_scores(component_edges(G, s.n), truth_c)
                 st = {"metric_edge_precision": m["precision"], "metric_edge_recall": m["recall"],
-                      "edge_precision": c["precision"], "edge_recall": c["recall"], "graph_edges": m["edges"]}
+                      "edge_precision": c["precision"], "edge_recall": c["recall"], "graph_edges": m["edges"],
+                      "timeout_edge_recall": float(np.mean([bool(G[i, j]) for i, j in tmo])) if tmo else 0.0}
             stats[name] = st
         stats["atlas"].update(pruned_true_edges=sum(e in truth_c for e in pruned),
                               pruned_false_edges=sum(e not in truth_c for e in pruned),
-                              validated_edges=len(groups))
-        stats["pc_algorithm"]["pc_s"] = pc_s
+                              validated_edges=len(syn.edges))
+        stats["pc_algorithm"].update(pc_s=pc_s, pc_alpha=alpha)
+        stats["true_graph"]["timeout_edges_detectable"] = detectable(truth, tmo, data)
+        stats["pc_alpha_scores"] = alpha_scores
         graphs["pc_algorithm"] = directed_only(pcg)   # the localizer uses PC's oriented edges only
         out["settings"][(h, k)] = {"stats": stats, "localizers": {k: Localizer.fit(G, data) for k, G in graphs.items()}}
     return out
@@ -126,6 +184,6 @@ def summarize(systems: list[dict], size: tuple[int, int]) -> dict[str, dict[str,
         variants[v] = m
     syn = [sysm["learned"]["synthesis"] for sysm in systems]
     for key in syn[0]:
-        if key not in ("synth_s", "agent"):
+        if key not in ("synth_s", "agent", "calibration"):
             variants["atlas"][key] = float(np.sum([s_[key] for s_ in syn]))
     return variants

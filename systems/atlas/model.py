@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
 METRICS = ("cpu", "queue", "latency", "errors")
 CPU, QUEUE, LAT, ERR = range(4)
 KINDS = ("frontend", "service", "cache", "db", "queue")
 FAULTS = ("cpu_hog", "queue_backlog", "latency_injection", "error_injection")
-# errors a timeout adds per normal sd of callee latency past the timeout, in units of the caller's error noise
-TIMEOUT_ERRORS = 10.0
+# errors a caller adds when every one of its requests to a callee times out, in units of its error noise
+# (times the edge's timeout_weight, 1-2): a callee whose latency is far past the timeout sets off an error storm
+TIMEOUT_ERRORS = 20.0
 FAULT_METRIC = {"cpu_hog": CPU, "queue_backlog": QUEUE, "latency_injection": LAT, "error_injection": ERR}
 
 _DOMAINS = ("checkout", "cart", "catalog", "payment", "shipping", "user", "auth", "recommend", "search",
@@ -52,9 +54,10 @@ class Microservices:
     lat_queue: np.ndarray
     call_weight: dict[tuple[int, int], float]   # (caller, callee) -> latency share
     err_weight: dict[tuple[int, int], float]    # (caller, callee) -> error propagation
-    timeout_weight: dict[tuple[int, int], float]  # (caller, callee) -> errors per unit of callee latency past its timeout
+    timeout_weight: dict[tuple[int, int], float]  # (caller, callee) -> errors when all its requests time out (x TIMEOUT_ERRORS)
     noise: np.ndarray         # per-variable noise sd (len V)
-    timeout_at: np.ndarray = field(default_factory=lambda: np.zeros(0))  # callee latency where callers time out
+    timeout_at: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per-request latency where callers time out
+    request_sd: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per-request latency spread about a sample's mean
     traffic_ar: float = 0.7
     sd: np.ndarray = field(default_factory=lambda: np.zeros(0))  # normal-operation sd per variable
 
@@ -77,9 +80,20 @@ class Microservices:
         return ["traffic"] + [f"{nm}.{m}" for nm in self.names for m in METRICS]
 
 
-def make_system(n: int, seed: int) -> Microservices:
+def make_system(n: int, seed: int, timeout_quantile: float = 0.99, request_spread: float = 2.0) -> Microservices:
     """A random microservice deployment with ``n`` components: ~10% frontends, ~50% services,
-    the rest caches, databases and queues (leaves); every non-frontend has a caller."""
+    the rest caches, databases and queues (leaves); every non-frontend has a caller.
+
+    Timeouts: a telemetry sample's latency is the mean over its requests, which spread about it with sd
+    ``request_spread`` x the sample latency's normal sd. Callers time a request out at the
+    ``timeout_quantile`` of normal per-request latency (0.99: a p99 timeout, a common setting), so in
+    normal operation about 1 - timeout_quantile of requests time out, a share that rises smoothly with the
+    callee's latency (the normal cdf): the latency -> errors link is in normal telemetry, weakly, and a
+    latency fault past the timeout sets off an error storm. ``timeout_quantile`` 1 disables timeouts."""
+    if not 0.5 <= timeout_quantile <= 1.0:
+        raise ValueError(f"timeout_quantile must lie in [0.5, 1] (got {timeout_quantile})")
+    if request_spread <= 0:
+        raise ValueError(f"request_spread must be positive (got {request_spread})")
     rng = np.random.default_rng([seed, 11])
     n_front = max(1, round(0.1 * n))
     n_back = max(2, round(0.4 * n))
@@ -130,11 +144,14 @@ def make_system(n: int, seed: int) -> Microservices:
                          lat_cpu=rng.uniform(0.2, 0.6, n), lat_queue=rng.uniform(0.3, 0.8, n),
                          call_weight=call_weight, err_weight=err_weight, timeout_weight=timeout_weight, noise=noise,
                          timeout_at=np.full(n, np.inf))
-    # timeouts: a caller's requests fail once a callee's latency passes its mean + 3 sd (normal operation
-    # almost never gets there, so the latency -> errors effect is invisible in normal telemetry)
+    # timeouts at the timeout_quantile of normal per-request latency (sample mean + request spread)
     X = simulate(sysm, 4000, np.random.default_rng([seed, 12]))
     sysm.sd = X.std(axis=0)
-    sysm.timeout_at = np.array([X[:, var(c, LAT)].mean() + 3.0 * sysm.sd[var(c, LAT)] for c in range(n)])
+    lat_sd = np.array([sysm.sd[var(c, LAT)] for c in range(n)])
+    sysm.request_sd = request_spread * lat_sd
+    if timeout_quantile < 1.0:
+        z = float(ndtri(timeout_quantile))
+        sysm.timeout_at = np.array([X[:, var(c, LAT)].mean() for c in range(n)]) + z * np.hypot(lat_sd, sysm.request_sd)
     return sysm
 
 
@@ -169,10 +186,15 @@ def simulate(s: Microservices, T: int, rng: np.random.Generator, fault: tuple[in
             lat = lat + s.call_weight[(c, u)] * X[:, var(u, LAT)]
             err = err + s.err_weight[(c, u)] * X[:, var(u, ERR)]
             if np.isfinite(s.timeout_at[u]):
-                over = np.maximum(X[:, var(u, LAT)] - s.timeout_at[u], 0.0) / s.sd[var(u, LAT)]
-                err = err + s.timeout_weight[(c, u)] * over * s.noise[var(c, ERR)] * TIMEOUT_ERRORS
+                share = timeout_share(s, u, X[:, var(u, LAT)])
+                err = err + s.timeout_weight[(c, u)] * share * s.noise[var(c, ERR)] * TIMEOUT_ERRORS
         X[:, var(c, CPU)], X[:, var(c, QUEUE)], X[:, var(c, LAT)], X[:, var(c, ERR)] = cpu, q, lat, err
     return X
+
+
+def timeout_share(s: Microservices, u: int, latency: np.ndarray) -> np.ndarray:
+    """Share of requests to ``u`` that time out when its samples' mean latency is ``latency``."""
+    return ndtr((latency - s.timeout_at[u]) / s.request_sd[u])
 
 
 def true_graph(s: Microservices) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 from openai_fake import FakeModel, serve
 from faultkit import reference_run, warm_cluster
 
-VARIANTS = {"atlas", "atlas_no_validation", "atlas_no_docs", "pc_algorithm", "zscore", "true_graph"}
+VARIANTS = {"atlas", "atlas_no_validation", "atlas_regex", "atlas_no_docs", "pc_algorithm", "zscore", "true_graph"}
 
 
 def test_atlas_flow_smoke(prefect_api):
@@ -36,7 +36,14 @@ def test_atlas_flow_smoke(prefect_api):
     assert g["parameter"] == "history_samples" and [pt["value"] for pt in g["points"]] == [100.0, 200.0]
     assert g["headline_value"] == 200.0 and all(pt["kind"] == "counted" for pt in g["points"])
     assert any(k.endswith(".pkl") for k in storage.list("runs/atlas/"))
-    assert "doc_parser" not in json.dumps(report["notes"]) or "documentation parser" in " ".join(report["notes"])
+    # the learned synthesizer, its calibration, PC's level chosen on calibration incidents, the template deployable
+    notes = " ".join(report["notes"])
+    assert "all-MiniLM-L6-v2" in notes and "calibration phrasings" in notes and "calibration incidents" in notes
+    assert report["roles"]["atlas_no_docs"] == ["deployable"] and v["pc_algorithm"]["pc_alpha"] > 0
+    assert {r["baseline"] for r in report["ratios"]} >= {"atlas_regex", "atlas_no_docs"}
+    assert {c["provenance"] for c in report["components"]} == {"learned", "scripted"}
+    # paired by system (one sample per system; a smoke run's single system gives the exact comparison)
+    assert len(report["samples"]["atlas"]["top1_accuracy"]) == p["systems"]
 
 
 KEY = "sk-atlas-flow-key-not-real"

@@ -14,7 +14,7 @@ from openai_fake import FakeModel, serve
 
 from mlsys_flows.systems.atlas import Params
 from mlsys_flows.systems.atlas.docs import DocParser
-from mlsys_flows.systems.atlas.evaluate import build, learn_graphs
+from mlsys_flows.systems.atlas.evaluate import build, calibration_incidents, learn_graphs
 from mlsys_flows.systems.common.graphs import is_acyclic
 from mlsys_flows.systems.atlas.synth import PROMPT, LLMSynthesizer, synthesize
 from mlsys_flows.systems.common.llm import LLMConfig, OpenAICompatibleClient
@@ -93,9 +93,10 @@ def test_learn_graphs_with_the_llm_agent_beats_the_parser_on_recall(server):
     p = Params.for_scale("smoke", components=12, curve_points=1, doc_hard=0.6, doc_omit=0.0)
     s, pages, history, past = build(p, 5)
     _Model.names, _Model.calls = s.names, s.calls
+    calib = calibration_incidents(p, s, 5)
     with OpenAICompatibleClient(LLMConfig(base_url=server, model="tiny", api_key=KEY)) as client:
-        llm = learn_graphs(p, s, pages, history, past, LLMSynthesizer(client))
-    parsed = learn_graphs(p, s, pages, history, past, DocParser())
+        llm = learn_graphs(p, s, pages, history, past, LLMSynthesizer(client), calib)
+    parsed = learn_graphs(p, s, pages, history, past, DocParser(), calib)
     h = p.headline_setting()
     assert llm["synthesis"]["malformed_replies"] == 0 and llm["synthesis"]["synth_requests"] == s.n
     assert llm["settings"][h]["stats"]["atlas_no_validation"]["edge_recall"] == 1.0
