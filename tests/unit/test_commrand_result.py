@@ -3,7 +3,7 @@ batching's target and kept its final accuracy within accuracy_gap_points; otherw
 from __future__ import annotations
 
 from mlsys_flows.systems.commrand import Params
-from mlsys_flows.systems.commrand.result import regime_sample
+from mlsys_flows.systems.commrand.result import build_result, regime_sample
 
 
 def _res(comm_rand_tta, comm_rand_acc=0.90):
@@ -24,3 +24,41 @@ def test_a_missed_target_or_parity_invalidates_the_point_naming_who():
     assert not missed.valid and "comm_rand did not reach the target 0.8500" in missed.invalid
     worse = regime_sample(p, 0.5, _res(0.7, comm_rand_acc=0.91 - (p.accuracy_gap_points + 1) / 100))
     assert not worse.valid and "comm_rand ended" in worse.invalid and "below random's 91.00%" in worse.invalid
+
+
+def test_build_result_reports_the_four_policies_the_rates_and_the_regime():
+    """The whole pure pipeline on a tiny graph: the ablation is a variant with its own samples, each policy's
+    learning rate is reported, the regime's points are at the swept community sizes, the headline's value is
+    community_batches, and the notes say how often validation ran."""
+    import pytest
+
+    pytest.importorskip("torch")
+    from mlsys_flows.systems.commrand import POLICIES, SPEC
+    from mlsys_flows.systems.commrand.train import compare, sweep_community_batches
+    from mlsys_flows.systems.common.report import build_report
+    from mlsys_flows.systems.common.runreport import Environment
+
+    p = Params.for_scale("smoke", nodes=1_500, regime_nodes=1_000, epochs=2, repeats=2, feature_dim=16, hidden=8,
+                         batch_size=64)
+    g = p.make_graph()
+    lrs = {"random": 0.01, "community": 0.02, "comm_rand": 0.01}
+    r = compare(g, **p.train_kwargs(lrs))
+    sweep = sweep_community_batches(**p.regime_kwargs(lrs))
+    info = {"key": "k", "nodes": g.nodes, "edges": g.edges, "communities": g.communities, "homophily": g.homophily(),
+            "train": len(g.train), "val": len(g.val), "test": len(g.test), "feature_bytes": int(g.features.nbytes),
+            "row_bytes": int(g.features.shape[1] * g.features.itemsize)}
+    res = build_result(p, info, r, sweep, {"lrs": {v: r[v]["lr"] for v in POLICIES}, "scores": {}})
+    assert set(res.variants) == set(POLICIES) and SPEC.mechanism.ablation in res.samples
+    assert res.variants["community"]["learning_rate"] == 0.02 and res.variants["comm_fixed"]["learning_rate"] == 0.01
+    assert [pt.value for pt in res.regime] == sorted(p.regime_community_batches)
+    assert res.regime_headline_value == p.community_batches
+    assert all(len(pt.samples["comm_rand"]) == p.regime_repeats for pt in res.regime)
+    assert any(f"Validation runs {p.evals_per_epoch} times per epoch" in n for n in res.notes)
+    assert any("no calibration ran" in n for n in res.notes)
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="a", git_dirty=False, code_hash="c")
+    rep = build_report(SPEC, params=p.model_dump(mode="json"), result=res, run_id="r", environment=env, wall_time_s=1.0)
+    d = rep.model_dump(mode="json")
+    assert d["headline"]["mechanism"]["baseline"] == "comm_fixed"
+    assert d["headline"]["vs_strongest"]["baseline"] in ("random", "community")
+    assert d["regime"]["parameter"] == "community_batches" and len(d["regime"]["points"]) == 2
+    assert {c["provenance"] for c in d["components"]} == {"learned", "packaged", "scripted"}
