@@ -36,7 +36,7 @@ class Params(SystemParams):
                       regime_community_batches=[0.5, 2.0], regime_nodes=2_000),
         "quick": dict(repeats=6),
         "full": dict(nodes=100_000, avg_degree=15.0, feature_dim=512, hidden=256, fanouts=(10, 10),
-                     batch_size=1024, epochs=10, regime_nodes=100_000, repeats=8),
+                     batch_size=1024, epochs=10, train_fraction=0.3, regime_nodes=100_000, repeats=8),
     }
 
     # workload: stochastic block model, ids ordered by community
@@ -195,7 +195,7 @@ def time_to_target(res: dict) -> tuple[dict[str, list[float]], dict[str, list[bo
 
 
 SPEC = SystemSpec(
-    name="commrand", title="COMM-RAND: community-aware GNN mini-batching", paper="COMM-RAND (arXiv 2504.18082)",
+    name="commrand", title="COMM-RAND: community-aware GNN mini-batching", paper="COMM-RAND",
     family="graphs-agents-ops",
     params=Params, baselines=("random", "community"),
     roles={"random": ("paper", "deployable"), "community": ("deployable",)},
