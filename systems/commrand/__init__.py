@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import FieldValueError, SystemParams
-from mlsys_flows.systems.common.spec import Claim, Component, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.common.spec import Claim, Component, Constraint, Mechanism, Regime, SystemSpec
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -224,6 +224,11 @@ SPEC = SystemSpec(
                                       "accuracy_gap_points", "reached_target", "unique_nodes_per_batch",
                                       "feature_pages_per_batch", "feature_rows_per_epoch", "communities_per_batch",
                                       "sampled_per_batch", "batches_per_epoch", "learning_rate")}},
+    # equal held-out quality: a side counts only with the seeds where it reached random batching's target
+    constraint=Constraint(
+        "reached_target", "higher", bound=1.0,
+        statement="reached that seed's target validation accuracy (target_fraction of random batching's best, on the "
+                  "same held-out nodes) within the epoch cap; a pair counts only where both sides did"),
     components=(
         Component("stochastic block model generator", "scripted",
                   "systems/commrand/graph.py: the project's numpy SBM with planted, id-ordered communities, labels "

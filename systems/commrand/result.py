@@ -43,7 +43,8 @@ def build_result(p: Any, graph: dict, r: dict, sweep: dict, cal: dict | None = N
         m = {"final_test_accuracy": x["test_acc"], "best_val_accuracy": max(x["val_acc"]),
              "accuracy_gap_points": 100.0 * (base_acc - x["test_acc"]), "learning_rate": float(x["lr"]),
              "reached_target": sum(reached_by_seed[v]) / len(reached_by_seed[v]), **{s: x["stats"][s] for s in STATS}}
-        samples[v] = {"epoch_time_s": x["epoch_s"], "time_to_accuracy_s": tta[v]}
+        samples[v] = {"epoch_time_s": x["epoch_s"], "time_to_accuracy_s": tta[v],
+                      "reached_target": [float(ok) for ok in reached_by_seed[v]]}
         if all(reached_by_seed[v]):
             samples[v]["epochs_to_target"] = [float(e) for e in x["epochs_to_target"]]
         variants[v] = m
