@@ -1,5 +1,6 @@
-"""Prefect tasks of the COMM-RAND flow: build the community-ordered SBM graph, then train every
-mini-batch policy (random, community, comm_rand) interleaved, timed one after another in one task."""
+"""Prefect tasks of the COMM-RAND flow: build the community-ordered SBM graph, pick each policy's learning
+rate on a calibration graph, then train every mini-batch policy (random, community, comm_rand, comm_fixed)
+interleaved, timed one after another in one task; then the community-size regime."""
 from __future__ import annotations
 
 import time
@@ -26,19 +27,27 @@ def make_graph(p: Params, storage: ObjectStorage, key: str) -> dict:
     return info
 
 
+@task(name="commrand-calibrate")
+def calibrate(p: Params) -> dict:
+    """Each policy's learning rate from ``p.lr_grid``, chosen on a calibration graph and seed the evaluation never uses."""
+    from mlsys_flows.systems.commrand.train import calibrate as run  # torch, on the worker only
+
+    return run(log=get_run_logger().info, **p.calibration_kwargs())
+
+
 @task(name="commrand-train")
-def train(p: Params, storage: ObjectStorage, graph: dict) -> dict:
-    """Every policy from the same initialisation, same epochs, lr and seeds; timed interleaved."""
+def train(p: Params, storage: ObjectStorage, graph: dict, lrs: dict) -> dict:
+    """Every policy from the same initialisation, same epochs and seeds, its calibrated rate; timed interleaved."""
     from mlsys_flows.systems.commrand.train import compare  # torch, on the worker only
 
     log = get_run_logger()
     g = Graph.from_npz(storage.read_bytes(graph["key"]))
-    return compare(g, log=log.info, **p.train_kwargs())
+    return compare(g, log=log.info, **p.train_kwargs(lrs))
 
 
 @task(name="commrand-regime")
-def regime(p: Params) -> dict:
-    """The regime: every policy on a smaller graph at each label purity of ``p.regime_purity`` (one seed)."""
-    from mlsys_flows.systems.commrand.train import sweep_purity  # torch, on the worker only
+def regime(p: Params, lrs: dict) -> dict:
+    """The regime: every policy on a graph at each community size of ``p.regime_community_batches``."""
+    from mlsys_flows.systems.commrand.train import sweep_community_batches  # torch, on the worker only
 
-    return sweep_purity(log=get_run_logger().info, **p.regime_kwargs())
+    return sweep_community_batches(log=get_run_logger().info, **p.regime_kwargs(lrs))

@@ -6,7 +6,10 @@ Policies, each one epoch's list of root batches of ``batch_size`` training nodes
 - ``comm_rand``: COMM-RAND: the communities shuffled, grouped ``k`` at a time, the nodes of a group
   shuffled together, groups concatenated and cut into batches: a batch's roots come from the ``k``
   randomly chosen communities of its group (from two groups where a batch straddles a boundary),
-  and the grouping changes every epoch.
+  and the grouping changes every epoch;
+- ``comm_fixed``: COMM-RAND without its randomisation over communities (the mechanism's ablation):
+  the same groups of ``k`` communities and the same shuffle of the nodes inside a group every
+  epoch, but the groups are consecutive community ids, visited in id order, the same every epoch.
 
 The sampler draws ``fanout`` neighbours per node with replacement (positions uniform in the CSR
 row). With ``bias`` p > 0 each draw comes, with probability p, from the node's same-community
@@ -20,7 +23,7 @@ import numpy as np
 
 from .graph import Graph
 
-POLICIES = ("random", "community", "comm_rand")
+POLICIES = ("random", "community", "comm_rand", "comm_fixed")
 PAGE_BYTES = 4096
 
 
@@ -33,9 +36,11 @@ def community_batches(train: np.ndarray, batch_size: int) -> list[np.ndarray]:
 
 
 def comm_rand_batches(train: np.ndarray, comm_of_train: np.ndarray, k: int, batch_size: int,
-                      rng: np.random.Generator) -> list[np.ndarray]:
+                      rng: np.random.Generator, randomise_communities: bool = True) -> list[np.ndarray]:
+    """COMM-RAND's roots; ``randomise_communities=False`` is the ablation (``comm_fixed``): groups of
+    consecutive community ids in id order, every epoch the same, nodes still shuffled inside a group."""
     present = np.unique(comm_of_train)
-    order = rng.permutation(present)
+    order = rng.permutation(present) if randomise_communities else present
     group_of_comm = np.empty(int(present.max()) + 1, np.int64)
     group_of_comm[order] = np.arange(len(order)) // k
     # a random key inside each group shuffles the group's nodes; the group index orders the groups
@@ -54,6 +59,8 @@ def policy_batches(policy: str, g: Graph, batch_size: int, k: int, rng: np.rando
         return community_batches(g.train, batch_size)
     if policy == "comm_rand":
         return comm_rand_batches(g.train, g.community_of(g.train), k, batch_size, rng)
+    if policy == "comm_fixed":
+        return comm_rand_batches(g.train, g.community_of(g.train), k, batch_size, rng, randomise_communities=False)
     raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
 
 

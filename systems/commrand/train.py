@@ -78,13 +78,22 @@ def batch_stats(g: Graph, b: Batch) -> dict[str, float]:
             "sampled": int(sum(blk.nbr.size for blk in b.blocks))}
 
 
+def eval_points(batches: int, evals_per_epoch: int) -> set[int]:
+    """0-based batch indices after which validation runs: ``evals_per_epoch`` evenly spaced, the epoch's last among them."""
+    n = max(1, min(evals_per_epoch, batches))
+    return {int(round((j + 1) * batches / n)) - 1 for j in range(n)}
+
+
 def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size: int, hidden: int, lr: float,
-                 k: int, bias: float, epochs: int, seed: int, eval_fanouts: tuple[int, ...] | None = None,
-                 target: float | None = None, stats: bool = False, test: bool = False) -> dict[str, Any]:
-    """Train one policy from the seed's initialisation for up to ``epochs`` epochs (stopping after the
-    epoch whose validation accuracy reaches ``target``). Per epoch: the wall time of building the
-    batches, sampling, gathering and the optimizer steps (validation is not timed) and the
-    validation accuracy. ``bias`` applies to comm_rand only."""
+                 k: int, bias: float, epochs: int, seed: int, evals_per_epoch: int = 1,
+                 eval_fanouts: tuple[int, ...] | None = None, target: float | None = None, stats: bool = False,
+                 test: bool = False) -> dict[str, Any]:
+    """Train one policy from the seed's initialisation for up to ``epochs`` epochs, stopping at the first
+    validation check that reaches ``target``. Validation runs ``evals_per_epoch`` times per epoch (evenly
+    spaced in batches, the last at the epoch's end) for every policy, outside the clock: the clock holds
+    building the batches, sampling, gathering and the optimizer steps. Per check: the validation accuracy,
+    the epochs trained (a fraction) and the training seconds so far. ``bias`` applies to the COMM-RAND
+    policies (comm_rand, comm_fixed) only."""
     eval_fanouts = eval_fanouts or fanouts
     features = torch.from_numpy(g.features)
     labels = torch.from_numpy(g.labels)
@@ -92,33 +101,45 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
     model = GraphSAGE(g.features.shape[1], hidden, g.classes, len(fanouts))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
-    p_bias = bias if policy == "comm_rand" else 0.0
-    out: dict[str, Any] = {"epoch_s": [], "val_acc": [], "loss": []}
+    p_bias = bias if policy in ("comm_rand", "comm_fixed") else 0.0
+    out: dict[str, Any] = {"val_acc": [], "val_epochs": [], "val_s": [], "loss": []}
     sums = {"unique_nodes": 0, "pages": 0, "communities": 0, "sampled": 0, "batches": 0}
+    clock, steps, done = 0.0, 0, False
     for epoch in range(epochs):
         rng = np.random.default_rng([seed, 1, epoch])  # the same stream for every policy
         t0 = time.perf_counter()
         batches = policy_batches(policy, g, batch_size, k, rng)
-        spent = time.perf_counter() - t0
+        clock += time.perf_counter() - t0
+        checks = eval_points(len(batches), evals_per_epoch)
         loss_sum = 0.0
-        for roots in batches:
+        for i, roots in enumerate(batches):
             t0 = time.perf_counter()
             b = sample_batch(g, roots, fanouts, rng, p_bias)
             loss = loss_fn(model(gather(features, b), b), labels[torch.from_numpy(b.roots)])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            spent += time.perf_counter() - t0
+            clock += time.perf_counter() - t0
+            steps += 1
             loss_sum += float(loss.detach()) * len(roots)
             if stats and epoch == 0:
                 for key, v in batch_stats(g, b).items():
                     sums[key] += v
                 sums["batches"] += 1
-        out["epoch_s"].append(spent)
-        out["loss"].append(loss_sum / len(g.train))
-        out["val_acc"].append(evaluate(model, g, features, g.val, eval_fanouts, seed))
-        if target is not None and out["val_acc"][-1] >= target:
+            if i in checks:  # untimed, its own sampling stream: the training stream is the same with or without it
+                out["val_acc"].append(evaluate(model, g, features, g.val, eval_fanouts, seed))
+                out["val_epochs"].append(epoch + (i + 1) / len(batches))
+                out["val_s"].append(clock)
+                if target is not None and out["val_acc"][-1] >= target:
+                    done = True
+                    break
+        out["batches_per_epoch"] = len(batches)
+        if not done:
+            out["loss"].append(loss_sum / len(g.train))
+        else:
             break
+    out["train_s"], out["steps"] = clock, steps
+    out["epoch_s"] = clock / (steps / out["batches_per_epoch"])  # training seconds per epoch's worth of batches
     if stats:
         n = max(1, sums.pop("batches"))
         out["stats"] = {"unique_nodes_per_batch": sums["unique_nodes"] / n,
@@ -142,69 +163,130 @@ def warm_up(g: Graph, fanouts: tuple[int, ...], batch_size: int, hidden: int, se
         model(gather(features, b), b).sum().backward()
 
 
-def epochs_to(curve: list[float], target: float) -> int | None:
-    """1-based epoch at whose end the validation accuracy first reached ``target`` (None: never)."""
-    return next((i + 1 for i, a in enumerate(curve) if a >= target), None)
+def first_reach(curve: list[float], target: float) -> int | None:
+    """Index of the first validation check that reached ``target`` (None: never)."""
+    return next((i for i, a in enumerate(curve) if a >= target), None)
 
 
-def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int, lr: float, k: int, bias: float,
-            epochs: int, seed: int, repeats: int, target_fraction: float, threads: int = 1,
-            log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """The policies trained on ``g`` with the same initialisation, epochs, lr and seeds, timed one after
-    another (never side by side). Each repeat is a training seed (``seed + r``: initialisation, batch
-    order, neighbour sampling): random batching trains first, for ``epochs`` epochs, and sets that seed's
-    target, ``target_fraction`` of its best validation accuracy; the other policies (their order rotates
-    over the seeds) train until they reach it, or for ``epochs`` epochs. The first seed trains every policy
-    for all ``epochs`` (the accuracy curves, the final test accuracy, the counted batch statistics).
-    Per policy and seed: the mean epoch time, the epoch that reached the target (None: never) and the
-    time to it, and the time of the whole epoch cap at the policy's speed (``cap_s``)."""
+def epochs_to(run: dict, target: float) -> float | None:
+    """Epochs trained (a fraction, at validation-check granularity) when validation first reached ``target``."""
+    i = first_reach(run["val_acc"], target)
+    return None if i is None else run["val_epochs"][i]
+
+
+TUNED = ("random", "community", "comm_rand")   # comm_fixed, the ablation, trains with comm_rand's rate
+
+
+def lrs_for(lrs: dict[str, float] | float) -> dict[str, float]:
+    """Every policy's learning rate: one rate for all, or the tuned policies' rates (comm_fixed takes comm_rand's)."""
+    if isinstance(lrs, (int, float)):
+        return {v: float(lrs) for v in POLICIES}
+    out = dict(lrs)
+    if "comm_rand" in out:
+        out.setdefault("comm_fixed", out["comm_rand"])
+    missing = [v for v in POLICIES if v not in out]
+    if missing:
+        raise ValueError(f"no learning rate for {', '.join(missing)}")
+    return out
+
+
+def calibrate(g_kwargs: dict, lr_grid: list[float], *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
+              k: int, bias: float, epochs: int, seed: int, threads: int = 1, evals_per_epoch: int = 1,
+              log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Each tuned policy's Adam rate, picked as a careful user would without the evaluated data: on a graph of
+    another seed (``g_kwargs``) with another training seed, every rate of ``lr_grid`` trains ``epochs`` epochs;
+    the rate whose validation curve (checked ``evals_per_epoch`` times per epoch) has the highest mean wins
+    (fast and high; counted, deterministic). One rate in the grid: no training."""
+    if len(lr_grid) == 1:
+        return {"lrs": lrs_for(lr_grid[0]), "scores": {}}
+    from .graph import generate
+
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        res: dict[str, Any] = {v: {"epoch_s": [], "tta_s": [], "cap_s": [], "epochs_to_target": []} for v in POLICIES}
+        g = generate(**g_kwargs)
+        warm_up(g, fanouts, batch_size, hidden, seed)
+        scores: dict[str, dict[float, float]] = {}
+        for v in TUNED:
+            scores[v] = {}
+            for lr in lr_grid:
+                run = train_policy(g, v, fanouts=fanouts, batch_size=batch_size, hidden=hidden, lr=lr, k=k, bias=bias,
+                                   epochs=epochs, seed=seed, evals_per_epoch=evals_per_epoch)
+                scores[v][lr] = float(np.mean(run["val_acc"]))
+            log(f"calibration {v}: " + ", ".join(f"lr {lr:g} -> mean val acc {a:.4f}" for lr, a in scores[v].items()))
+        best = {v: max(sc, key=lambda lr: (sc[lr], -lr)) for v, sc in scores.items()}
+        return {"lrs": lrs_for(best), "scores": {v: {str(lr): a for lr, a in sc.items()} for v, sc in scores.items()}}
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int, lrs: dict[str, float] | float,
+            k: int, bias: float, epochs: int, seed: int, repeats: int, target_fraction: float, threads: int = 1,
+            evals_per_epoch: int = 1, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """The policies trained on ``g`` with the same initialisation, epochs and seeds (each with its calibrated
+    learning rate), timed one after another (never side by side). Each repeat is a training seed (``seed + r``:
+    initialisation, batch order, neighbour sampling): random batching trains first, for ``epochs`` epochs, and
+    sets that seed's target, ``target_fraction`` of its best validation accuracy; the other policies (their
+    order rotates over the seeds) train until a validation check reaches it, or for ``epochs`` epochs. The first
+    seed trains every policy for all ``epochs`` (the accuracy curves, the final test accuracy, the counted batch
+    statistics). Per policy and seed: the training seconds per epoch, the epochs (a fraction) and training
+    seconds to the target (None: never), and the time of the whole epoch cap at the policy's speed
+    (``cap_s``)."""
+    lr_of = lrs_for(lrs)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        res: dict[str, Any] = {v: {"epoch_s": [], "tta_s": [], "cap_s": [], "epochs_to_target": [], "lr": lr_of[v]}
+                               for v in POLICIES}
         res["targets"] = []
         others = [v for v in POLICIES if v != "random"]
         for r in range(repeats):
             s = seed + r
-            kw = dict(fanouts=fanouts, batch_size=batch_size, hidden=hidden, lr=lr, k=k, bias=bias, seed=s)
+            kw = dict(fanouts=fanouts, batch_size=batch_size, hidden=hidden, k=k, bias=bias, seed=s,
+                      evals_per_epoch=evals_per_epoch)
             warm_up(g, fanouts, batch_size, hidden, s)
             rot = others[r % len(others):] + others[:r % len(others)]
             target = None
             for v in ["random", *rot]:
                 first = r == 0
-                run = train_policy(g, v, epochs=epochs, stats=first, test=first,
+                run = train_policy(g, v, epochs=epochs, stats=first, test=first, lr=lr_of[v],
                                    target=None if first or v == "random" else target, **kw)
                 if v == "random":
                     target = target_fraction * max(run["val_acc"])
                     res["targets"].append(target)
                 if first:
-                    res[v].update(val_acc=run["val_acc"], loss=run["loss"], test_acc=run["test_acc"],
-                                  stats=run["stats"], curve_s=np.cumsum(run["epoch_s"]).tolist())
-                reached = epochs_to(run["val_acc"], target)
-                times = run["epoch_s"][:reached] if reached else run["epoch_s"]
-                res[v]["epoch_s"].append(float(np.mean(times)))
-                res[v]["cap_s"].append(float(np.mean(times)) * epochs)
-                res[v]["epochs_to_target"].append(reached)
-                res[v]["tta_s"].append(float(np.sum(times)) if reached else None)
-                log(f"seed {s} {v}: {len(run['epoch_s'])} epochs trained, {np.mean(run['epoch_s']):.3f} s/epoch, "
-                    f"last val acc {run['val_acc'][-1]:.4f}" + (f"; target {target:.4f} at epoch {reached} "
-                                                                f"({np.sum(times):.2f} s)" if reached else
-                                                                f"; target {target:.4f} not reached"))
+                    res[v].update(val_acc=run["val_acc"], val_epochs=run["val_epochs"], val_s=run["val_s"],
+                                  loss=run["loss"], test_acc=run["test_acc"], stats=run["stats"])
+                i = first_reach(run["val_acc"], target)
+                if i is None:
+                    per_epoch = run["epoch_s"]
+                else:
+                    per_epoch = run["val_s"][i] / run["val_epochs"][i]
+                res[v]["epoch_s"].append(float(per_epoch))
+                res[v]["cap_s"].append(float(per_epoch) * epochs)
+                res[v]["epochs_to_target"].append(None if i is None else float(run["val_epochs"][i]))
+                res[v]["tta_s"].append(None if i is None else float(run["val_s"][i]))
+                log(f"seed {s} {v} (lr {lr_of[v]:g}): {run['steps']} steps, {run['epoch_s']:.3f} s/epoch, last val acc "
+                    f"{run['val_acc'][-1]:.4f}" + (f"; target {target:.4f} after {run['val_epochs'][i]:.2f} epochs "
+                                                   f"({run['val_s'][i]:.2f} s)" if i is not None else
+                                                   f"; target {target:.4f} not reached"))
         res["target"] = res["targets"][0]
         return res
     finally:
         torch.set_num_threads(old_threads)
 
 
-def sweep_purity(g_kwargs: dict, purities: list[float], nodes: int, train_kwargs: dict,
-                 log: Callable[[str], None] = lambda s: None) -> dict[float, dict[str, Any]]:
-    """The regime: the comparison on a graph of ``nodes`` nodes at each label purity (one seed, the first),
-    policies timed one after another; {purity: compare's result}."""
+def sweep_community_batches(g_kwargs: dict, ratios: list[float], nodes: int, communities: dict[float, int],
+                            train_kwargs: dict, log: Callable[[str], None] = lambda s: None
+                            ) -> dict[float, dict[str, Any]]:
+    """The regime: the comparison on a graph of ``nodes`` nodes at each community size (``communities[x]``
+    communities for x batches of training nodes per community), policies timed one after another;
+    {x: compare's result, with the graph's communities}."""
     from .graph import generate
 
     out = {}
-    for x in sorted(purities):
-        g = generate(**(g_kwargs | {"label_purity": x, "nodes": nodes}))
-        log(f"regime: label purity {x:g} on {nodes} nodes")
-        out[x] = compare(g, **(train_kwargs | {"repeats": 1}), log=log)
+    for x in sorted(ratios):
+        g = generate(**(g_kwargs | {"nodes": nodes, "communities": communities[x]}))
+        log(f"regime: {x:g} batches of training nodes per community ({communities[x]} communities on {nodes} nodes)")
+        out[x] = compare(g, **train_kwargs, log=log) | {"communities": communities[x]}
     return out

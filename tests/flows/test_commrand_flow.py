@@ -1,7 +1,8 @@
-"""The commrand flow at smoke (the session's shared reference run): the three policies with the measured
-headline (time to the target accuracy) and epoch time, counted accuracies and batch statistics, the
-community policies' smaller sampled neighbourhoods and fewer pages of the feature array, the parity note,
-and the graph on storage."""
+"""The commrand flow at smoke (the session's shared reference run): the four policies (random, community,
+COMM-RAND and its fixed-order ablation) with the measured headline (time to the target accuracy) and epoch
+time, counted accuracies and batch statistics, the community policies' smaller sampled neighbourhoods and
+fewer pages of the feature array, the parity note, the community-size regime, the components, and the graph
+on storage."""
 import math
 
 from faultkit import reference_run
@@ -28,20 +29,25 @@ def test_commrand_flow_smoke():
         assert 0.0 < m["final_test_accuracy"] <= 1.0, name
         assert len(report["samples"][name]["epoch_time_s"]) == Params.for_scale("smoke").repeats
         assert len(report["samples"][name]["time_to_accuracy_s"]) == Params.for_scale("smoke").repeats
-    # contract v3: the ablation (pure community order), the label-purity regime (measured, smaller graphs)
-    assert h["mechanism"]["baseline"] == "community"
+    # contract v3: the ablation (COMM-RAND with fixed groups), the community-size regime (measured)
+    assert h["mechanism"]["baseline"] == "comm_fixed"
+    assert h["vs_strongest"]["baseline"] in ("random", "community")
+    p = Params.for_scale("smoke")
     g3 = report["regime"]
-    assert g3["parameter"] == "label_purity" and [p["value"] for p in g3["points"]] == [0.7, 0.9]
-    assert g3["headline_value"] == 0.9 and all(p["kind"] == "measured" for p in g3["points"])
+    assert g3["parameter"] == "community_batches" and [x["value"] for x in g3["points"]] == p.regime_community_batches
+    assert g3["headline_value"] == p.community_batches and all(x["kind"] == "measured" for x in g3["points"])
+    assert {c["provenance"] for c in report["components"]} == {"learned", "packaged", "scripted"}
+    assert v["comm_fixed"]["learning_rate"] == v["comm_rand"]["learning_rate"]
     # no win without reaching the target: a COMM-RAND that never reached it is at best at parity
     if v["comm_rand"]["reached_target"] < 1.0:
         assert h["ratio"] <= 1.0
     # the counted reason: community-structured roots share their neighbours and sit close in the feature array
-    for name in ("comm_rand", "community"):
+    for name in ("comm_rand", "community", "comm_fixed"):
         assert v[name]["unique_nodes_per_batch"] < v["random"]["unique_nodes_per_batch"], name
         assert v[name]["feature_pages_per_batch"] < v["random"]["feature_pages_per_batch"], name
         assert v[name]["communities_per_batch"] < v["random"]["communities_per_batch"], name
     assert any("Accuracy parity" in n for n in report["notes"])
-    assert {c["title"] for c in report["curves"]} >= {"validation accuracy per epoch (same init, lr, seeds)"}
+    assert any(c["title"].startswith("validation accuracy vs epochs trained") for c in report["curves"])
+    assert any(f"Validation runs {p.evals_per_epoch} times per epoch" in n for n in report["notes"])
     g = Graph.from_npz(storage.read_bytes(f"runs/commrand/{report['run_id']}/graph.npz"))
     assert g.nodes == Params.for_scale("smoke").nodes
