@@ -68,8 +68,21 @@ def run_cell(p, level: str, seed_index: int, variants: tuple[str, ...] = VARIANT
         torch.set_num_threads(threads)
 
 
+def train_policies(p, level: str, seed_index: int = 0, variants: tuple[str, ...] = VARIANTS,
+                   lrs: dict[str, float] | None = None) -> tuple[dict[str, PolicyNet], dict]:
+    """The trained networks of ``variants`` (the same training as ``run_cell``), and the cell's output."""
+    nets: dict[str, PolicyNet] = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = _run_cell(p, level, seed_index, variants, dict(lrs or {}), False, keep=nets)
+    finally:
+        torch.set_num_threads(threads)
+    return nets, out
+
+
 def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...], lrs: dict[str, float],
-              with_regime: bool) -> dict:
+              with_regime: bool, keep: dict | None = None) -> dict:
     seed = cell_seed(p.seed, level, seed_index)
     obs_dim, n_actions = dims(level)
     encoder = Encoder(obs_dim)
@@ -96,7 +109,9 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...], lrs: di
         log["at_budget"] = at
         return log, time.perf_counter() - started
 
-    def result(net: PolicyNet, train_s: float, rl_log: dict | None) -> dict:
+    def result(net: PolicyNet, train_s: float, rl_log: dict | None, variant: str = "") -> dict:
+        if keep is not None:
+            keep[variant] = net
         ev = evaluate(net, sets.test, encoder, n_actions)
         at = dict(rl_log["at_budget"]) if rl_log else {}
         # success on the test tasks at each RL budget of the regime (the prior alone takes no RL steps)
@@ -120,17 +135,17 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...], lrs: di
         out["prior"] = {"demo_steps": int(len(demos["action"])), "demo_episodes": int(demos["episodes"]),
                         "expert_successes": int(demos["expert_successes"]), "prior_s": prior_s, **losses}
         if "prior_only" in variants:
-            out["variants"]["prior_only"] = result(prior, prior_s, None)
+            out["variants"]["prior_only"] = result(prior, prior_s, None, "prior_only")
         if "prior_rl" in variants:
             net = copy.deepcopy(prior)
             log, rl_s = rl(net, "prior_rl")
-            out["variants"]["prior_rl"] = result(net, prior_s + rl_s, log)
+            out["variants"]["prior_rl"] = result(net, prior_s + rl_s, log, "prior_rl")
             out["curves"]["prior_rl"] = (log["curve_steps"], log["curve_success"])
             out["returns"]["prior_rl"] = log["curve_return"]
     if "rl_scratch" in variants:
         net = copy.deepcopy(init)
         log, rl_s = rl(net, "rl_scratch")
-        out["variants"]["rl_scratch"] = result(net, rl_s, log)
+        out["variants"]["rl_scratch"] = result(net, rl_s, log, "rl_scratch")
         out["curves"]["rl_scratch"] = (log["curve_steps"], log["curve_success"])
         out["returns"]["rl_scratch"] = log["curve_return"]
     return out

@@ -412,3 +412,25 @@ def test_mechanism_is_undecidable_when_rl_from_scratch_solves_nothing():
         else:
             assert m.verdict.outcome == "wins" and m.verdict.pairs >= 6
     assert {c.provenance for c in SPEC.components} == {"learned", "scripted", "packaged"}
+
+
+def test_learned_policy_plays_the_embodiedbench_protocol_as_it_is_evaluated():
+    """An ERA policy as an EmbodiedBench agent, one action per round from the new observation, solves the
+    same test tasks as the ERA evaluation's greedy rollout."""
+    from mlsys_flows.systems.embodied.agents import run_episode
+    from mlsys_flows.systems.embodied.api import make_env
+    from mlsys_flows.systems.era.agent import trained_agents
+    from mlsys_flows.systems.era.run import train_policies
+    p = Params.for_scale("smoke", train_per_subset=2, prior_epochs=20, rl_env_steps=64, rollout_steps=32, minibatch=32)
+    agents = trained_agents(p, "high", 0, variants=("prior_only",))
+    nets, out = train_policies(p, "high", 0, variants=("prior_only",))
+    sets = task_sets("high", p.train_per_subset, p.test_per_subset, p.seed)
+    wins = []
+    for task in sets.test:
+        env = make_env(task)
+        res = run_episode(env, agents["prior_only"], feedback=False, replan=True, max_rounds=env.max_steps)
+        assert res.invalid_plans == 0
+        wins.append(res.success)
+    assert float(np.mean(wins)) == out["variants"]["prior_only"]["success_rate"]
+    with pytest.raises(ValueError, match="level"):
+        agents["prior_only"].reset(make_env(task_sets("low", 1, 1, 0).test[0]))
