@@ -123,11 +123,13 @@ class Params(SystemParams):
                        for x in self.regime_rl_share})
 
 
-def run_cell(p: Params, level: str, seed_index: int, variants: tuple[str, ...] = VARIANTS) -> dict:
-    """Train and evaluate the variants on one level with one seed (imports torch)."""
+def run_cell(p: Params, level: str, seed_index: int, variants: tuple[str, ...] = VARIANTS,
+             lrs: dict[str, float] | None = None) -> dict:
+    """Train and evaluate the variants on one level with one seed (imports torch); ``lrs``: each RL
+    variant's calibrated learning rate on this level (``calibrate.choose``)."""
     from .run import run_cell as run
 
-    return run(p, level, seed_index, variants)
+    return run(p, level, seed_index, variants, lrs=lrs)
 
 # Success on the test tasks and the step budgets are counted; only the training wall clock is timed. The
 # six capability subsets are systems/embodied/core.SUBSETS, written out so the spec loads without numpy

@@ -126,6 +126,9 @@ def build_result(p, cells: dict[tuple[str, int], dict], calibration: list[dict] 
         + "; ".join(f"{int(g.value)}: " + ", ".join(f"{v} {statistics.fmean(xs):.3f}" for v, xs in g.samples.items())
                     for g in regime) + " (means over the seeds).",
     ]
+    if calibration and overlap is None:
+        from .calibrate import overlap as calibration_overlap
+        overlap = calibration_overlap(p)
     notes.append(calibration_note(p, calibration or [], chosen or {}, overlap))
     undecidable = ""
     if not scratch_learned(p, cells):

@@ -409,6 +409,8 @@ def test_mechanism_is_undecidable_when_rl_from_scratch_solves_nothing():
         if undecidable:
             assert m.verdict.outcome == "ties" and m.verdict.ratio is None and "undecidable" in m.verdict.why
             assert any("undecidable" in n for n in result.notes)
+            from mlsys_flows.rendering import summary_markdown
+            assert "**Undecidable**: rl_scratch solved no test task" in summary_markdown(report)
         else:
             assert m.verdict.outcome == "wins" and m.verdict.pairs >= 6
     assert {c.provenance for c in SPEC.components} == {"learned", "scripted", "packaged"}
