@@ -74,7 +74,7 @@ class Params(SystemParams):
     lr_grid_scratch: list[float] = Field([3e-4, 1e-3, 3e-3], max_length=8, description="Learning rates of PPO "
                                          "from scratch tried on the calibration tasks; the one with the best "
                                          "held-out calibration success is used, per level (empty: lr_scratch).")
-    lr_grid_prior_rl: list[float] = Field([3e-5, 1e-4, 3e-4], max_length=8, description="Learning rates of PPO "
+    lr_grid_prior_rl: list[float] = Field([3e-5, 1e-4, 3e-4, 1e-3], max_length=8, description="Learning rates of PPO "
                                           "from the prior tried on the calibration tasks, chosen the same way "
                                           "(empty: lr_prior_rl).")
     calibration_seeds: int = Field(1, ge=1, le=10, description="Training seeds per learning rate and level in "
