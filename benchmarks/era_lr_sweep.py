@@ -1,90 +1,66 @@
-"""ERA: the PPO learning rate of each RL variant, swept on validation tasks (issue 31's era item).
+"""ERA: the learning-rate calibration of the flow, run alone (issue 50; first written for issue 31).
 
-    .venv/bin/python -m benchmarks.era_lr_sweep                 # quick budget, both levels
-    .venv/bin/python -m benchmarks.era_lr_sweep --seeds 2     # fewer training seeds
+    .venv/bin/python -m benchmarks.era_lr_sweep                       # the quick preset's grids and budget
+    .venv/bin/python -m benchmarks.era_lr_sweep --calibration-seeds 3 # more training seeds per rate
 
-A careful user tunes RL from scratch as well as RL from the prior, on tasks other than the test set.
-For each variant (``rl_scratch``, ``prior_rl``) and each learning rate of its grid, one ERA cell per
-level and seed trains at the quick budget with the generator seed ``--validation-seed`` (its own
-training and test tasks: none of the evaluated run's test tasks, which come from seed 0, are
-used; overlaps are counted in the output) and reports validation success. The learning rate with
-the best mean success over levels and seeds is the variant's choice; a tie keeps ``Params``' default
-when it is among the best, else goes to the smaller rate (the gentler update). Success is ``counted`` (greedy episodes solved), deterministic for given
-parameters (one torch thread), so the load of the machine does not change it. Writes
-benchmarks/results/era-lr-sweep.json with the grid, every cell, the choices, the defaults of
-``Params`` they are compared with, and the machine and code (git sha, era's code hash).
+The ERA flow calibrates each RL variant's PPO learning rate per level before the evaluated run
+(``systems/era/calibrate.py``) and lists the sweep in the report's notes. This script runs the same
+calibration with the same rule alone, e.g. with more calibration seeds than the preset, and writes it
+out: for each variant, level and rate of the variant's grid, ``calibration_seeds`` cells train at the
+preset's RL budget on the tasks of generator seed ``seed + calibration_offset`` (never the evaluated
+test set; overlaps with it are counted) and report held-out calibration success. The rule: the best
+mean held-out success; ties go to the RL run's own training success over its last quarter, then its
+shaped return there, then the middle rate. Success is ``counted`` (greedy episodes solved),
+deterministic for given parameters (one torch thread). Writes benchmarks/results/era-lr-sweep.json.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
-import statistics
 import time
 from pathlib import Path
 
 from mlsys_flows.systems.common.environment import capture
 from mlsys_flows.systems.era import Params
-from mlsys_flows.systems.era.episodes import task_signature, task_sets
-from mlsys_flows.systems.era.run import run_cell
+from mlsys_flows.systems.era import calibrate as cal
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "era-lr-sweep.json"
-GRIDS = {"rl_scratch": (3e-4, 1e-3, 3e-3), "prior_rl": (1e-5, 3e-5, 1e-4, 3e-4)}
-FIELD = {"rl_scratch": "lr_scratch", "prior_rl": "lr_prior_rl"}
-LEVELS = ("high", "low")
 
 
-def overlap(base: Params, validation: Params, level: str) -> int:
-    """Validation test tasks that are also test tasks of the evaluated run (by signature)."""
-    test = {task_signature(t) for t in task_sets(level, base.train_per_subset, base.test_per_subset, base.seed).test}
-    val = task_sets(level, validation.train_per_subset, validation.test_per_subset, validation.seed).test
-    return sum(task_signature(t) in test for t in val)
-
-
-def sweep(validation_seed: int, seeds: int, scale: str = "quick") -> dict:
-    base = Params.for_scale(scale)
-    cells, started = [], time.perf_counter()
-    for variant, grid in GRIDS.items():
-        for lr in grid:
-            p = Params.for_scale(scale, seed=validation_seed, **{FIELD[variant]: lr})
-            for level in LEVELS:
-                for k in range(seeds):
-                    out = run_cell(p, level, k, variants=(variant,))
-                    success = out["variants"][variant]["success_rate"]
-                    cells.append({"variant": variant, "lr": lr, "level": level, "seed_index": k,
-                                  "success_rate": success, "cpu_s": round(out["cpu_s"], 2)})
-                    print(f"{variant:10s} lr {lr:g} {level:4s} seed {k}: validation success {success:.3f}",
-                          flush=True)
-    choice = {}
-    for variant, grid in GRIDS.items():
-        means = {lr: statistics.mean(c["success_rate"] for c in cells if c["variant"] == variant and c["lr"] == lr)
-                 for lr in grid}
-        best, default = max(means.values()), getattr(base, FIELD[variant])
-        tied = [lr for lr, m in means.items() if m == best]
-        choice[variant] = {"lr": default if default in tied else min(tied), "tied": len(tied) > 1,
-                           "mean_success": means, "default": default}
-    return {"what": "PPO learning rate per RL variant on validation tasks (greedy success, counted)",
-            "scale": scale, "rl_env_steps": base.rl_env_steps, "validation_seed": validation_seed,
-            "evaluated_seed": base.seed, "seeds": seeds, "grids": GRIDS, "cells": cells, "choice": choice,
-            "overlap_with_evaluated_test_tasks": {
-                lvl: overlap(base, Params.for_scale(scale, seed=validation_seed), lvl) for lvl in LEVELS},
-            "kind": "counted", "seconds": round(time.perf_counter() - started, 1)}
+def sweep(scale: str = "quick", **overrides) -> dict:
+    p = Params.for_scale(scale, **overrides)
+    started = time.perf_counter()
+    cells = []
+    for run in cal.runs(p):
+        out = cal.run_one(p, *run)
+        cells.append(out)
+        print(f"{out['variant']:10s} lr {out['lr']:g} {out['level']:4s} seed {out['seed_index']}: held-out "
+              f"calibration success {out['success_rate']:.3f}", flush=True)
+    return {"what": "PPO learning rate per RL variant and level on calibration tasks (greedy success, counted)",
+            "scale": scale, "rl_env_steps": p.rl_env_steps, "calibration_task_seed": p.seed + p.calibration_offset,
+            "evaluated_seed": p.seed, "calibration_seeds": p.calibration_seeds,
+            "grids": {v: cal.grid(p, v) for v in cal.RL_VARIANTS}, "cells": cells, "choice": cal.choose(p, cells),
+            "overlap_with_evaluated_test_tasks": cal.overlap(p), "kind": "counted",
+            "seconds": round(time.perf_counter() - started, 1)}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--validation-seed", type=int, default=1, help="generator seed of the validation tasks")
-    ap.add_argument("--seeds", type=int, default=4, help="training seeds per level and learning rate")
+    ap.add_argument("--scale", default="quick")
+    ap.add_argument("--calibration-seeds", type=int, default=None, help="training seeds per level and rate")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
+    overrides = {} if a.calibration_seeds is None else {"calibration_seeds": a.calibration_seeds}
     env = capture("era")
-    result = sweep(a.validation_seed, a.seeds)
+    result = sweep(a.scale, **overrides)
     result |= {"created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "environment": env.model_dump(mode="json")}
     a.out.write_text(json.dumps(result, indent=1) + "\n")
-    for variant, c in result["choice"].items():
-        table = ", ".join(f"{lr:g}: {m:.3f}" for lr, m in c["mean_success"].items())
-        print(f"{variant}: chose {c['lr']:g} (default {c['default']:g}); mean validation success {table}")
+    for variant, per_level in result["choice"].items():
+        for lvl, c in per_level.items():
+            table = ", ".join(f"{lr}: {m:.3f}" for lr, m in c["mean_success"].items())
+            print(f"{variant} {lvl}: chose {c['lr']:g} by {c['by']}; mean held-out success {table}")
     print(f"wrote {a.out}")
 
 

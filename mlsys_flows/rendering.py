@@ -167,8 +167,11 @@ def summary_markdown(report: RunReport) -> str:
     if report.constraint is not None:
         lines.append(report.constraint.sentence())
     if h.mechanism is not None:
+        v = h.mechanism.verdict
+        undecidable = f" **Undecidable**: {v.why.removeprefix('undecidable: ')}." \
+            if v is not None and v.why.startswith("undecidable") else ""
         lines.append(f"The paper's mechanism alone (technique vs **{h.mechanism.baseline}**, the ablation): "
-                     f"{ratio_label(h.mechanism)}.")
+                     f"{ratio_label(h.mechanism)}.{undecidable}")
     if h.vs_oracle is not None:
         lines.append(f"Against the hindsight oracle **{h.vs_oracle.baseline}** (an upper bound): {ratio_label(h.vs_oracle)}.")
     if report.regime is not None:

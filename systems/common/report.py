@@ -74,6 +74,10 @@ class SystemResult:
     # Contract v4: ``AdaptiveRepeats.summary()`` when the repeats adapted (systems/common/repeats.py);
     # every sampled verdict is then judged at the level of its planned looks.
     repeats: dict[str, Any] | None = None
+    # Issue 50: why the mechanism's ablation cannot decide anything in this run (e.g. it scored zero
+    # everywhere, so the ratio against it measures something else); non-empty: the report keeps the
+    # mechanism's ratio with a verdict that says so (ties, no ratio), never a win or a loss.
+    mechanism_undecidable: str = ""
 
     def medians(self) -> dict[str, dict[str, float]]:
         out = {v: dict(m) for v, m in self.variants.items()}
@@ -445,6 +449,11 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     if spec.mechanism is not None and spec.mechanism.ablation in present:
         headline.mechanism = ratio(Claim(head.metric, spec.mechanism.ablation, head.technique, head.better,
                                          statement=f"only {spec.mechanism.name} removed"))
+        if result.mechanism_undecidable:
+            m = headline.mechanism
+            m.statement = f"undecidable: {result.mechanism_undecidable} ({m.statement})"
+            m.verdict = Verdict(outcome="ties", ratio=None, pairs=m.verdict.pairs if m.verdict else 0,
+                                why=f"undecidable: {result.mechanism_undecidable}")
     curves, regime = list(result.curves), None
     if spec.regime is not None and result.regime:
         if len(result.regime) < 2:

@@ -55,6 +55,23 @@ def goal_progress(env) -> float:
         return 0.0
 
 
+def state_key(env) -> tuple | None:
+    """Everything of an environment's state that the scripted expert's plan depends on (the task, and
+    the world's mutable parts: positions, what is held, open containers, contents), hashable; None
+    for an environment of another kind (then nothing is memoised). What the agent has seen (the low
+    level's revealed obstacles) and the step count are left out: the expert reads neither."""
+    w, task = getattr(env, "w", None), getattr(env, "task", None)
+    if w is None or task is None:
+        return None
+    ident = (task.level, task.subset, task.seed, task.instruction)
+    if task.level == "low" and hasattr(w, "agent"):
+        return ident + (w.agent, w.holding, tuple(o["pos"] for o in w.objects))
+    if task.level == "high" and hasattr(w, "contents"):
+        return ident + (w.at, w.holding, tuple(None if e is None else e.get("open") for e in w.ent),
+                        tuple((r, tuple(c)) for r, c in sorted(w.contents.items())))
+    return None
+
+
 class Shaping:
     """ERA's dense reward shaping on these environments. Per turn: ``success_reward`` on success;
     ``subgoal_coef`` x the change in the share of goal conditions met (the paper's subgoal rewards on
@@ -63,17 +80,34 @@ class Shaping:
     shaping on the low level); minus ``invalid_penalty`` for an action the environment rejects.
     All coefficients 0 but success_reward: the sparse success reward."""
 
+    MEMO_MAX = 500_000
+
     def __init__(self, success_reward: float, subgoal_coef: float, distance_coef: float, invalid_penalty: float):
         self.success_reward, self.subgoal_coef = success_reward, subgoal_coef
         self.distance_coef, self.invalid_penalty = distance_coef, invalid_penalty
+        self._memo: dict[tuple, int | None] = {}
+        self.memo_hits = 0
 
     def distance(self, env) -> int | None:
+        """The scripted expert's remaining plan length from the env's state, memoised per state: RL
+        episodes restart the same training tasks and revisit the same states, and the expert's plan
+        (a deep copy of the world and a search) is the dominant cost of an RL step without the memo.
+        The key is the whole mutable state the expert reads (``state_key``), so the memo is exact."""
         if self.distance_coef == 0.0:
             return None
+        key = state_key(env)
+        if key is not None and key in self._memo:
+            self.memo_hits += 1
+            return self._memo[key]
         try:
-            return len(expert_plan(env))
+            d = len(expert_plan(env))
         except Exception:  # no plan from a dead-end state: no distance signal for this turn
-            return None
+            d = None
+        if key is not None:
+            if len(self._memo) >= self.MEMO_MAX:
+                self._memo.clear()
+            self._memo[key] = d
+        return d
 
     def reward(self, info: dict, progress_before: float, dist_before: int | None, dist_after: int | None) -> float:
         success = bool(info.get("success"))
@@ -116,27 +150,37 @@ def expert_demos(tasks: list, encoder: Encoder, n_actions: int) -> dict[str, np.
 
 
 @torch.no_grad()
-def evaluate(net: PolicyNet, tasks: list, encoder: Encoder, n_actions: int) -> dict:
-    """Greedy (argmax) rollouts on ``tasks``: success per task, with its subset."""
+def evaluate(net: PolicyNet, tasks: list, encoder: Encoder, n_actions: int, batch: int = 64) -> dict:
+    """Greedy (argmax) rollouts on ``tasks``: success per task, with its subset. Up to ``batch`` tasks
+    run side by side, one batched forward pass per turn (each episode sees only its own observations,
+    so the result is that of running the tasks one by one)."""
     net.eval()
     per_subset: dict[str, list[bool]] = {s: [] for s in SUBSETS}
+    results: list[bool] = [False] * len(tasks)
     steps = invalid = 0
-    for task in tasks:
-        env = make_env(task)
-        obs = env.reset()
-        success = False
-        for _ in range(env.max_steps):
-            x = torch.from_numpy(encoder(obs.vector, task.instruction))[None]
-            mask = torch.from_numpy(action_mask(env, n_actions))[None]
+    for lo in range(0, len(tasks), batch):
+        chunk = list(range(lo, min(lo + batch, len(tasks))))
+        envs = {i: make_env(tasks[i]) for i in chunk}
+        obs = {i: envs[i].reset() for i in chunk}
+        live = list(chunk)
+        while live:
+            x = torch.from_numpy(np.stack([encoder(obs[i].vector, tasks[i].instruction) for i in live]))
+            mask = torch.from_numpy(np.stack([action_mask(envs[i], n_actions) for i in live]))
             logits, _ = net(x, mask)
-            obs, _, done, info = env.step(int(logits.argmax(-1)))
-            steps += 1
-            invalid += not info.get("valid", True)
-            if done:
-                success = bool(info.get("success"))
-                break
-        per_subset.setdefault(task.subset, []).append(success)
+            acts = logits.argmax(-1).tolist()
+            still = []
+            for i, a in zip(live, acts):
+                obs[i], _, done, info = envs[i].step(int(a))
+                steps += 1
+                invalid += not info.get("valid", True)
+                if done or envs[i].steps >= envs[i].max_steps:
+                    results[i] = bool(info.get("success"))
+                else:
+                    still.append(i)
+            live = still
     net.train()
+    for task, ok in zip(tasks, results):
+        per_subset.setdefault(task.subset, []).append(ok)
     flat = [s for v in per_subset.values() for s in v]
     return {"success_rate": float(np.mean(flat)), "episodes": len(flat), "steps": steps, "invalid": invalid,
             "per_subset": {s: float(np.mean(v)) for s, v in per_subset.items() if v}}

@@ -1,6 +1,6 @@
-"""The ERA agent's small policy: an MLP trunk over the observation vector, policy, value and grounding heads.
+"""The ERA agent's small policy networks (structured per level, or an MLP), with policy, value and grounding heads.
 
-The paper fine-tunes a 3B vision-language model; here the agent is a small MLP over the environment's
+The paper fine-tunes a 3B vision-language model; here the agent is a small network over the environment's
 observation vector, which already ends with a hashed bag-of-words embedding of the task instruction
 (systems/embodied). Invalid actions are masked out of the policy when the environment says which
 actions are valid.

@@ -32,11 +32,14 @@ def cell_seed(base: int, level: str, seed_index: int) -> int:
     return (base * 1_000_003 + seed_index * 7_919 + (0 if level == "high" else 104_729)) % (2**31 - 1)
 
 
-def ppo_config(p, variant: str) -> PPOConfig:
-    """The PPO settings of ``rl_scratch`` or ``prior_rl``: shared ones, plus each variant's tuned learning
-    rate and entropy bonus, and the critic warm-up of RL from the prior."""
+def ppo_config(p, variant: str, lr: float | None = None) -> PPOConfig:
+    """The PPO settings of ``rl_scratch`` or ``prior_rl``: shared ones, plus each variant's learning rate
+    (``lr``: the calibration's choice; None: the parameter) and entropy bonus, and the critic warm-up of
+    RL from the prior."""
     scratch = variant == "rl_scratch"
-    return PPOConfig(lr=p.lr_scratch if scratch else p.lr_prior_rl, env_steps=p.rl_env_steps, n_envs=p.n_envs,
+    if lr is None:
+        lr = p.lr_scratch if scratch else p.lr_prior_rl
+    return PPOConfig(lr=lr, env_steps=p.rl_env_steps, n_envs=p.n_envs,
                      rollout_steps=p.rollout_steps, epochs=p.ppo_epochs, minibatch=p.minibatch, clip=p.clip,
                      gamma=p.gamma, gae_lambda=p.gae_lambda,
                      entropy_coef=p.entropy_scratch if scratch else p.entropy_prior_rl, value_coef=p.value_coef,
@@ -47,22 +50,39 @@ def shaping(p) -> Shaping:
     return Shaping(p.success_reward, p.subgoal_coef, p.distance_coef, p.invalid_penalty)
 
 
-def run_cell(p, level: str, seed_index: int, variants: tuple[str, ...] = VARIANTS) -> dict:
+def run_cell(p, level: str, seed_index: int, variants: tuple[str, ...] = VARIANTS,
+             lrs: dict[str, float] | None = None, regime: bool = True) -> dict:
     """Train and evaluate ``variants`` on ``level`` with seed ``seed_index``; test tasks are the fixed
-    seeded test set (the same for every seed), training tasks a disjoint set. Deterministic for given
-    parameters (one torch thread)."""
+    seeded test set (the same for every seed), training tasks a disjoint set. ``lrs``: each RL variant's
+    learning rate (the calibration's choice for this level; a variant not in it takes its parameter);
+    ``regime``: also evaluate at the regime's smaller budgets. Deterministic for given parameters (one
+    torch thread)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     started = time.process_time()
     try:
-        out = _run_cell(p, level, seed_index, variants)
+        out = _run_cell(p, level, seed_index, variants, dict(lrs or {}), regime)
         out["cpu_s"] = time.process_time() - started
         return out
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...]) -> dict:
+def train_policies(p, level: str, seed_index: int = 0, variants: tuple[str, ...] = VARIANTS,
+                   lrs: dict[str, float] | None = None) -> tuple[dict[str, PolicyNet], dict]:
+    """The trained networks of ``variants`` (the same training as ``run_cell``), and the cell's output."""
+    nets: dict[str, PolicyNet] = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = _run_cell(p, level, seed_index, variants, dict(lrs or {}), False, keep=nets)
+    finally:
+        torch.set_num_threads(threads)
+    return nets, out
+
+
+def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...], lrs: dict[str, float],
+              with_regime: bool, keep: dict | None = None) -> dict:
     seed = cell_seed(p.seed, level, seed_index)
     obs_dim, n_actions = dims(level)
     encoder = Encoder(obs_dim)
@@ -70,10 +90,12 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...]) -> dict
     torch.manual_seed(seed)
     init = make_policy(level, obs_dim, n_actions, p.hidden, p.architecture)
     out: dict = {"level": level, "seed_index": seed_index, "train_tasks": len(sets.train), "test_tasks": len(sets.test),
-                 "overlaps_dropped": sets.overlaps_dropped, "variants": {}, "curves": {}}
+                 "overlaps_dropped": sets.overlaps_dropped, "variants": {}, "curves": {}, "returns": {},
+                 "lr": {v: ppo_config(p, v, lrs.get(v)).lr for v in variants if v != "prior_only"}}
+    regime_steps = p.regime_rl_steps if with_regime else [p.rl_env_steps]
 
     def rl(net: PolicyNet, variant: str) -> tuple[dict, float]:
-        budgets = {b for b in p.regime_rl_steps if b < p.rl_env_steps}
+        budgets = {b for b in regime_steps if b < p.rl_env_steps}
         at: dict[int, float] = {}
         if 0 in budgets:
             at[0] = evaluate(net, sets.test, encoder, n_actions)["success_rate"]
@@ -82,17 +104,19 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...]) -> dict
             if steps in budgets:
                 at[steps] = evaluate(net, sets.test, encoder, n_actions)["success_rate"]
         started = time.perf_counter()
-        log = ppo_train(net, sets.train, encoder, n_actions, ppo_config(p, variant), shaping(p),
+        log = ppo_train(net, sets.train, encoder, n_actions, ppo_config(p, variant, lrs.get(variant)), shaping(p),
                         np.random.default_rng(seed + 1), torch.Generator().manual_seed(seed + 2), on_update=checkpoint)
         log["at_budget"] = at
         return log, time.perf_counter() - started
 
-    def result(net: PolicyNet, train_s: float, rl_log: dict | None) -> dict:
+    def result(net: PolicyNet, train_s: float, rl_log: dict | None, variant: str = "") -> dict:
+        if keep is not None:
+            keep[variant] = net
         ev = evaluate(net, sets.test, encoder, n_actions)
         at = dict(rl_log["at_budget"]) if rl_log else {}
         # success on the test tasks at each RL budget of the regime (the prior alone takes no RL steps)
         regime = {str(b): (ev["success_rate"] if rl_log is None or b >= p.rl_env_steps else at[b])
-                  for b in p.regime_rl_steps}
+                  for b in regime_steps}
         return {"success_rate": ev["success_rate"], "per_subset": ev["per_subset"], "test_episodes": ev["episodes"],
                 "success_at_rl_steps": regime,
                 "test_invalid_actions": ev["invalid"], "test_steps": ev["steps"], "train_s": train_s,
@@ -111,17 +135,19 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...]) -> dict
         out["prior"] = {"demo_steps": int(len(demos["action"])), "demo_episodes": int(demos["episodes"]),
                         "expert_successes": int(demos["expert_successes"]), "prior_s": prior_s, **losses}
         if "prior_only" in variants:
-            out["variants"]["prior_only"] = result(prior, prior_s, None)
+            out["variants"]["prior_only"] = result(prior, prior_s, None, "prior_only")
         if "prior_rl" in variants:
             net = copy.deepcopy(prior)
             log, rl_s = rl(net, "prior_rl")
-            out["variants"]["prior_rl"] = result(net, prior_s + rl_s, log)
+            out["variants"]["prior_rl"] = result(net, prior_s + rl_s, log, "prior_rl")
             out["curves"]["prior_rl"] = (log["curve_steps"], log["curve_success"])
+            out["returns"]["prior_rl"] = log["curve_return"]
     if "rl_scratch" in variants:
         net = copy.deepcopy(init)
         log, rl_s = rl(net, "rl_scratch")
-        out["variants"]["rl_scratch"] = result(net, rl_s, log)
+        out["variants"]["rl_scratch"] = result(net, rl_s, log, "rl_scratch")
         out["curves"]["rl_scratch"] = (log["curve_steps"], log["curve_success"])
+        out["returns"]["rl_scratch"] = log["curve_return"]
     return out
 
 

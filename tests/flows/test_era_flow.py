@@ -2,7 +2,8 @@
 success rates per level and per seed, equal RL environment steps for rl_scratch and prior_rl, the
 prior stage's demonstrations counted apart, measured training time, curves and cells on storage; contract
 v3: the headline is what RL adds to the prior, the prior's ablation is RL from scratch, and the RL budget
-is the regime."""
+is the regime; issue 50: learning rates calibrated on other tasks first, the mechanism undecidable when RL
+from scratch solves nothing, the components listed."""
 import json
 import math
 
@@ -47,3 +48,12 @@ def test_era_flow_smoke(prefect_api):
     assert last["ratio"] == (h["ratio"] if last["baseline"] == "prior_only" else h["vs_strongest"]["ratio"])
     cell = json.loads(storage.read_bytes(f"runs/era/{report['run_id']}/cell_low_seed0.json"))
     assert cell["overlaps_dropped"] >= 0 and cell["prior"]["expert_successes"] == cell["prior"]["demo_episodes"]
+    # issue 50: the learning rates were calibrated on other tasks before the evaluated cells, which used them
+    calibration = next(n for n in report["notes"] if n.startswith("Learning rates, calibrated"))
+    assert f"generator seed {params['seed'] + params['calibration_offset']}" in calibration
+    assert cell["lr"]["rl_scratch"] in params["lr_grid_scratch"] and cell["lr"]["prior_rl"] in params["lr_grid_prior_rl"]
+    assert f"rl_scratch low: chose {cell['lr']['rl_scratch']:g}" in calibration
+    # the mechanism's verdict is undecidable exactly when RL from scratch solved no test task
+    scratch_zero = all(x == 0 for x in report["samples"]["rl_scratch"]["success_rate"])
+    assert h["mechanism"]["verdict"]["why"].startswith("undecidable") == scratch_zero
+    assert {c["provenance"] for c in report["components"]} == {"learned", "scripted", "packaged"}

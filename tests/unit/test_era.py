@@ -248,7 +248,8 @@ def test_regime_budgets_are_read_off_the_same_runs():
 
 
 def test_regime_budgets_are_whole_rollouts_within_the_budget():
-    assert Params.for_scale("quick").regime_rl_steps == [0, 1024, 2048, 3072, 4096]
+    assert Params.for_scale("quick").regime_rl_steps == [0, 2048, 4096, 8192, 16384]
+    assert Params.for_scale("full").rl_env_steps == 100_000   # issue 50: about 100k RL steps at full
     assert Params.for_scale("smoke", rl_env_steps=100).regime_rl_steps == [0, 100]
     with pytest.raises(ParamsError, match="regime_rl_share"):
         Params.for_scale("smoke", regime_rl_share=[0.0, 1.5])
@@ -263,3 +264,175 @@ def test_the_spec_declares_every_subset_metrics_kind():
 
     assert SUBSET_METRICS == tuple(f"success_{s}" for s in SUBSETS)
     assert SPEC.kinds["train_s"] == "measured" and all(SPEC.kinds[m] == "counted" for m in SUBSET_METRICS)
+
+
+# -- issue 50: memoised distance, batched evaluation, the learning-rate calibration, the mechanism guard --
+
+@pytest.mark.parametrize("level", ["high", "low"])
+def test_memoised_distance_equals_the_experts_plan_along_random_walks(level):
+    """The memo's key holds everything the expert reads: along random walks (revisiting states), every
+    memoised distance equals a fresh expert plan's length."""
+    from mlsys_flows.systems.embodied.api import expert_plan, make_env
+    sets = task_sets(level, 2, 1, seed=11)
+    s = Shaping(1.0, 0.5, 0.05, 0.05)
+    rng = np.random.default_rng(0)
+    n_actions = dims(level)[1]
+    checked = 0
+    for task in sets.train[:6]:
+        for _ in range(2):   # the second walk revisits the first one's states: memo hits
+            env = make_env(task)
+            env.reset()
+            for _ in range(12):
+                valid = np.flatnonzero(action_mask(env, n_actions))
+                env.step(int(rng.choice(valid)))
+                got = s.distance(env)
+                assert got == len(expert_plan(env))
+                checked += 1
+                if env.done:
+                    break
+    assert checked > 20 and s.memo_hits > 0
+
+
+@pytest.mark.parametrize("level", ["high", "low"])
+def test_batched_evaluation_equals_one_task_at_a_time(level):
+    from mlsys_flows.systems.embodied.api import make_env
+    obs_dim, n_actions = dims(level)
+    sets = task_sets(level, 2, 2, seed=4)
+    enc = Encoder(obs_dim)
+    torch.manual_seed(1)
+    net = make_policy(level, obs_dim, n_actions, 16)
+    demos = expert_demos(sets.train, enc, n_actions)
+    learn_prior(net, demos, epochs=15, lr=3e-3, batch=64, grounding_weight=0.5, max_steps=40,
+                generator=torch.Generator().manual_seed(0))
+    batched = evaluate(net, sets.test, enc, n_actions, batch=5)
+    net.eval()
+    wins, steps = [], 0
+    with torch.no_grad():
+        for task in sets.test:
+            env = make_env(task)
+            obs = env.reset()
+            ok = False
+            for _ in range(env.max_steps):
+                logits, _ = net(torch.from_numpy(enc(obs.vector))[None], torch.from_numpy(action_mask(env, n_actions))[None])
+                obs, _, done, info = env.step(int(logits.argmax(-1)))
+                steps += 1
+                if done:
+                    ok = bool(info["success"])
+                    break
+            wins.append(ok)
+    net.train()
+    assert batched["success_rate"] == pytest.approx(float(np.mean(wins))) and batched["steps"] == steps
+
+
+def _cal(variant, lr, level, success, train=0.0, ret=0.0, k=0):
+    return {"variant": variant, "lr": lr, "level": level, "seed_index": k, "success_rate": success,
+            "train_success_tail": train, "train_return_tail": ret}
+
+
+def test_calibration_picks_the_best_held_out_rate_and_breaks_ties_without_favouring_small_rates():
+    from mlsys_flows.systems.era import calibrate as cal
+    p = Params.for_scale("smoke", lr_grid_scratch=[3e-4, 1e-3, 3e-3], lr_grid_prior_rl=[3e-5, 1e-4, 3e-4],
+                         calibration_seeds=2)
+    cells = [
+        # prior_rl high: 1e-4 has the best mean held-out success (over the 2 seeds)
+        _cal("prior_rl", 3e-5, "high", 0.3), _cal("prior_rl", 3e-5, "high", 0.3, k=1),
+        _cal("prior_rl", 1e-4, "high", 0.5), _cal("prior_rl", 1e-4, "high", 0.3, k=1),
+        _cal("prior_rl", 3e-4, "high", 0.2), _cal("prior_rl", 3e-4, "high", 0.2, k=1),
+        # prior_rl low: held-out success tied between 3e-5 and 3e-4: the better training success decides
+        *[_cal("prior_rl", lr, "low", 0.4, train=t, k=k) for lr, t in ((3e-5, 0.1), (1e-4, 0.0), (3e-4, 0.6))
+          for k in range(2)],
+        # rl_scratch: every rate solves nothing anywhere and learns nothing: the middle rate, not the smallest
+        *[_cal("rl_scratch", lr, lvl, 0.0, k=k) for lr in (3e-4, 1e-3, 3e-3) for lvl in ("high", "low")
+          for k in range(2)],
+    ]
+    got = cal.choose(p, cells)
+    assert got["prior_rl"]["high"]["lr"] == 1e-4 and got["prior_rl"]["high"]["by"] == "held-out calibration success"
+    assert got["prior_rl"]["high"]["mean_success"] == {"3e-05": 0.3, "0.0001": 0.4, "0.0003": 0.2}
+    assert got["prior_rl"]["low"]["lr"] == 3e-4 and got["prior_rl"]["low"]["tied"]
+    assert got["rl_scratch"]["high"]["lr"] == 1e-3 and got["rl_scratch"]["high"]["by"] == "the middle of the tied rates"
+    assert len(cal.runs(p)) == (3 + 3) * 2 * 2
+    assert cal.calibration_params(p).seed == p.seed + p.calibration_offset != p.seed
+    # a grid of one rate: nothing to calibrate, the rate is used
+    one = Params.for_scale("smoke", lr_grid_scratch=[], lr_grid_prior_rl=[2e-4])
+    assert cal.runs(one) == [] and cal.choose(one, [])["prior_rl"]["low"]["lr"] == 2e-4
+    assert cal.choose(one, [])["rl_scratch"]["high"]["lr"] == one.lr_scratch
+
+
+def test_calibration_cell_uses_other_tasks_and_its_rate():
+    from mlsys_flows.systems.era import calibrate as cal
+    p = Params.for_scale("smoke", train_per_subset=1, rl_env_steps=64, rollout_steps=32, minibatch=32, prior_epochs=2)
+    out = cal.run_one(p, "rl_scratch", 3e-3, "low", 0)
+    assert out["lr"] == 3e-3 and 0.0 <= out["success_rate"] <= 1.0
+    assert set(cal.overlap(p)) == {"high", "low"}
+
+
+@pytest.mark.parametrize("field,value", [("lr_grid_scratch", [0.0]), ("lr_grid_prior_rl", [1e-4, 1e-4])])
+def test_bad_learning_rate_grids_rejected_by_name(field, value):
+    with pytest.raises(ParamsError, match=field):
+        Params.for_scale("smoke", **{field: value})
+
+
+def _fake_cells(p, scratch: float) -> dict:
+    def variant(success, rl):
+        return {"success_rate": success, "per_subset": {"base": success}, "test_episodes": 6, "test_invalid_actions": 0,
+                "train_s": 1.0, "rl_env_steps": p.rl_env_steps if rl else 0,
+                "success_at_rl_steps": {str(b): success for b in p.regime_rl_steps}}
+    cells = {}
+    for lvl in ("high", "low"):
+        for s in range(p.seeds):
+            prior = 0.2 + 0.01 * s
+            cells[lvl, s] = {"level": lvl, "seed_index": s, "train_tasks": 12, "test_tasks": 6, "overlaps_dropped": 0,
+                             "variants": {"rl_scratch": variant(scratch, True), "prior_only": variant(prior, False),
+                                          "prior_rl": variant(prior + 0.1, True)},
+                             "curves": {"rl_scratch": ([64], [0.0]), "prior_rl": ([64], [0.5])},
+                             "prior": {"demo_steps": 10, "demo_episodes": 12, "expert_successes": 12, "bc_accuracy": 0.9},
+                             "lr": {"rl_scratch": 1e-3, "prior_rl": 1e-4}, "cpu_s": 1.0}
+    return cells
+
+
+def test_mechanism_is_undecidable_when_rl_from_scratch_solves_nothing():
+    """The mechanism's ratio is never a win against an ablation that solved no test task: the report keeps
+    it with a tie that says why; once RL from scratch solves some, the ratio is judged as usual."""
+    from mlsys_flows.systems.common.report import build_report
+    from mlsys_flows.systems.common.runreport import Environment
+    from mlsys_flows.systems.era import SPEC
+    from mlsys_flows.systems.era.result import build_result
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="abc", git_dirty=False, code_hash="c")
+    p = Params.for_scale("smoke", seeds=6)
+    for scratch, undecidable in ((0.0, True), (0.05, False)):
+        result = build_result(p, _fake_cells(p, scratch))
+        assert bool(result.mechanism_undecidable) == undecidable
+        report = build_report(SPEC, params=p.model_dump() | {"scale": "smoke"}, result=result, run_id="r",
+                              environment=env, wall_time_s=1.0)
+        m = report.headline.mechanism
+        assert m.baseline == "rl_scratch"
+        if undecidable:
+            assert m.verdict.outcome == "ties" and m.verdict.ratio is None and "undecidable" in m.verdict.why
+            assert any("undecidable" in n for n in result.notes)
+            from mlsys_flows.rendering import summary_markdown
+            assert "**Undecidable**: rl_scratch solved no test task" in summary_markdown(report)
+        else:
+            assert m.verdict.outcome == "wins" and m.verdict.pairs >= 6
+    assert {c.provenance for c in SPEC.components} == {"learned", "scripted", "packaged"}
+
+
+def test_learned_policy_plays_the_embodiedbench_protocol_as_it_is_evaluated():
+    """An ERA policy as an EmbodiedBench agent, one action per round from the new observation, solves the
+    same test tasks as the ERA evaluation's greedy rollout."""
+    from mlsys_flows.systems.embodied.agents import run_episode
+    from mlsys_flows.systems.embodied.api import make_env
+    from mlsys_flows.systems.era.agent import trained_agents
+    from mlsys_flows.systems.era.run import train_policies
+    p = Params.for_scale("smoke", train_per_subset=2, prior_epochs=20, rl_env_steps=64, rollout_steps=32, minibatch=32)
+    agents = trained_agents(p, "high", 0, variants=("prior_only",))
+    nets, out = train_policies(p, "high", 0, variants=("prior_only",))
+    sets = task_sets("high", p.train_per_subset, p.test_per_subset, p.seed)
+    wins = []
+    for task in sets.test:
+        env = make_env(task)
+        res = run_episode(env, agents["prior_only"], feedback=False, replan=True, max_rounds=env.max_steps)
+        assert res.invalid_plans == 0
+        wins.append(res.success)
+    assert float(np.mean(wins)) == out["variants"]["prior_only"]["success_rate"]
+    with pytest.raises(ValueError, match="level"):
+        agents["prior_only"].reset(make_env(task_sets("low", 1, 1, 0).test[0]))
