@@ -69,8 +69,9 @@ def build_result(p, parts: list[dict]) -> SystemResult:
                  f"first plans are answered once: greedy decoding gives the same reply), "
                  f"{sum(x['prompt_tokens'] for x in llm_parts)} prompt and {sum(x['output_tokens'] for x in llm_parts)} "
                  f"output tokens, {sum(x['truncated'] for x in llm_parts)} replies cut by the token budget; "
-                 f"generation took {gen_s:.1f} s (measured), {gen_s / max(1, eps_n):.2f} s per episode of the three "
-                 f"protocols together. Endpoint errors and malformed replies count as invalid plans")
+                 f"generation took {gen_s:.1f} s (measured, on a possibly shared machine), {3 * gen_s / max(1, eps_n):.1f} s "
+                 f"per task played under the three protocols. Endpoint errors and malformed replies count as invalid "
+                 f"plans")
     elif p.agent == "llm":
         agent = (f"the LLM {p.llm_model} at {p.llm_base_url} (OpenAI-compatible chat, temperature 0; {llm_requests} "
                  f"requests) on {played}; endpoint errors and malformed replies count as invalid plans")
