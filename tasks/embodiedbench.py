@@ -121,8 +121,15 @@ def era_policies(p: Params, storage: ObjectStorage, level: str, key: str) -> dic
     """ERA's learned policies of ``level``, trained here and played on every test set of the run."""
     log = get_run_logger()
     started = time.perf_counter()
+    import torch
+
     policies, info = train_era(p, level)
-    out = run_policies(p, level, policies)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # small networks, one row at a time: more threads only contend
+    try:
+        out = run_policies(p, level, policies)
+    finally:
+        torch.set_num_threads(threads)
     storage.write_bytes(key, json.dumps(out).encode())
     log.info("ERA policies %s (%s) in %.1f s: success %s", level, info, time.perf_counter() - started,
              ", ".join(f"{v} {sum(e['success'] for e in eps)}/{len(eps)}" for v, eps in out.items()))
