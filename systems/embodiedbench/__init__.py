@@ -42,7 +42,8 @@ class Params(LLMEndpointParams, SystemParams):
         # quick: SmolLM2 on one task per subset and level in each of 6 test sets (6 pairs can decide), two plans
         "quick": dict(per_subset=2, llm_per_subset=1, seeds=6, chunks=1, max_rounds=2, regime_rounds=[1, 2],
                       llm_max_tokens=24, era_scale="quick"),
-        "full": dict(per_subset=50, llm_per_subset=10, seeds=6, chunks=4, max_rounds=10, llm_max_tokens=128,
+        "full": dict(per_subset=50, llm_per_subset=10, seeds=6, chunks=4, max_rounds=10, regime_rounds=[1, 2, 3, 5, 10],
+                     llm_max_tokens=128,
                      era_scale="full"),
     }
 
