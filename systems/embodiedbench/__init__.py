@@ -39,15 +39,16 @@ class Params(LLMEndpointParams, SystemParams):
         # smoke: the scripted planner plays the headline's protocols (seconds; the model has its unit tests)
         "smoke": dict(per_subset=2, seeds=2, chunks=1, max_rounds=2, regime_rounds=[1, 2], agent="scripted",
                       era_scale="smoke"),
-        # quick: SmolLM2 on one task per subset and level in each of 6 test sets (6 pairs can decide), two plans
-        "quick": dict(per_subset=2, llm_per_subset=1, seeds=6, chunks=1, max_rounds=2, regime_rounds=[1, 2],
+        # quick: SmolLM2 on one task per subset and level in each of 6 test sets (6 pairs can decide), two plans;
+        # ERA's policies and the scripted reference are cheap: 6 per subset, so a test set rarely scores 0
+        "quick": dict(per_subset=6, llm_per_subset=1, seeds=6, chunks=1, max_rounds=2, regime_rounds=[1, 2],
                       llm_max_tokens=24, era_scale="quick"),
         "full": dict(per_subset=50, llm_per_subset=10, seeds=6, chunks=4, max_rounds=10, regime_rounds=[1, 2, 3, 5, 10],
                      llm_max_tokens=128,
                      era_scale="full"),
     }
 
-    per_subset: int = Field(2, ge=1, le=5000, description="Tasks per capability subset per level in each seed's fixed test set (6 subsets x 2 levels); the scripted reference, the expert and the learned policies play all of them.")
+    per_subset: int = Field(6, ge=1, le=5000, description="Tasks per capability subset per level in each seed's fixed test set (6 subsets x 2 levels); the scripted reference, the expert and the learned policies play all of them.")
     llm_per_subset: int = Field(1, ge=1, le=5000, description="Tasks per subset per level (the first ones of each test set) that a language model plays when agent is smollm2 or llm (each costs model calls).")
     seeds: int = Field(6, ge=1, le=20, description="Test sets, generated from seed, seed+1, ...: each variant's success rate is one sample per test set (the report's value is their median, the range is over them).")
     max_rounds: int = Field(2, ge=1, le=50, description="Plans an agent may make per episode in the closed loop, with feedback (with_feedback) or from observations only (replan_no_feedback); no_feedback plans once.")
