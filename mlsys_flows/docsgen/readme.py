@@ -12,7 +12,7 @@ from pathlib import Path
 from mlsys_flows import registry
 from mlsys_flows.docsgen import docnumbers
 from mlsys_flows.settings import project_root
-from mlsys_flows.rendering import constraint_text, v3_cells, verdict_text
+from mlsys_flows.rendering import constraint_text, v3_cells, verdict_of, verdict_text
 
 SECTIONS = {"systems": registry.markdown_table}
 RESULTS = Path("benchmarks/results")  # shown relative; read under the repository (REPO / an absolute path = it)
@@ -62,7 +62,7 @@ def system_results(name: str, results: Path = RESULTS) -> str:
              f"{env.get('usable_cores') or env['cores']} usable cores{load}, headline over {_samples(h)}, "
              f"code `{env['code_hash'][:10]}`. Ratios above 1 mean the technique wins; measured ratios show their "
              "min-max over the repeats.", "",
-             "| claim | kind | baseline | technique | ratio | range | paper |", "|---|---|---|---|---|---|---|"]
+             "| claim | kind | baseline | technique | verdict | ratio | range | paper |", "|---|---|---|---|---|---|---|---|"]
     s = h["vs_strongest"]
     rows = [(f"**{h['metric']}** (headline)", h), (f"{s['metric']} vs the strongest deployable baseline", s)]
     if h.get("mechanism"):
@@ -74,8 +74,9 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     rows += [(r_["metric"], r_) for r_ in r["ratios"]]
     for label, x in rows:
         spread = f"{x['range'][0]:.2f}-{x['range'][1]:.2f}" if x.get("range") else ""
-        lines.append(f"| {label} | {x['kind']} | {x['baseline']} | {x['technique']} | **{x['ratio']:.2f}x** | "
-                     f"{spread} | {_x(x['paper'])} |")
+        # the verdict first: a ratio alone reads as a win whether its interval decided it or not
+        lines.append(f"| {label} | {x['kind']} | {x['baseline']} | {x['technique']} | **{verdict_of(r, x).short()}** | "
+                     f"{x['ratio']:.2f}x | {spread} | {_x(x['paper'])} |")
     g = r.get("regime")
     if g:
         unit = f" {g['unit']}" if g.get("unit") else ""
