@@ -319,7 +319,9 @@ def test_an_expired_lease_races_a_copy_and_the_late_duplicate_is_dropped(dataset
     ex = ThreadExecutor(storage, p, slow={items[0].id})
     metrics, details = run_dpp(items, ex, p.used_columns(), p)
     _exactly_once(details["consumed"], items, p)
-    assert sum(i == items[0].id for i, _ in ex.submitted) == 2
+    # at least one copy raced the straggler (on a loaded machine a copy can outlive its lease too, and be
+    # copied again): whatever the count, each item was delivered exactly once (above)
+    assert sum(i == items[0].id for i, _ in ex.submitted) >= 2
     time.sleep(1.2)  # let the straggler finish: delivery already happened, nothing more arrives
 
 
