@@ -58,14 +58,14 @@ def build_result(p: Any, systems: list[dict]) -> SystemResult:
     sc = [sysm["learned"]["synthesis"].get("sentence_scores") for sysm in systems]
     sentences = ""
     if all(sc):
-        tp, fp, fn, tn = (sum(x[k] for x in sc) for k in ("tp", "fp", "fn", "tn"))
-        n = max(tp + fp + fn + tn, 1)
-        base = (tp + fn) / n
+        s_tp, s_fp, s_fn, s_tn = (sum(x[k] for x in sc) for k in ("tp", "fp", "fn", "tn"))
+        n = max(s_tp + s_fp + s_fn + s_tn, 1)
+        base, acc = (s_tp + s_fn) / n, (s_tp + s_tn) / n
         sentences = (f" On the {n} held-out sentences of the evaluated pages that name another component, the rule "
-                     f"has accuracy {(tp + tn) / n:.3f}, precision {tp / max(tp + fp, 1):.2f} and recall "
-                     f"{tp / max(tp + fn, 1):.2f}; accepting every mention (atlas_mentions' reading) has accuracy and "
+                     f"has accuracy {acc:.3f}, precision {s_tp / max(s_tp + s_fp, 1):.2f} and recall "
+                     f"{s_tp / max(s_tp + s_fn, 1):.2f}; accepting every mention (atlas_mentions' reading) has accuracy and "
                      f"precision {base:.3f} (the mention base rate) and recall 1.00, so the rule "
-                     + ("transfers (above the base rate)" if (tp + tn) / n > base else
+                     + ("is above the base rate there" if acc > base else
                         "does not transfer: it is no better than accepting every mention") + ".")
     synth = (f"the learned synthesizer: all-MiniLM-L6-v2 embeddings of each sentence naming another component (names "
              f"masked) and a logistic rule on the raw embedding (L2 strength C {cal.get('C', 0.0):g}, chosen by "
