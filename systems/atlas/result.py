@@ -75,7 +75,7 @@ def build_result(p: Any, systems: list[dict]) -> SystemResult:
              "the training phrasings (the calibration phrasings widened programmatically); the evaluated pages use the "
              "held-out phrasings, lexically disjoint from them." + sentences
              if agent == "minilm" else
-             f"the chat model {p.llm_model} at {p.llm_base_url} (one JSON request per component)")
+             f"the chat model {p.llm_model} at {p.llm_base_url} (one JSON request per component).")
     t1 = samples["atlas_no_docs"]["top1_accuracy"]
     pc1 = samples["pc_algorithm"]["top1_accuracy"]
     template_beats_pc = sum(x > y for x, y in zip(t1, pc1))
@@ -91,7 +91,7 @@ def build_result(p: Any, systems: list[dict]) -> SystemResult:
         "gains over PC, the part the template already has is not the documentation's; the documentation's own share is "
         "the claim atlas vs atlas_no_docs, and what reading the pages adds over naming every mentioned component is "
         "atlas vs atlas_mentions.",
-        f"Atlas's graph: {synth}, composed into one acyclic graph: {int(a['synth_requests'])} requests, "
+        f"Atlas's graph: {synth} Its proposals are composed into one acyclic graph: {int(a['synth_requests'])} requests, "
         f"{int(a['malformed_replies'])} malformed replies, {int(a['failed_requests'])} failed requests, "
         f"{int(a['unknown_names'])} unknown component names dropped, {int(a['cycle_edges_removed'])} edges removed to "
         f"break cycles; then data validation (Fisher z, alpha {p.validation_alpha}) pruned "
