@@ -25,16 +25,17 @@ def _stats_only(learned: dict) -> dict:
 
 @task(name="atlas-calibrate-synthesizer")
 def calibrate(p: Params) -> SentenceRule:
-    """Fit the learned synthesizer's decision rule on the calibration systems' pages (calibration
+    """Fit the learned synthesizer's decision rule on the calibration systems' pages (training
     phrasings, own seeds: no evaluated page)."""
     started = time.perf_counter()
-    texts, labels = calibration_sentences(p.components, p.calibration_systems, p.doc_omit, p.doc_hard, p.doc_stale,
-                                          p.doc_distractor)
-    rule = fit_rule(texts, labels)
+    texts, labels, groups = calibration_sentences(p.components, p.calibration_systems, p.doc_omit, p.doc_hard,
+                                                  p.doc_stale, p.doc_distractor)
+    rule = fit_rule(texts, labels, groups)
     c = rule.calibration
-    get_run_logger().info("synthesizer rule fitted on %d calibration sentences (%d dependencies) in %.1f s: precision "
-                          "%.2f, recall %.2f on them", c["sentences"], c["dependencies"], time.perf_counter() - started,
-                          c["precision"], c["recall"])
+    get_run_logger().info("synthesizer rule fitted on %d calibration sentences (%d dependencies, %d template groups) in "
+                          "%.1f s: C %g chosen by grouped cross-validation (accuracy %.3f on unseen templates, base "
+                          "rate %.3f)", c["sentences"], c["dependencies"], c["templates"], time.perf_counter() - started,
+                          c["C"], c["cv_accuracy"] or 0.0, c["base_rate"])
     return rule
 
 

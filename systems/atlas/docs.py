@@ -1,10 +1,13 @@
 """Generated component documentation and the scripted parser (a reference synthesizer) that reads it.
 
-Two disjoint sets of phrasings write the pages. The *calibration* phrasings (``CALIBRATION``: the
-parser's cue words were written around them) write the pages of calibration systems, on which a learned
-synthesizer fits its decision rule; the *held-out* phrasings (``HELDOUT``, written separately, sharing
-no template with the calibration set: tests/unit/test_atlas_synth.py) write the evaluated pages. Both
-are written by this project.
+Disjoint sets of phrasings write the pages. The *calibration* phrasings (``CALIBRATION``: the parser's
+cue words were written around them), widened programmatically into the *training* phrasings
+(``TRAINING``: the calibration set plus subject x frame x tail compositions and more prose and
+non-dependency sentences), write the pages of calibration systems, on which a learned synthesizer fits
+its decision rule; the *held-out* phrasings (``HELDOUT``, written separately, sharing no template and no
+four-word run of fixed text with the training set: tests/unit/test_atlas_synth.py) write the evaluated
+pages. The sets are lexically disjoint, not semantically: some held-out phrasings keep a training
+phrasing's verb. All are written by this project.
 
 Each component's page describes what it does and names its dependencies (its callees) in varied
 phrasings. Like real documentation it is imperfect: some dependencies are not mentioned
@@ -59,10 +62,51 @@ _HELD_DISTRACT = ("{w} is a consumer of its API.", "It was migrated off {w} in t
                   "Do not confuse it with {w}, which serves a different domain.",
                   "{w} subscribes to its change feed.", "It once read from {w}; that integration has since been retired.")
 
+# TRAINING phrasings: the calibration set widened programmatically (a subject x a frame x a tail), for the
+# learned synthesizer's calibration pages only (the parser's cue words stay written around CALIBRATION).
+# Every generated template shares no template and no four-word run of fixed text with the held-out set
+# (tests/unit/test_atlas_synth.py). Frames: {d} a dependency, {w} another component, {p} a purpose.
+_SUBJECTS = ("It", "{me}", "This component")
+_GEN_VERB = ("sends its requests to {d}", "depends on {d}", "calls {d}", "queries {d}", "reads data from {d}",
+             "writes records to {d}", "forwards traffic to {d}", "publishes events to {d}", "keeps a cache in {d}",
+             "needs {d} to serve a page", "gets {p} from {d}", "stores {p} in {d}", "opens connections to {d}",
+             "uses {d}", "issues RPCs to {d}", "is a client of {d}", "waits on {d} for {p}", "consumes {d}")
+_GEN_VERB_TAIL = ("", " on every call", " over HTTP", " for {p}", " in its request path")
+_GEN_PROSE = ("Without {d}, {me} cannot answer.", "Every request of {me} waits for {d}.",
+              "A slow {d} makes {me} slow as well.", "Errors in {d} surface as errors of {me}.",
+              "{d} is a hard dependency.", "{d} is upstream of nothing but serves {me}.",
+              "Page views need a reply from {d} first.", "If {d} is down, so is {me}.",
+              "The {p} come from {d}.", "{d} holds the {p} it serves.")
+_GEN_DISTRACT = ("{w} depends on {me}.", "{w} sends its requests to {me}.", "{me} stopped calling {w} years ago.",
+                 "{me} never calls {w}.", "{w} is owned by another team.", "{w} shares a cluster with {me}.",
+                 "{me} replaced {w} in the spring.", "{w} reads from {me} for {p}.", "{w} is deployed next to {me}.",
+                 "{me} has nothing to do with {w}.", "Alerts for {w} go to the same pager.",
+                 "{w} used to be a dependency, until the rewrite.", "Requests from {w} are served by {me}.",
+                 "{w} was deprecated and is not called.", "Its name is similar to {w}, but they are unrelated.")
+
+
+# template -> its group for the learned rule's cross-validation: a generated verb template's group is its frame
+# (subject and tail vary the wording, not the relation), every other template is its own group
+GROUP: dict[str, str] = {}
+
+
+def _generated() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    verb = []
+    for frame in _GEN_VERB:
+        for subj in _SUBJECTS:
+            for tail in _GEN_VERB_TAIL:
+                if not ("{p}" in frame and "{p}" in tail):
+                    verb.append(f"{subj} {frame}{tail}.")
+                    GROUP[verb[-1]] = frame
+    return tuple(verb), _GEN_PROSE, _GEN_DISTRACT
+
+
 # (dependency phrasings with a verb of use, dependency phrasings in prose only, non-dependency mentions)
 CALIBRATION = (_EASY, _HARD, _DISTRACT)
 HELDOUT = (_HELD_VERB, _HELD_PROSE, _HELD_DISTRACT)
-PHRASINGS = {"calibration": CALIBRATION, "heldout": HELDOUT}
+# the calibration set first
+TRAINING = tuple(c + tuple(t for t in g if t not in c) for c, g in zip(CALIBRATION, _generated()))
+PHRASINGS = {"calibration": CALIBRATION, "training": TRAINING, "heldout": HELDOUT}
 
 
 def alias(name: str) -> str:
@@ -77,10 +121,11 @@ def _cap(sentence: str) -> str:
 
 
 def make_docs(s: Microservices, seed: int, omit: float, hard: float, stale: float, distractor: float,
-              phrasings: str = "heldout") -> list[str]:
+              phrasings: str = "heldout", sources: list | None = None) -> list[str]:
     """One documentation page per component (see the module docstring for the imperfections), written
-    with the ``phrasings`` set ("heldout": evaluated pages; "calibration": a learned synthesizer's
-    calibration pages)."""
+    with the ``phrasings`` set ("heldout": evaluated pages; "calibration": the parser's set; "training":
+    the calibration set widened, a learned synthesizer's calibration pages). ``sources``: when a list,
+    gets one {sentence: its template} per page."""
     if phrasings not in PHRASINGS:
         raise ValueError(f"phrasings must be one of {', '.join(PHRASINGS)} (got {phrasings!r})")
     easy_pool, hard_pool, distract_pool = PHRASINGS[phrasings]
@@ -88,24 +133,37 @@ def make_docs(s: Microservices, seed: int, omit: float, hard: float, stale: floa
     pages = []
     for v, (nm, kind, dom) in enumerate(zip(s.names, s.kinds, s.domains)):
         out = [f"{nm} is {_ROLE[kind].format(d=dom)}."]
+        made: dict[str, str] = {}
         for u in s.calls[v]:
             if rng.random() < omit:
                 continue
             d = s.names[u] if rng.random() < 0.6 else alias(s.names[u])
             pool = hard_pool if rng.random() < hard else easy_pool
-            out.append(_cap(str(rng.choice(pool)).format(d=d, me=nm, p=_PURPOSE[s.kinds[u]])))
+            t = str(rng.choice(pool))
+            out.append(_cap(t.format(d=d, me=nm, p=_PURPOSE[s.kinds[u]])))
+            made[out[-1]] = t
         others = [u for u in range(s.n) if u != v and u not in s.calls[v]]
         if others and rng.random() < stale:   # a stale page: names a component it does not call
-            w = s.names[int(rng.choice(others))]
-            out.append(_cap(str(rng.choice(easy_pool[:3])).format(d=w, me=nm, p="legacy lookups")))
+            w_i = int(rng.choice(others))
+            w = s.names[w_i]
+            # phrased like a true dependency (its purpose too): only the call graph says it is stale
+            # (from the first three verb phrasings; on training pages from all of them, so that a few verbs
+            # are not taught as mostly stale)
+            t = str(rng.choice(easy_pool if phrasings == "training" else easy_pool[:3]))
+            out.append(_cap(t.format(d=w, me=nm, p=_PURPOSE[s.kinds[w_i]])))
+            made[out[-1]] = t
         if others and rng.random() < distractor:
             w = s.names[int(rng.choice(others))]
-            out.append(_cap(str(rng.choice(distract_pool)).format(w=w if rng.random() < 0.6 else alias(w), p="its lookups")))
+            t = str(rng.choice(distract_pool))
+            out.append(_cap(t.format(w=w if rng.random() < 0.6 else alias(w), me=nm, p="its lookups")))
+            made[out[-1]] = t
         if rng.random() < 0.5:
             out.append(f"It exports {nm}.cpu, {nm}.queue, {nm}.latency and {nm}.errors to the metrics pipeline.")
         head, rest = out[0], out[1:]
         rng.shuffle(rest)
         pages.append(" ".join([head, *rest]))
+        if sources is not None:
+            sources.append(made)
     return pages
 
 

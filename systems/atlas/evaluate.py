@@ -12,10 +12,11 @@ from .docs import make_docs
 from .model import ERR, FAULTS, LAT, Microservices, expand, make_incident, make_system, simulate, true_graph, var
 from .rca import Localizer, component_edges, edge_scores, rank_of, set_scores
 from .docs import DocParser
-from .learned import CalibrationError
+from .learned import CalibrationError, MentionSynthesizer, sentence_scores
 from .synth import synthesize
 
-GRAPH_VARIANTS = ("true_graph", "atlas", "atlas_no_validation", "atlas_regex", "atlas_no_docs", "pc_algorithm")
+GRAPH_VARIANTS = ("true_graph", "atlas", "atlas_no_validation", "atlas_regex", "atlas_mentions", "atlas_no_docs",
+                  "pc_algorithm")
 VARIANTS = GRAPH_VARIANTS + ("zscore",)
 SUMMED = ("pc_s", "pruned_true_edges", "pruned_false_edges", "validated_edges")
 
@@ -65,22 +66,23 @@ def validated(s: Microservices, edges: set, data: np.ndarray, alpha: float) -> t
     return expand(s.n, set(edges) - set(pruned)), pruned
 
 
-def tuned_pc(p, data: np.ndarray, template: np.ndarray, calib: list, n: int) -> tuple[np.ndarray, float, dict]:
+def tuned_pc(p, data: np.ndarray, template: np.ndarray, calib: list, n: int) -> tuple[np.ndarray, float, dict, dict]:
     """PC at ``p.pc_alpha``, or at the level of ``p.pc_alpha_grid`` whose graph gives the best top-1 on the
-    calibration incidents (the first in the grid's order on a tie). Returns (graph, alpha, top-1 per alpha)."""
+    calibration incidents, a tie broken by the lower mean rank there (then the grid's order). Returns
+    (graph, alpha, {alpha: top-1}, {alpha: mean rank}) on the calibration incidents."""
     grid = [p.pc_alpha] if p.pc_alpha is not None else list(p.pc_alpha_grid)
     if len(grid) > 1 and not calib:
         raise CalibrationError("PC's level is chosen on calibration incidents (pc_alpha None): pass them, or set pc_alpha")
-    best, scores = None, {}
+    graphs, scores, mean_ranks = {}, {}, {}
     for alpha in grid:
-        G = ci.pc(data, alpha, p.pc_max_depth, required=template)
+        graphs[alpha] = ci.pc(data, alpha, p.pc_max_depth, required=template)
         if len(grid) > 1:
-            loc = Localizer.fit(directed_only(G), data)
-            scores[alpha] = float(np.mean([rank_of(loc.rank(inc.data, n, p.anomaly_threshold), inc.root) == 1
-                                           for inc in calib]))
-        if best is None or scores.get(alpha, 0.0) > scores.get(best[1], 0.0):
-            best = (G, alpha)
-    return best[0], best[1], scores
+            loc = Localizer.fit(directed_only(graphs[alpha]), data)
+            ranks = [rank_of(loc.rank(inc.data, n, p.anomaly_threshold), inc.root) for inc in calib]
+            scores[alpha] = float(np.mean([r == 1 for r in ranks]))
+            mean_ranks[alpha] = float(np.mean(ranks))
+    best = min(grid, key=lambda a: (-scores.get(a, 0.0), mean_ranks.get(a, 0.0), grid.index(a)))
+    return graphs[best], best, scores, mean_ranks
 
 
 def timeout_edges(s: Microservices) -> list[tuple[int, int]]:
@@ -105,11 +107,17 @@ def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, pas
     of no dependency): Atlas adds the documented dependencies to it, PC gets it as required edges, and
     ``atlas_no_docs`` (the mechanism's ablation, and the template-only deployable baseline) is the template
     alone. ``atlas_regex`` is the same pipeline with the scripted parser (``reference``, DocParser by
-    default) as its synthesizer. ``calib``: the calibration incidents PC's alpha is chosen on."""
+    default) as its synthesizer, ``atlas_mentions`` with every named component as a dependency (a deployable
+    baseline: it reads nothing). ``calib``: the calibration incidents PC's alpha is chosen on."""
     t0 = time.perf_counter()
     syn = synthesize(agent, pages, s.names)
     synth_s = time.perf_counter() - t0
     ref = synthesize(reference if reference is not None else DocParser(), pages, s.names)
+    named = synthesize(MentionSynthesizer(), pages, s.names)
+    if hasattr(agent, "accept_texts"):   # the learned rule's sentence decisions on the evaluated pages (scored only)
+        syn_sentences = sentence_scores(pages, s.names, s.calls, agent.accept_texts)
+    else:
+        syn_sentences = None
     calib = calib if calib is not None else []
     truth = true_graph(s)
     truth_c = s.component_edges()
@@ -117,15 +125,18 @@ def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, pas
     template = expand(s.n, ())
     tmo = timeout_edges(s)
     out = {"synthesis": {**syn.stats(), "synth_s": synth_s}, "problems": syn.problems, "settings": {}}
+    if syn_sentences is not None:
+        out["synthesis"]["sentence_scores"] = syn_sentences
     for h, k in p.settings():
         data = np.concatenate([history[:h], past[: k * p.fault_window]])
         atlas, pruned = validated(s, syn.edges, data, p.validation_alpha)
         regex, _ = validated(s, ref.edges, data, p.validation_alpha)
+        mentioned, _ = validated(s, named.edges, data, p.validation_alpha)
         t1 = time.perf_counter()
-        pcg, alpha, alpha_scores = tuned_pc(p, data, template, calib, s.n)
+        pcg, alpha, alpha_scores, alpha_ranks = tuned_pc(p, data, template, calib, s.n)
         pc_s = time.perf_counter() - t1
         graphs = {"true_graph": truth, "atlas": atlas, "atlas_no_validation": proposed, "atlas_regex": regex,
-                  "atlas_no_docs": template, "pc_algorithm": pcg, "zscore": np.zeros_like(truth)}
+                  "atlas_mentions": mentioned, "atlas_no_docs": template, "pc_algorithm": pcg, "zscore": np.zeros_like(truth)}
         stats = {}
         for name, G in graphs.items():
             st = {}
@@ -141,6 +152,7 @@ def learn_graphs(p, s: Microservices, pages: list[str], history: np.ndarray, pas
         stats["pc_algorithm"].update(pc_s=pc_s, pc_alpha=alpha)
         stats["true_graph"]["timeout_edges_detectable"] = detectable(truth, tmo, data)
         stats["pc_alpha_scores"] = alpha_scores
+        stats["pc_alpha_mean_ranks"] = alpha_ranks
         graphs["pc_algorithm"] = directed_only(pcg)   # the localizer uses PC's oriented edges only
         out["settings"][(h, k)] = {"stats": stats, "localizers": {k: Localizer.fit(G, data) for k, G in graphs.items()}}
     return out
@@ -184,6 +196,6 @@ def summarize(systems: list[dict], size: tuple[int, int]) -> dict[str, dict[str,
         variants[v] = m
     syn = [sysm["learned"]["synthesis"] for sysm in systems]
     for key in syn[0]:
-        if key not in ("synth_s", "agent", "calibration"):
+        if key not in ("synth_s", "agent", "calibration", "sentence_scores"):
             variants["atlas"][key] = float(np.sum([s_[key] for s_ in syn]))
     return variants

@@ -1,40 +1,34 @@
 """The learned synthesizer: MiniLM sentence embeddings (the packaged all-MiniLM-L6-v2 weights,
-systems/common/text_embed.py) of each documentation sentence that names another component, compared with
-relation prototypes, and a logistic decision rule over those similarities fitted on calibration pages
-(calibration systems written with the calibration phrasings, never the evaluated systems or phrasings).
+systems/common/text_embed.py) of each documentation sentence that names another component, and a
+logistic decision rule on the raw 384-d embedding fitted on calibration pages (calibration systems written
+with the training phrasings, never the evaluated systems or phrasings). Its L2 strength is chosen by
+cross-validation grouped by template (a held-out fold holds only phrasings the fit never saw), so the
+rule is picked for how it transfers to new phrasings, not how it fits the calibration sentences.
 
 A sentence is turned into a relation query by masking: the mentioned component becomes "X", the page's
-own component "this service", any other component "another service". Its features are the cosine
-similarities of its embedding to every prototype (generic statements of "this service depends on X" and
-of the ways a mention is no dependency: negation, the past, callers, ownership); the logistic rule over
-them is fitted on the calibration sentences, labelled by the calibration systems' true call graphs. A
-component's proposed dependencies are the components named in at least one sentence the rule accepts.
+own component "this service", any other component "another service". A component's proposed
+dependencies are the components named in at least one sentence the rule accepts. ``MentionSynthesizer``
+(``atlas_mentions``, a deployable baseline) reads nothing: every component a page names is a dependency.
 Pure: numpy, the embedding helper and scikit-learn's logistic regression (fit only).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from mlsys_flows.errors import MlsysError
 
-from .docs import alias, make_docs, mentions
+from .docs import GROUP, alias, make_docs, mentions
 from .model import make_system
 
 # far above any evaluated system's seed (seed x 100 + k with seed < 2^31): calibration systems are never evaluated
 CALIBRATION_SEED = 2 ** 40
+# L2 strengths (inverse) the grouped cross-validation chooses from
+C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
+CV_FOLDS = 5
 
-# statements of the relation, written as relations (no template of either phrasing set)
-DEPENDS = ("this service calls X.", "this service depends on X.", "this service sends requests to X.",
-           "this service reads data from X.", "this service needs X to answer its requests.",
-           "X is a dependency of this service.", "this service stores its data in X.",
-           "if X fails, this service fails.")
-NOT_DEPENDS = ("this service does not call X.", "X calls this service.", "this service used to depend on X, but no "
-               "longer does.", "X is owned by the same team as this service.", "X is unrelated to this service.",
-               "X is a client of this service.", "this service stopped using X.")
-PROTOTYPES = DEPENDS + NOT_DEPENDS
 
 class CalibrationError(MlsysError, ValueError):
     """The learned synthesizer cannot be calibrated (or was not)."""
@@ -78,50 +72,96 @@ def _embed(texts: list[str]) -> np.ndarray:
 
 @dataclass
 class SentenceRule:
-    """The fitted decision rule: P(dependency) = sigmoid(features . coef + intercept), accepted above 0.5."""
+    """The fitted decision rule: P(dependency) = sigmoid(embedding . coef + intercept), accepted above 0.5."""
 
-    prototypes: np.ndarray       # [P, 384] prototype embeddings
-    coef: np.ndarray             # [P]
+    coef: np.ndarray             # [384]
     intercept: float
-    calibration: dict            # sentences, positives, precision/recall on the calibration sentences
-
-    def features(self, emb: np.ndarray) -> np.ndarray:
-        return emb @ self.prototypes.T
+    C: float                     # the L2 strength the grouped cross-validation chose
+    calibration: dict = field(default_factory=dict)   # sentences, templates, in-sample and cross-validated scores
 
     def accept(self, emb: np.ndarray) -> np.ndarray:
-        return self.features(emb) @ self.coef + self.intercept > 0.0
+        return emb @ self.coef + self.intercept > 0.0
 
 
 def calibration_sentences(components: int, systems: int, omit: float, hard: float, stale: float,
-                          distractor: float) -> tuple[list[str], np.ndarray]:
-    """Masked sentences of calibration systems' pages (calibration phrasings) and their labels (the
-    mentioned component is a callee)."""
-    texts, labels = [], []
+                          distractor: float) -> tuple[list[str], np.ndarray, list[str]]:
+    """Masked sentences of calibration systems' pages (training phrasings), their labels (the mentioned
+    component is a callee) and their groups (the template each came from, a generated one by its frame)."""
+    texts, labels, groups = [], [], []
     for k in range(systems):
         s = make_system(components, CALIBRATION_SEED + k)
-        pages = make_docs(s, CALIBRATION_SEED + k, omit, hard, stale, distractor, phrasings="calibration")
+        sources: list[dict] = []
+        pages = make_docs(s, CALIBRATION_SEED + k, omit, hard, stale, distractor, phrasings="training", sources=sources)
         for v, page in enumerate(pages):
-            for u, text in candidates(v, page, s.names):
-                texts.append(text)
-                labels.append(u in s.calls[v])
-    return texts, np.asarray(labels, bool)
+            for sent in _SPLIT.split(page):
+                for u in mentions(sent, s.names):
+                    if u != v:
+                        t = sources[v].get(sent, "")
+                        texts.append(mask(sent, s.names, u, v))
+                        labels.append(u in s.calls[v])
+                        groups.append(GROUP.get(t, t))
+    return texts, np.asarray(labels, bool), groups
 
 
-def fit_rule(texts: list[str], labels: np.ndarray, embed=_embed) -> SentenceRule:
-    """Fit the logistic rule on labelled calibration sentences (balanced classes, L2, C=1)."""
+def _scores(pred: np.ndarray, labels: np.ndarray) -> dict:
+    tp = int((pred & labels).sum())
+    return {"accuracy": float(np.mean(pred == labels)), "precision": tp / max(int(pred.sum()), 1),
+            "recall": tp / max(int(labels.sum()), 1)}
+
+
+def fit_rule(texts: list[str], labels: np.ndarray, groups: list[str] | None = None, embed=_embed,
+             Cs=C_GRID) -> SentenceRule:
+    """Fit the logistic rule on the raw embeddings of labelled calibration sentences (L2, its strength
+    chosen from ``Cs`` by accuracy in cross-validation grouped by ``groups``; a tie goes to the stronger
+    regularisation). Without groups (or fewer than two) the middle of ``Cs`` is used."""
     from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GroupKFold
 
+    labels = np.asarray(labels, bool)
     if len(set(labels.tolist())) < 2:
         raise CalibrationError("calibration sentences need both dependency and non-dependency mentions")
-    protos = embed([p[0].upper() + p[1:] for p in PROTOTYPES])
-    emb = embed(texts)
-    lr = LogisticRegression(C=1.0, class_weight="balanced", max_iter=2000).fit(emb @ protos.T, labels)
-    rule = SentenceRule(protos, lr.coef_[0].astype(float), float(lr.intercept_[0]), {})
-    pred = rule.accept(emb)
-    tp = int((pred & labels).sum())
-    rule.calibration = {"sentences": len(texts), "dependencies": int(labels.sum()),
-                        "precision": tp / max(int(pred.sum()), 1), "recall": tp / max(int(labels.sum()), 1)}
+    if groups is not None and len(groups) != len(texts):
+        raise CalibrationError(f"groups must give one template per sentence ({len(groups)} for {len(texts)})")
+    uniq = sorted(set(texts))          # masked sentences repeat across pages: embed each once
+    at = {t: i for i, t in enumerate(uniq)}
+    emb = np.asarray(embed(uniq), float)[[at[t] for t in texts]]
+    cv: dict[float, float] = {}
+    ng = len(set(groups)) if groups is not None else 0
+    if ng >= 2:
+        folds = list(GroupKFold(n_splits=min(CV_FOLDS, ng)).split(emb, labels, groups))
+        for C in Cs:
+            hits = 0
+            for tr, te in folds:
+                if len(set(labels[tr].tolist())) < 2:
+                    hits += int(np.sum(labels[te] == labels[tr][0]))
+                    continue
+                lr = LogisticRegression(C=C, max_iter=2000).fit(emb[tr], labels[tr])
+                hits += int(np.sum(lr.predict(emb[te]).astype(bool) == labels[te]))
+            cv[C] = hits / len(labels)
+        best = max(Cs, key=lambda c: (round(cv[c], 9), -c))
+    else:
+        best = Cs[len(Cs) // 2]
+    lr = LogisticRegression(C=best, max_iter=2000).fit(emb, labels)
+    rule = SentenceRule(lr.coef_[0].astype(float), float(lr.intercept_[0]), float(best))
+    rule.calibration = {"sentences": len(texts), "dependencies": int(labels.sum()), "templates": ng, "C": float(best),
+                        "cv_accuracy": cv.get(best), "base_rate": float(labels.mean()),
+                        **{f"in_sample_{k}": v for k, v in _scores(rule.accept(emb), labels).items()}}
     return rule
+
+
+def sentence_scores(pages: list[str], names: list[str], calls: list, accept) -> dict:
+    """Sentence-level counts of a decision ``accept(masked texts) -> bools`` on pages whose truth is
+    known (``calls[v]``: v's callees): true/false positives and negatives over every (sentence, named
+    component) candidate. Evaluation only: nothing is fitted on it."""
+    texts, truth = [], []
+    for v, page in enumerate(pages):
+        for u, t in candidates(v, page, names):
+            texts.append(t)
+            truth.append(u in calls[v])
+    truth_a = np.asarray(truth, bool)
+    pred = np.asarray(accept(texts), bool) if texts else np.zeros(0, bool)
+    return {"tp": int((pred & truth_a).sum()), "fp": int((pred & ~truth_a).sum()),
+            "fn": int((~pred & truth_a).sum()), "tn": int((~pred & ~truth_a).sum())}
 
 
 class EmbeddingSynthesizer:
@@ -142,3 +182,20 @@ class EmbeddingSynthesizer:
         self.sentences += len(cands)
         ok = self.rule.accept(self.embed([t for _, t in cands]))
         return sorted({u for (u, _), a in zip(cands, ok) if a})
+
+    def accept_texts(self, texts: list[str]) -> np.ndarray:
+        return self.rule.accept(self.embed(texts)) if texts else np.zeros(0, bool)
+
+
+class MentionSynthesizer:
+    """The deployable documentation baseline a practitioner tries first: every component a page names is
+    a dependency (no reading; the same composition and validation follow)."""
+
+    name = "mentions"
+
+    def __init__(self):
+        self.calls = 0
+
+    def propose(self, component: int, page: str, names: list[str]) -> list[int]:
+        self.calls += 1
+        return sorted({u for u, _ in candidates(component, page, names)})

@@ -9,7 +9,8 @@ import pytest
 from openai_fake import FakeModel, serve
 from faultkit import reference_run, warm_cluster
 
-VARIANTS = {"atlas", "atlas_no_validation", "atlas_regex", "atlas_no_docs", "pc_algorithm", "zscore", "true_graph"}
+VARIANTS = {"atlas", "atlas_no_validation", "atlas_regex", "atlas_mentions", "atlas_no_docs", "pc_algorithm", "zscore",
+            "true_graph"}
 
 
 def test_atlas_flow_smoke(prefect_api):
@@ -44,6 +45,9 @@ def test_atlas_flow_smoke(prefect_api):
     assert {c["provenance"] for c in report["components"]} == {"learned", "scripted"}
     # paired by system (one sample per system; a smoke run's single system gives the exact comparison)
     assert len(report["samples"]["atlas"]["top1_accuracy"]) == p["systems"]
+    # the edge claims pair the systems too; every named component is a deployable baseline
+    assert len(report["samples"]["pc_algorithm"]["edge_precision"]) == len(report["samples"]["atlas"]["edge_recall"]) == p["systems"]
+    assert report["roles"]["atlas_mentions"] == ["deployable"] and "held-out sentences" in notes
 
 
 KEY = "sk-atlas-flow-key-not-real"

@@ -279,6 +279,8 @@ def test_end_to_end_one_small_system():
     st = learned["settings"][p.headline_setting()]["stats"]
     assert st["pc_algorithm"]["pc_alpha"] in p.pc_alpha_grid and set(st["pc_alpha_scores"]) == set(p.pc_alpha_grid)
     assert v["atlas_no_docs"]["timeout_edge_recall"] == 0.0 and v["true_graph"]["timeout_edge_recall"] == 1.0
+    # atlas_mentions: every named component, validated alike; before validation it holds every mention
+    assert 0.0 < v["atlas_mentions"]["edge_recall"] <= 1.0 and "sentence_scores" not in learned["synthesis"]
 
 
 def test_pc_level_is_chosen_on_calibration_incidents_only():
@@ -293,12 +295,32 @@ def test_pc_level_is_chosen_on_calibration_incidents_only():
     assert len(calib) == p.calibration_incidents and CALIBRATION > 10 * p.incidents
     data = history[: p.history_samples]
     template = expand(s.n, ())
-    G, alpha, scores = tuned_pc(p, data, template, calib, s.n)
-    assert alpha == max(scores, key=lambda a: (scores[a], -p.pc_alpha_grid.index(a)))
+    G, alpha, scores, ranks = tuned_pc(p, data, template, calib, s.n)
+    assert set(scores) == set(ranks) == set(p.pc_alpha_grid)
+    assert alpha == min(scores, key=lambda a: (-scores[a], ranks[a], p.pc_alpha_grid.index(a)))
     with pytest.raises(CalibrationError, match="calibration incidents"):
         tuned_pc(p, data, template, [], s.n)
     fixed = p.model_copy(update={"pc_alpha": 0.05})
-    assert tuned_pc(fixed, data, template, [], s.n)[1:] == (0.05, {})
+    assert tuned_pc(fixed, data, template, [], s.n)[1:] == (0.05, {}, {})
+
+
+def test_pc_level_tie_goes_to_the_lower_mean_rank(monkeypatch):
+    """Equal top-1 on the calibration incidents: the level whose mean rank is lower wins, not the first."""
+    from mlsys_flows.systems.atlas import evaluate
+
+    p = Params.for_scale("smoke", components=12, incidents=12, curve_points=1, pc_alpha_grid=[0.01, 0.2])
+    calib = [type("I", (), {"data": None, "root": 0})() for _ in range(4)]
+    ranks = {0.01: iter([1, 1, 3, 4]), 0.2: iter([1, 1, 2, 2])}
+    monkeypatch.setattr(evaluate.ci, "pc", lambda data, alpha, depth, required: np.full((2, 2), alpha))
+    monkeypatch.setattr(evaluate, "rank_of", lambda alpha, root: next(ranks[alpha]))
+    monkeypatch.setattr(evaluate, "directed_only", lambda G: G)
+
+    class Loc(float):
+        def rank(self, *a):
+            return float(self)
+    monkeypatch.setattr(evaluate.Localizer, "fit", classmethod(lambda cls, G, data: Loc(G[0, 0])))
+    _, alpha, scores, mean_ranks = evaluate.tuned_pc(p, None, None, calib, 12)
+    assert scores == {0.01: 0.5, 0.2: 0.5} and mean_ranks == {0.01: 2.25, 0.2: 1.5} and alpha == 0.2
 
 
 def test_params_reject_bad_values_naming_the_field():

