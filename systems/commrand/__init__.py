@@ -71,7 +71,7 @@ class Params(SystemParams):
                     "calibration validation curve has the highest mean (fast and high). One rate: no calibration.")
     calibration_epochs: int = Field(2, ge=1, le=100, description="Epochs of each calibration run (per policy and rate).")
     epochs: int = Field(8, ge=1, le=500, description="Epoch cap: random batching trains this many epochs with every seed (its best validation accuracy sets that seed's target); the first seed trains every policy the whole cap (final accuracy).")
-    evals_per_epoch: int = Field(12, ge=1, le=256, description="Validation checks per epoch, evenly spaced in batches (the last at the epoch's end; at most one per batch), the same for every policy and outside the training clock (the validation sample is drawn once per run): time to the target is resolved to 1/evals_per_epoch of an epoch.")
+    evals_per_epoch: int = Field(8, ge=1, le=256, description="Validation checks per epoch, evenly spaced in batches (the last at the epoch's end; at most one per batch), the same for every policy and outside the training clock (the validation sample is drawn once per run): time to the target is resolved to 1/evals_per_epoch of an epoch.")
     target_fraction: float = Field(0.98, ge=0.5, le=1.0, description="Target validation accuracy, as a share of the best validation accuracy random batching reaches within the epoch cap with that seed.")
     accuracy_gap_points: float = Field(2.0, ge=0.0, le=100.0, description="Allowed drop of final test accuracy below random batching's, in points; the report notes a policy beyond it.")
     # COMM-RAND knobs
@@ -80,7 +80,7 @@ class Params(SystemParams):
     torch_threads: int = Field(1, ge=1, le=256, description="torch CPU threads, the same for every policy (1: deterministic and steadier on a shared CPU).")
     # the regime
     regime_community_batches: list[float] = Field(
-        [0.25, 1.0, 2.0, 4.0], min_length=2, max_length=12,
+        [0.25, 1.0, 2.0], min_length=2, max_length=12,
         description="Values of community_batches (training nodes per community over batch_size) of the regime sweep: "
                     "the comparison rerun on a graph of regime_nodes nodes at each value (regime_repeats seeds, each "
                     "policy with learning rates calibrated at that value, on a calibration graph of that size). Where "
