@@ -8,8 +8,9 @@ Policies, each one epoch's list of root batches of ``batch_size`` training nodes
   randomly chosen communities of its group (from two groups where a batch straddles a boundary),
   and the grouping changes every epoch;
 - ``comm_fixed``: COMM-RAND without its randomisation over communities (the mechanism's ablation):
-  the same groups of ``k`` communities and the same shuffle of the nodes inside a group every
-  epoch, but the groups are consecutive community ids, visited in id order, the same every epoch.
+  groups of ``k`` communities and the nodes inside a group shuffled with the same random keys as
+  COMM-RAND's (the group order is drawn from a separate generator), but the groups are consecutive
+  community ids, visited in id order, the same every epoch.
 
 The sampler draws ``fanout`` neighbours per node with replacement (positions uniform in the CSR
 row). With ``bias`` p > 0 each draw comes, with probability p, from the node's same-community
@@ -38,9 +39,15 @@ def community_batches(train: np.ndarray, batch_size: int) -> list[np.ndarray]:
 def comm_rand_batches(train: np.ndarray, comm_of_train: np.ndarray, k: int, batch_size: int,
                       rng: np.random.Generator, randomise_communities: bool = True) -> list[np.ndarray]:
     """COMM-RAND's roots; ``randomise_communities=False`` is the ablation (``comm_fixed``): groups of
-    consecutive community ids in id order, every epoch the same, nodes still shuffled inside a group."""
+    consecutive community ids in id order, every epoch the same, nodes still shuffled inside a group.
+
+    The group order comes from a generator of its own, seeded by one draw from ``rng`` that both variants
+    make (the ablation discards it): what follows in ``rng`` (the keys that shuffle the roots inside the
+    groups, then the neighbour sampling) is the same stream in both, so a node gets the same key in both
+    and two roots of one community keep the same relative order."""
     present = np.unique(comm_of_train)
-    order = rng.permutation(present) if randomise_communities else present
+    order_rng = np.random.default_rng(int(rng.integers(2**63)))
+    order = order_rng.permutation(present) if randomise_communities else present
     group_of_comm = np.empty(int(present.max()) + 1, np.int64)
     group_of_comm[order] = np.arange(len(order)) // k
     # a random key inside each group shuffles the group's nodes; the group index orders the groups

@@ -55,16 +55,23 @@ def gather(features: torch.Tensor, batch: Batch) -> torch.Tensor:
     return features.index_select(0, torch.from_numpy(batch.input_nodes))
 
 
-def evaluate(model: GraphSAGE, g: Graph, features: torch.Tensor, nodes: np.ndarray, fanouts: tuple[int, ...],
-             seed: int, batch_size: int = 2048) -> float:
-    """Accuracy on ``nodes`` with the standard (unbiased) sampler and a fixed seed, the same for every
-    policy and epoch: an exact count, not timed."""
+def eval_batches(g: Graph, nodes: np.ndarray, fanouts: tuple[int, ...], seed: int,
+                 batch_size: int = 2048) -> list[Batch]:
+    """The sampled blocks of ``nodes`` for validation or test: the standard (unbiased) sampler with a fixed
+    seed, so every check of every policy and epoch sees the same sample; drawn once per training run."""
     rng = np.random.default_rng([seed, 2])
+    return [sample_batch(g, nodes[i:i + batch_size], fanouts, rng) for i in range(0, len(nodes), batch_size)]
+
+
+def evaluate(model: GraphSAGE, g: Graph, features: torch.Tensor, nodes: np.ndarray, fanouts: tuple[int, ...],
+             seed: int, batch_size: int = 2048, batches: list[Batch] | None = None) -> float:
+    """Accuracy on ``nodes`` (``batches``: their blocks from ``eval_batches``, drawn here when not given): an
+    exact count, never timed."""
+    batches = eval_batches(g, nodes, fanouts, seed, batch_size) if batches is None else batches
     correct = 0
     model.eval()
     with torch.no_grad():
-        for i in range(0, len(nodes), batch_size):
-            b = sample_batch(g, nodes[i:i + batch_size], fanouts, rng)
+        for b in batches:
             pred = model(gather(features, b), b).argmax(1).numpy()
             correct += int((pred == g.labels[b.roots]).sum())
     model.train()
@@ -96,6 +103,7 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
     policies (comm_rand, comm_fixed) only."""
     eval_fanouts = eval_fanouts or fanouts
     features = torch.from_numpy(g.features)
+    val_batches = eval_batches(g, g.val, eval_fanouts, seed)   # sampled once, outside the clock
     labels = torch.from_numpy(g.labels)
     torch.manual_seed(seed)
     model = GraphSAGE(g.features.shape[1], hidden, g.classes, len(fanouts))
@@ -127,7 +135,7 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
                     sums[key] += v
                 sums["batches"] += 1
             if i in checks:  # untimed, its own sampling stream: the training stream is the same with or without it
-                out["val_acc"].append(evaluate(model, g, features, g.val, eval_fanouts, seed))
+                out["val_acc"].append(evaluate(model, g, features, g.val, eval_fanouts, seed, batches=val_batches))
                 out["val_epochs"].append(epoch + (i + 1) / len(batches))
                 out["val_s"].append(clock)
                 if target is not None and out["val_acc"][-1] >= target:
@@ -277,16 +285,25 @@ def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
 
 
 def sweep_community_batches(g_kwargs: dict, ratios: list[float], nodes: int, communities: dict[float, int],
-                            train_kwargs: dict, log: Callable[[str], None] = lambda s: None
+                            train_kwargs: dict, calibration: dict, log: Callable[[str], None] = lambda s: None
                             ) -> dict[float, dict[str, Any]]:
     """The regime: the comparison on a graph of ``nodes`` nodes at each community size (``communities[x]``
-    communities for x batches of training nodes per community), policies timed one after another;
-    {x: compare's result, with the graph's communities}."""
+    communities for x batches of training nodes per community), each point with its own learning rates,
+    calibrated as the headline's are (``calibration``: lr_grid, epochs, seed) on a calibration graph of that
+    point's size and another seed; policies timed one after another;
+    {x: compare's result, with the graph's communities and the point's calibration}."""
     from .graph import generate
 
+    cal_kw = {k: v for k, v in train_kwargs.items() if k in ("fanouts", "batch_size", "hidden", "k", "bias", "threads",
+                                                             "evals_per_epoch")}
     out = {}
     for x in sorted(ratios):
-        g = generate(**(g_kwargs | {"nodes": nodes, "communities": communities[x]}))
-        log(f"regime: {x:g} batches of training nodes per community ({communities[x]} communities on {nodes} nodes)")
-        out[x] = compare(g, **train_kwargs, log=log) | {"communities": communities[x]}
+        point = g_kwargs | {"nodes": nodes, "communities": communities[x]}
+        cal = calibrate(g_kwargs=point | {"seed": calibration["seed"]}, lr_grid=list(calibration["lr_grid"]),
+                        epochs=calibration["epochs"], seed=calibration["seed"], log=log, **cal_kw)
+        g = generate(**point)
+        log(f"regime: {x:g} batches of training nodes per community ({communities[x]} communities on {nodes} nodes), "
+            "rates " + ", ".join(f"{v} {lr:g}" for v, lr in cal["lrs"].items()))
+        out[x] = compare(g, **(train_kwargs | {"lrs": cal["lrs"]}), log=log) | {"communities": communities[x],
+                                                                                "calibration": cal}
     return out

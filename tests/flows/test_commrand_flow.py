@@ -37,6 +37,11 @@ def test_commrand_flow_smoke():
     assert g3["parameter"] == "community_batches" and [x["value"] for x in g3["points"]] == p.regime_community_batches
     assert g3["headline_value"] == p.community_batches and all(x["kind"] == "measured" for x in g3["points"])
     assert {c["provenance"] for c in report["components"]} == {"learned", "packaged", "scripted"}
+    # the headline decomposed: epoch gain over extra epochs, at the paper's best per-epoch gain (modelled)
+    pr = report["projection"]
+    assert pr["kind"] == "modelled" and pr["assumptions"]["paper_epoch_gain"]["value"] == 2.76
+    assert {"measured_epoch_gain", "break_even_epoch_gain"} <= set(pr["assumptions"])
+    assert any(n.startswith("Decomposition of the headline") for n in report["notes"])
     assert v["comm_fixed"]["learning_rate"] == v["comm_rand"]["learning_rate"]
     # no win without reaching the target: a COMM-RAND that never reached it is at best at parity
     if v["comm_rand"]["reached_target"] < 1.0:

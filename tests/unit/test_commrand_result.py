@@ -2,6 +2,8 @@
 batching's target and kept its final accuracy within accuracy_gap_points; otherwise it says who broke what."""
 from __future__ import annotations
 
+import pytest
+
 from mlsys_flows.systems.commrand import Params
 from mlsys_flows.systems.commrand.result import build_result, regime_sample
 
@@ -43,7 +45,7 @@ def test_build_result_reports_the_four_policies_the_rates_and_the_regime():
     g = p.make_graph()
     lrs = {"random": 0.01, "community": 0.02, "comm_rand": 0.01}
     r = compare(g, **p.train_kwargs(lrs))
-    sweep = sweep_community_batches(**p.regime_kwargs(lrs))
+    sweep = sweep_community_batches(**p.regime_kwargs())
     info = {"key": "k", "nodes": g.nodes, "edges": g.edges, "communities": g.communities, "homophily": g.homophily(),
             "train": len(g.train), "val": len(g.val), "test": len(g.test), "feature_bytes": int(g.features.nbytes),
             "row_bytes": int(g.features.shape[1] * g.features.itemsize)}
@@ -95,3 +97,87 @@ def test_a_baseline_that_never_reached_the_target_is_not_the_strongest():
     assert d["headline"]["vs_strongest"]["baseline"] == "random"
     assert d["headline"]["mechanism"]["baseline"] == "comm_fixed" and d["headline"]["mechanism"]["ratio"] == 1.5
     assert not any(pt["valid"] for pt in d["regime"]["points"])   # community missed the target at every point
+
+
+def test_each_regime_size_calibrates_its_own_rates_on_its_own_calibration_graph(monkeypatch):
+    """The regime task calibrates at every size it runs (a calibration graph of that size, the calibration seed)
+    and compares with those rates; the headline's size, where the regime's graphs are the headline's, is not rerun."""
+    import mlsys_flows.systems.commrand.train as t
+
+    p = Params.for_scale("smoke", nodes=2_000, regime_nodes=2_000, community_batches=2.0,
+                         regime_community_batches=[0.5, 1.0, 2.0], lr_grid=[0.001, 0.01])
+    calls: dict = {"cal": [], "cmp": []}
+
+    def calibrate(g_kwargs, lr_grid, **kw):
+        calls["cal"].append((g_kwargs["communities"], g_kwargs["seed"], kw["seed"], list(lr_grid)))
+        return {"lrs": t.lrs_for({"random": 0.1, "community": 0.2, "comm_rand": 0.3 + g_kwargs["communities"]}),
+                "scores": {}}
+
+    def compare(g, lrs, **kw):
+        calls["cmp"].append((g.communities, lrs["comm_rand"], lrs["comm_fixed"], kw["repeats"], g.nodes))
+        return {"target": 0.5}
+
+    monkeypatch.setattr(t, "calibrate", calibrate)
+    monkeypatch.setattr(t, "compare", compare)
+    out = t.sweep_community_batches(**p.regime_kwargs())
+    sizes = {x: p.n_communities(p.regime_nodes, x) for x in (0.5, 1.0)}
+    assert sorted(out) == [0.5, 1.0]   # 2.0 is the headline's comparison
+    cs = p.calibration_seed()
+    assert calls["cal"] == [(sizes[x], cs, cs, [0.001, 0.01]) for x in (0.5, 1.0)]
+    assert calls["cmp"] == [(sizes[x], 0.3 + sizes[x], 0.3 + sizes[x], p.regime_repeats, 2_000) for x in (0.5, 1.0)]
+    assert all(out[x]["calibration"]["lrs"]["comm_rand"] == 0.3 + sizes[x] for x in out)
+
+
+def _headline(epochs_c, epoch_s_r=1.0, epoch_s_c=0.5, n=4):
+    r = {"target": 0.8, "random": _fake_policy([2.0] * n, [8.0] * n),
+         "community": _fake_policy([3.0] * n, [6.0] * n), "comm_rand": _fake_policy([3.0] * n, [4.0] * n),
+         "comm_fixed": _fake_policy([3.0] * n, [4.0] * n)}
+    r["random"].update(epoch_s=[epoch_s_r] * n, epochs_to_target=[2.0] * n)
+    r["comm_rand"].update(epoch_s=[epoch_s_c] * n, epochs_to_target=list(epochs_c))
+    return r
+
+
+def test_the_projection_decomposes_the_headline_into_epoch_gain_over_extra_epochs():
+    """Measured epoch gain 2x, COMM-RAND needs 3 epochs where random needs 2 (1.5x as many): the model gives 2/1.5,
+    break-even is an epoch gain of 1.5x, and the paper's best gain (2.76x) would give 2.76/1.5; a seed that missed
+    the target counts the epoch cap."""
+    from mlsys_flows.systems.commrand.result import PAPER_BEST_EPOCH_GAIN, decomposition, projection
+
+    p = Params.for_scale("smoke", repeats=4, epochs=8)
+    d = decomposition(p, _headline([3.0, 3.0, 3.0, None]))
+    assert d["epochs_random"] == 2.0 and d["epochs_comm_rand"] == 3.0 and d["epoch_gain"] == 2.0
+    assert d["break_even_epoch_gain"] == pytest.approx(1.5) and d["modelled_ratio"] == pytest.approx(2.0 / 1.5)
+    assert decomposition(p, _headline([3.0, 3.0, None, None]))["epochs_comm_rand"] == pytest.approx((3.0 + 8.0) / 2)
+    proj, note = projection(p, _headline([3.0] * 4))
+    assert PAPER_BEST_EPOCH_GAIN == 2.76 and "2504.18082" in proj.assumptions["paper_epoch_gain"].source
+    assert proj.baseline_value == pytest.approx(2.0 * 1.0)
+    assert proj.technique_value == pytest.approx(3.0 * 1.0 / 2.76)
+    assert proj.baseline_value / proj.technique_value == pytest.approx(2.76 / 1.5)
+    assert proj.assumptions["break_even_epoch_gain"].value == pytest.approx(1.5)
+    assert "Break-even needs an epoch gain of 1.50x" in note and "above it" in note
+    assert "below it" in projection(p, _headline([5.0] * 4))[1]   # 2x faster epochs, 2.5x the epochs
+
+
+def test_the_headlines_size_in_the_regime_is_the_headlines_comparison():
+    """Where the regime's graphs are the headline's size, its point at community_batches is the headline's
+    result (all its seeds), and the report carries the projection."""
+    from mlsys_flows.systems.commrand import SPEC
+    from mlsys_flows.systems.common.report import build_report
+    from mlsys_flows.systems.common.runreport import Environment
+
+    p = Params.for_scale("smoke", repeats=4, nodes=2_000, regime_nodes=2_000, community_batches=2.0,
+                         regime_community_batches=[0.5, 2.0])
+    r = _headline([3.0] * 4)
+    sweep = {0.5: {"target": 0.8, "communities": 9,
+                   **{v: _fake_policy(r[v]["tta_s"][:1], r[v]["cap_s"][:1]) for v in r if v != "target"}}}
+    info = {"key": "k", "nodes": 10, "edges": 10, "communities": 2, "homophily": 0.9, "train": 6, "val": 2,
+            "test": 2, "feature_bytes": 100, "row_bytes": 10}
+    res = build_result(p, info, r, sweep)
+    assert [pt.value for pt in res.regime] == [0.5, 2.0]
+    assert res.regime[1].samples["comm_rand"] == r["comm_rand"]["tta_s"] and len(res.regime[0].samples["random"]) == 1
+    assert any("the headline's comparison, 4 seeds" in n for n in res.notes)
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="a", git_dirty=False, code_hash="c")
+    d = build_report(SPEC, params=p.model_dump(mode="json"), result=res, run_id="r", environment=env,
+                     wall_time_s=1.0).model_dump(mode="json")
+    assert d["projection"]["kind"] == "modelled" and d["projection"]["ratio"] == pytest.approx(2.76 / 1.5)
+    assert d["projection"]["assumptions"]["paper_epoch_gain"]["value"] == 2.76
