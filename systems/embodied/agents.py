@@ -23,8 +23,11 @@ interpretation, after an invalid action it replans from what the new observation
 ``ObservationReplanner`` (the same reading, replanning from the new observation only: without
 feedback it cannot tell a plan cut short by an invalid action from a plan that ran and did not finish
 the task, so after every plan it moves to its next interpretation, re-reading the world it now sees),
-``LLMAgent`` (any OpenAI-compatible chat endpoint through systems.common.llm) and ``ExpertAgent``
-(reads the environment's full state: an upper bound, not a language agent).
+``LLMAgent`` (any OpenAI-compatible chat endpoint through systems.common.llm), ``PrefixLLMAgent`` (a
+local model whose reply is forced to start with the plan's JSON: SmolLM2 through the project's own
+forward), ``PolicyAgent`` (a learned step policy, e.g. ERA's, one action per plan) and ``ExpertAgent``
+(reads the environment's full state: an upper bound, not a language agent). The scripted planners'
+weaknesses are written by this project: they are a labelled reference, never the headline's evidence.
 """
 from __future__ import annotations
 
@@ -443,6 +446,55 @@ class LLMAgent:
             raise PlanError(f"endpoint error: LLMError: {exc}") from None
 
 
+PLAN_PREFIX = '{"plan": ['
+
+
+def close_plan(text: str, prefix: str = PLAN_PREFIX) -> str:
+    """A reply forced to start with ``prefix`` and cut at its first ``]``, made a JSON object again: a
+    list the token budget cut short keeps its complete ids (up to the last comma) and is closed; what
+    the model wrote is otherwise left as it is, for ``parse_plan`` to accept or reject."""
+    if not text.startswith(prefix):
+        return text
+    body = text[len(prefix):]
+    if "]" in body:
+        return prefix + body[:body.index("]")] + "]}"
+    return prefix + (body[:body.rindex(",")] if "," in body else "") + "]}"
+
+
+class PrefixLLMAgent(LLMAgent):
+    """A local chat model whose reply can be started for it (``systems.llm_serving.chat.SmolLM2Chat``):
+    the same prompt and system prompt as ``LLMAgent``, the assistant turn forced to begin with
+    ``{"plan": [`` and stopped at the first ``]`` (``close_plan``), greedy. What the model writes
+    inside the list is its own; a non-integer or out-of-range id is an invalid plan, counted."""
+
+    def __init__(self, client, max_tokens: int = 32, name: str = "smollm2"):
+        super().__init__(client, max_tokens, name)
+
+    def act(self, inp: AgentInput) -> str:
+        self.requests += 1
+        text = self.client.complete(self.prompt(inp), max_tokens=self.max_tokens, system=SYSTEM_PROMPT,
+                                    prefix=PLAN_PREFIX, stop=("]",))
+        return close_plan(text)
+
+
+class PolicyAgent:
+    """A step policy (a learned network: ERA's) under the benchmark's episode runner: each plan is
+    the one action ``policy(observation_vector, valid_mask)`` picks, so run it with ``replan=True``
+    and a round budget of the episode's step budget. It reads the observation vector (the same
+    information as the text) and the environment's mask of valid actions, as the policy was trained;
+    it has no channel for the feedback text."""
+    uses_feedback = False
+
+    def __init__(self, policy, name: str):
+        self.policy, self.name = policy, name
+
+    def reset(self, env: Env) -> None:
+        self.env = env
+
+    def act(self, inp: AgentInput) -> str:
+        return plan_json([int(self.policy(self.env.observe().vector, self.env.valid_mask()))])
+
+
 # --- episodes ------------------------------------------------------------------------------
 
 
@@ -522,7 +574,8 @@ def run_episode(env: Env, agent, feedback: bool, max_rounds: int = 10, replan: b
 
 def make_agent(kind: str, client=None, max_tokens: int = 256):
     """``scripted`` (open loop), ``scripted_feedback``, ``scripted_replan`` (rounds from observations
-    only), ``expert`` or ``llm`` (needs ``client``)."""
+    only), ``expert``, ``llm`` (needs an OpenAI-compatible ``client``) or ``smollm2`` (needs a local
+    chat client that takes a forced prefix: ``PrefixLLMAgent``)."""
     if kind == "scripted":
         return ScriptedPlanner()
     if kind == "scripted_replan":
@@ -535,4 +588,8 @@ def make_agent(kind: str, client=None, max_tokens: int = 256):
         if client is None:
             raise ValueError("the llm agent needs an OpenAI-compatible client")
         return LLMAgent(client, max_tokens)
+    if kind == "smollm2":
+        if client is None:
+            raise ValueError("the smollm2 agent needs a local chat client (systems.llm_serving.chat.SmolLM2Chat)")
+        return PrefixLLMAgent(client, max_tokens)
     raise ValueError(f"agent: unknown agent kind {kind!r}")

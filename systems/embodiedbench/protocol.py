@@ -6,21 +6,38 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import asdict
 
-from mlsys_flows.systems.embodied.agents import make_agent, run_episode
+from mlsys_flows.systems.embodied.agents import PolicyAgent, make_agent, run_episode
 from mlsys_flows.systems.embodied.api import LEVELS, SUBSETS, make_env, make_tasks  # noqa: F401 (LEVELS re-exported)
 
 from . import COMPARED, Params
 
 
+SCRIPTED_REFERENCE = {"scripted_no_feedback": ("scripted", False, False),
+                      "scripted_with_feedback": ("scripted_feedback", True, True),
+                      "scripted_replan_no_feedback": ("scripted_replan", False, True)}
+#: the learned step policies of ERA (systems/era), trained in the run: prior only, prior + RL
+POLICY_VARIANTS = ("era_prior", "era_prior_rl")
+
+
 def agent_kinds(p: Params) -> dict[str, tuple[str, bool, bool]]:
-    """variant -> (agent kind, feedback, replan). The order is the order the variants run in."""
-    out = ({"no_feedback": ("scripted", False, False), "with_feedback": ("scripted_feedback", True, True),
-            "replan_no_feedback": ("scripted_replan", False, True)} if p.agent == "scripted"
-           else {"no_feedback": ("llm", False, False), "with_feedback": ("llm", True, True),
-                 "replan_no_feedback": ("llm", False, True)})
+    """variant -> (agent kind, feedback, replan) of the language-agent variants (the learned policies,
+    POLICY_VARIANTS, run apart: ``run_policies``). The headline's three protocols are played by
+    ``p.agent``; the scripted planners are the labelled reference. The order is the order they run in."""
+    kind = {"scripted": None, "llm": "llm", "smollm2": "smollm2"}[p.agent]
+    out = ({"no_feedback": (kind, False, False), "with_feedback": (kind, True, True),
+            "replan_no_feedback": (kind, False, True)} if kind else
+           {"no_feedback": ("scripted", False, False), "with_feedback": ("scripted_feedback", True, True),
+            "replan_no_feedback": ("scripted_replan", False, True)})
+    out |= SCRIPTED_REFERENCE
     if p.expert:
         out["expert"] = ("expert", False, False)
     return out
+
+
+def llm_played(p: Params) -> bool:
+    """Whether a language model plays the headline's variants (their episodes are then the first
+    ``llm_per_subset`` tasks of each subset)."""
+    return p.agent in ("llm", "smollm2")
 
 
 def eval_seeds(p: Params) -> list[int]:
@@ -32,16 +49,42 @@ def tasks_for(p: Params, level: str, seed: int | None = None):
     return make_tasks(level, p.per_subset, p.seed if seed is None else seed)
 
 
+def task_index(task) -> int:
+    """The task's index within its subset in the test set (its id ends with it)."""
+    return int(task.id.rsplit("-", 1)[1])
+
+
 def run_chunk(p: Params, level: str, start: int, stop: int, client=None, seed: int | None = None) -> dict:
-    """Every variant on tasks[start:stop] of ``level`` in the test set of ``seed`` (default: p.seed).
-    Returns {variant: [episode dicts]}, each tagged with its test set's seed."""
+    """Every language-agent variant on tasks[start:stop] of ``level`` in the test set of ``seed``
+    (default: p.seed); a language model plays only the first ``p.llm_per_subset`` tasks of each subset.
+    Returns {variant: [episode dicts]}, each tagged with its test set's seed. One agent per variant
+    (the model's ``client`` is shared: with greedy decoding the three protocols' identical first
+    prompts are answered once)."""
     seed = p.seed if seed is None else seed
     tasks = tasks_for(p, level, seed)[start:stop]
+    llm_kinds = ("llm", "smollm2")
     out: dict[str, list[dict]] = {}
     for variant, (kind, feedback, replan) in agent_kinds(p).items():
         agent = make_agent(kind, client, p.llm_max_tokens)
+        mine = [t for t in tasks if kind not in llm_kinds or task_index(t) < p.llm_per_subset]
         out[variant] = [asdict(run_episode(make_env(t), agent, feedback, p.max_rounds, replan)) | {"test_seed": seed}
-                        for t in tasks]
+                        for t in mine]
+    return out
+
+
+def run_policies(p: Params, level: str, policies: dict, seeds: list[int] | None = None) -> dict:
+    """Learned step policies (variant -> ``policy(observation_vector, valid_mask) -> action id``) on every
+    task of ``level`` in the test sets of ``seeds`` (default: all), under the same episodes and step
+    budgets: one action per plan, up to the episode's step budget (``PolicyAgent``); no feedback text
+    (a policy has no channel for it). Returns {variant: [episode dicts]}."""
+    out: dict[str, list[dict]] = {}
+    for seed in (eval_seeds(p) if seeds is None else seeds):
+        for variant, policy in policies.items():
+            agent = PolicyAgent(policy, variant)
+            for t in tasks_for(p, level, seed):
+                env = make_env(t)
+                out.setdefault(variant, []).append(
+                    asdict(run_episode(env, agent, False, env.max_steps, replan=True)) | {"test_seed": seed})
     return out
 
 

