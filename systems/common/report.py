@@ -17,7 +17,21 @@ from .spec import KINDS, Better, Claim, Constraint, Kind, SystemSpec
 from .verdict import MIN_PAIRS, against_strongest, judge
 
 __all__ = ["Assumption", "ContractError", "Curve", "Projection", "RegimeSample", "SystemResult", "build_report",
-           "crossover", "oriented_ratio", "param_assumptions"]
+           "claim_key", "crossover", "oriented_ratio", "param_assumptions", "undecided"]
+
+
+def claim_key(technique: str, baseline: str) -> str:
+    """The key of a comparison in ``SystemResult.undecidable``."""
+    return f"{technique} vs {baseline}"
+
+
+def undecided(r: "Ratio", why: str) -> "Ratio":
+    """``r`` with the verdict of a comparison that decides nothing in this run (``why``): outcome ties,
+    no ratio, and a ``why`` starting 'undecidable: ' (its label reads 'no verdict (...)')."""
+    r.statement = f"undecidable: {why} ({r.statement})" if r.statement else f"undecidable: {why}"
+    r.verdict = Verdict(outcome="ties", ratio=None, pairs=r.verdict.pairs if r.verdict else 0,
+                        why=f"undecidable: {why}")
+    return r
 
 
 def param_assumptions(params: BaseModel, *names: str) -> dict[str, Assumption]:
@@ -78,6 +92,11 @@ class SystemResult:
     # everywhere, so the ratio against it measures something else); non-empty: the report keeps the
     # mechanism's ratio with a verdict that says so (ties, no ratio), never a win or a loss.
     mechanism_undecidable: str = ""
+    # The same, for any comparison of the run: ``claim_key(technique, baseline)`` -> why it decides nothing
+    # here (e.g. both sides at or below the floor a random agent reaches, so a 0-vs-0 "tie" measures
+    # nothing). Each such ratio (a claim, the headline, its strongest baseline, the mechanism) keeps its
+    # value with the undecided verdict (``undecided``), never a win, a loss or a tie counted as a result.
+    undecidable: dict[str, str] = field(default_factory=dict)
 
     def medians(self) -> dict[str, dict[str, float]]:
         out = {v: dict(m) for v, m in self.variants.items()}
@@ -357,9 +376,11 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     deterministic = set(result.deterministic_metrics(variants))
 
     def ratio(claim: Claim) -> Ratio:
-        return Ratio.of(variants, claim, result.kinds, result.samples, result.assumptions,
-                        deterministic=claim.metric in deterministic, independent=spec.pairing != "turns",
-                        looks=(result.repeats or {}).get("looks", 1))
+        r = Ratio.of(variants, claim, result.kinds, result.samples, result.assumptions,
+                     deterministic=claim.metric in deterministic, independent=spec.pairing != "turns",
+                     looks=(result.repeats or {}).get("looks", 1))
+        why = result.undecidable.get(claim_key(claim.technique, claim.baseline))
+        return undecided(r, why) if why else r
 
     head = spec.headline
     c = spec.constraint  # contract v4 (issue 47): the declared constraint (None: none)
@@ -382,7 +403,8 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
                      result.assumptions, deterministic=claim.metric in deterministic,
                      independent=spec.pairing != "turns", looks=(result.repeats or {}).get("looks", 1))
         r.verdict = _stood(r.verdict, keep, n, both) if r.verdict is not None else None
-        return r, st
+        why = result.undecidable.get(claim_key(claim.technique, claim.baseline))
+        return (undecided(r, why) if why else r), st
 
     headline, _ = held_ratio(head)
     present = [v for v in variants if head.metric in variants[v]]
@@ -428,6 +450,9 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
                 looks=(result.repeats or {}).get("looks", 1))
         if keep is not None:
             headline.vs_strongest.verdict = _stood(headline.vs_strongest.verdict, keep, n, both)
+        why = result.undecidable.get(claim_key(head.technique, best))
+        if why:
+            undecided(headline.vs_strongest, why)
     if c is not None:
         tech = _constraint_check(spec, c, bound, tol, head.technique, best, variants, result.samples, baseline=False)
         if not tech.met:
@@ -449,11 +474,8 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     if spec.mechanism is not None and spec.mechanism.ablation in present:
         headline.mechanism = ratio(Claim(head.metric, spec.mechanism.ablation, head.technique, head.better,
                                          statement=f"only {spec.mechanism.name} removed"))
-        if result.mechanism_undecidable:
-            m = headline.mechanism
-            m.statement = f"undecidable: {result.mechanism_undecidable} ({m.statement})"
-            m.verdict = Verdict(outcome="ties", ratio=None, pairs=m.verdict.pairs if m.verdict else 0,
-                                why=f"undecidable: {result.mechanism_undecidable}")
+        if result.mechanism_undecidable and not headline.mechanism.statement.startswith("undecidable"):
+            undecided(headline.mechanism, result.mechanism_undecidable)
     curves, regime = list(result.curves), None
     if spec.regime is not None and result.regime:
         if len(result.regime) < 2:

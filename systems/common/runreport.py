@@ -54,10 +54,18 @@ class Verdict(BaseModel):
     looks: int = Field(1, description="Planned looks of adaptive repeats: the interval is taken at "
                                       "1 - 0.05 / looks (1: a fixed count of repeats).")
 
+    @property
+    def undecidable(self) -> bool:
+        """The run marked this comparison as deciding nothing (``report.undecided``: e.g. both sides at the
+        floor a random agent reaches): its label reads 'no verdict', never a tie counted as a result."""
+        return self.why.startswith("undecidable: ")
+
     def label(self) -> str:
         """``wins 1.12x (1.05-1.20, 8 pairs)``, ``ties 1.04x (3 pairs: fewer than 6)``, ``wins 1.30x (exact)``."""
         from .formatting import ratio
 
+        if self.undecidable:
+            return f"no verdict ({self.why.removeprefix('undecidable: ')})"
         if self.ratio is None:
             return f"{self.outcome} ({self.why})"
         if self.exact:
@@ -72,6 +80,8 @@ class Verdict(BaseModel):
         cell that must stay narrow whatever the run said; the reason goes in a later column."""
         from .formatting import ratio
 
+        if self.undecidable:
+            return "no verdict"
         if self.ratio is None:
             return self.outcome
         if self.exact or self.interval is not None:

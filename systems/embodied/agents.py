@@ -23,14 +23,17 @@ interpretation, after an invalid action it replans from what the new observation
 ``ObservationReplanner`` (the same reading, replanning from the new observation only: without
 feedback it cannot tell a plan cut short by an invalid action from a plan that ran and did not finish
 the task, so after every plan it moves to its next interpretation, re-reading the world it now sees),
-``LLMAgent`` (any OpenAI-compatible chat endpoint through systems.common.llm), ``PrefixLLMAgent`` (a
-local model whose reply is forced to start with the plan's JSON: SmolLM2 through the project's own
-forward), ``PolicyAgent`` (a learned step policy, e.g. ERA's, one action per plan) and ``ExpertAgent``
+``LLMAgent`` (any OpenAI-compatible chat endpoint through systems.common.llm; prompted as EmbodiedBench
+prompts: every action the scene offers with its id and name, one worked example per level from a task
+outside every test set), ``PrefixLLMAgent`` (a local model whose reply is forced to start with the plan's
+JSON and whose decoding is constrained to a list of the offered ids: SmolLM2 through the project's own
+forward), ``RandomPlanner`` (random plans from the offered actions: the floor), ``PolicyAgent`` (a learned step policy, e.g. ERA's, one action per plan) and ``ExpertAgent``
 (reads the environment's full state: an upper bound, not a language agent). The scripted planners'
 weaknesses are written by this project: they are a labelled reference, never the headline's evidence.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import deque
@@ -100,6 +103,8 @@ class AgentInput:
     feedback: str | None      # None when feedback is disabled (open loop, or the first round)
     round: int
     action_names: tuple[str, ...]
+    #: (id, name) of the actions the scene offers (``Env.scene_actions``); empty: every id, generic names
+    actions: tuple[tuple[int, str], ...] = ()
 
 
 class Agent(Protocol):
@@ -411,8 +416,58 @@ class ExpertAgent:
 
 # --- LLM agent -----------------------------------------------------------------------------
 
-SYSTEM_PROMPT = ("You control an embodied agent. Reply with JSON only: {\"plan\": [action ids]}, the actions "
-                 "to execute in order. Use only the action ids described in the observation.")
+#: the world seed of each level's worked example: at or above 2**31, outside the range [0, 2**31 - 1) that
+#: every test set and ERA's training sets draw their world seeds from (``api.make_tasks``), so the example
+#: is never a test task (tests/unit/test_embodiedbench_agents.py checks it against the presets' test sets)
+EXAMPLE_SEED = 2**31 + 11
+EXAMPLE_SUBSET = "base"
+_WORLD = {"high": "a house: receptacles and objects in numbered slots",
+          "low": "a grid room: you move one cell at a time, pick up and put down objects"}
+
+
+def prompt_observation(text: str) -> str:
+    """The observation text as a language agent gets it: without the environment's own line on how
+    action ids are formed (the prompt lists every action with its id instead, as EmbodiedBench does)."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("Actions:"))
+
+
+def action_lines(actions) -> list[str]:
+    """``id: name`` for each (id, name) offered."""
+    return [f"{a}: {name}" for a, name in actions]
+
+
+@functools.lru_cache(maxsize=None)
+def worked_example(level: str) -> str:
+    """One solved task of ``level`` for the system prompt: a ``base`` task from ``EXAMPLE_SEED`` (never a
+    test task), its actions, observation and the scripted expert's plan, step by step and as the reply."""
+    from .api import make_env, make_task
+
+    env = make_env(make_task(level, EXAMPLE_SUBSET, EXAMPLE_SEED))
+    actions = env.scene_actions()
+    names = dict(actions)
+    plan = expert_plan(env)
+    return "\n".join([
+        "Example (a different task, solved):",
+        f"Instruction: {env.task.instruction}",
+        "Actions you can take (id: action):", *action_lines(actions),
+        "Observation:", prompt_observation(env.observe().text),
+        "The plan, step by step: " + "; ".join(f"{a} = {names[a]}" for a in plan) + ".",
+        "Reply: " + plan_json(plan)])
+
+
+def system_prompt(level: str) -> str:
+    """The system turn of ``level``: the task, the reply format in words, and the worked example (the same
+    for every request of the level, so a local engine can cache it)."""
+    return (f"You control an agent in {_WORLD[level]}. Each turn you get the instruction, the actions you can take "
+            "(an id and a name each), what the agent observes and, after a plan, the feedback on it. Reply with "
+            "the ids of the actions to execute, in order, as a JSON object whose \"plan\" is the list of ids, as "
+            "in the example. An action that is not possible in the current state stops the plan.\n\n"
+            + worked_example(level))
+
+
+#: what the blind replanner (no feedback, more plans) is told before each further plan: only that it is
+#: asked again, the same closing line the feedback arm's feedback ends with
+NOT_COMPLETE = "Your previous plan has been executed. The task is not complete yet."
 
 
 class LLMAgent:
@@ -428,11 +483,18 @@ class LLMAgent:
     def reset(self, env: Env) -> None:
         pass
 
+    @staticmethod
+    def actions(inp: AgentInput) -> tuple[tuple[int, str], ...]:
+        return inp.actions or tuple(enumerate(inp.action_names))
+
     def prompt(self, inp: AgentInput) -> str:
-        parts = [f"Instruction: {inp.instruction}", "Observation:", inp.observation]
+        parts = [f"Instruction: {inp.instruction}", "Actions you can take (id: action):",
+                 *action_lines(self.actions(inp)), "Observation:", prompt_observation(inp.observation)]
         if inp.feedback:
             parts += ["Feedback on your previous plan:", inp.feedback]
-        parts.append('Reply with {"plan": [...]} only.')
+        elif inp.round > 0:
+            parts.append(NOT_COMPLETE)
+        parts.append("Reply with the JSON plan only.")
         return "\n".join(parts)
 
     def act(self, inp: AgentInput) -> str:
@@ -440,7 +502,7 @@ class LLMAgent:
 
         self.requests += 1
         try:
-            return self.client.complete(self.prompt(inp), max_tokens=self.max_tokens, system=SYSTEM_PROMPT)
+            return self.client.complete(self.prompt(inp), max_tokens=self.max_tokens, system=system_prompt(inp.level))
         except LLMError as exc:
             self.errors += 1
             raise PlanError(f"endpoint error: LLMError: {exc}") from None
@@ -462,19 +524,40 @@ def close_plan(text: str, prefix: str = PLAN_PREFIX) -> str:
 
 
 class PrefixLLMAgent(LLMAgent):
-    """A local chat model whose reply can be started for it (``systems.llm_serving.chat.SmolLM2Chat``):
-    the same prompt and system prompt as ``LLMAgent``, the assistant turn forced to begin with
-    ``{"plan": [`` and stopped at the first ``]`` (``close_plan``), greedy. What the model writes
-    inside the list is its own; a non-integer or out-of-range id is an invalid plan, counted."""
+    """A local chat model whose reply can be started and constrained for it
+    (``systems.llm_serving.chat.SmolLM2Chat``): the same prompt and system prompt as ``LLMAgent``, the
+    assistant turn forced to begin with ``{"plan": [``, then grammar-constrained decoding
+    (``int_list``): the model can only write ids of the actions offered (``inp.actions``), ``", "``
+    between them and ``]`` to close, greedy; a list the token budget cuts short keeps its complete ids
+    (``close_plan``). Which ids, how many and in what order are the model's."""
 
-    def __init__(self, client, max_tokens: int = 32, name: str = "smollm2"):
+    def __init__(self, client, max_tokens: int = 64, name: str = "smollm2", constrained: bool = True):
         super().__init__(client, max_tokens, name)
+        self.constrained = constrained
 
     def act(self, inp: AgentInput) -> str:
         self.requests += 1
-        text = self.client.complete(self.prompt(inp), max_tokens=self.max_tokens, system=SYSTEM_PROMPT,
-                                    prefix=PLAN_PREFIX, stop=("]",))
+        extra = {"int_list": [a for a, _ in self.actions(inp)]} if self.constrained else {}
+        text = self.client.complete(self.prompt(inp), max_tokens=self.max_tokens, system=system_prompt(inp.level),
+                                    prefix=PLAN_PREFIX, stop=("]",), **extra)
         return close_plan(text)
+
+
+class RandomPlanner:
+    """The floor: plans of 1 to 5 actions drawn uniformly from those the scene offers (the choices the
+    constrained language model has), seeded by the task, replanning as the runner allows. A comparison
+    whose both sides score at or below it decides nothing."""
+    name = "random_plan"
+    uses_feedback = False
+
+    def reset(self, env: Env) -> None:
+        import numpy as np
+
+        self.rng = np.random.default_rng([env.task.seed, 0x5EED])
+
+    def act(self, inp: AgentInput) -> str:
+        ids = [a for a, _ in LLMAgent.actions(inp)]
+        return plan_json([ids[int(i)] for i in self.rng.integers(0, len(ids), int(self.rng.integers(1, 6)))])
 
 
 class PolicyAgent:
@@ -525,10 +608,11 @@ def run_episode(env: Env, agent, feedback: bool, max_rounds: int = 10, replan: b
     task = env.task
     res = EpisodeResult(task.id, task.level, task.subset, feedback)
     names = tuple(env.action_names)
+    offered = tuple(env.scene_actions())
     fb_text: str | None = None
     for rnd in range(max_rounds if replan else 1):
         res.rounds += 1
-        inp = AgentInput(task.level, task.instruction, obs.text, fb_text if feedback else None, rnd, names)
+        inp = AgentInput(task.level, task.instruction, obs.text, fb_text if feedback else None, rnd, names, offered)
         try:
             reply = agent.act(inp)
         except PlanError as exc:  # e.g. the endpoint failed: no reply to parse
@@ -574,7 +658,7 @@ def run_episode(env: Env, agent, feedback: bool, max_rounds: int = 10, replan: b
 
 def make_agent(kind: str, client=None, max_tokens: int = 256):
     """``scripted`` (open loop), ``scripted_feedback``, ``scripted_replan`` (rounds from observations
-    only), ``expert``, ``llm`` (needs an OpenAI-compatible ``client``) or ``smollm2`` (needs a local
+    only), ``expert``, ``random`` (the floor), ``llm`` (needs an OpenAI-compatible ``client``) or ``smollm2`` (needs a local
     chat client that takes a forced prefix: ``PrefixLLMAgent``)."""
     if kind == "scripted":
         return ScriptedPlanner()
@@ -584,6 +668,8 @@ def make_agent(kind: str, client=None, max_tokens: int = 256):
         return FeedbackReplanner()
     if kind == "expert":
         return ExpertAgent()
+    if kind == "random":
+        return RandomPlanner()
     if kind == "llm":
         if client is None:
             raise ValueError("the llm agent needs an OpenAI-compatible client")

@@ -128,6 +128,13 @@ class Env:
         """Boolean mask (n_actions) of the actions that would be valid now."""
         return self._valid_mask()
 
+    def scene_actions(self) -> list[tuple[int, str]]:
+        """(id, name) of the actions this scene offers, by id: what EmbodiedBench's simulators list to a
+        language agent (an action on an empty slot, or verb a thing does not take, is not offered; an
+        offered one may still be invalid in the current state: this is no valid-action mask). Fixed
+        for the episode. Default: every action id with its generic name."""
+        return list(enumerate(self.action_names))
+
     # -- for subclasses ---------------------------------------------------------------------
     def _apply(self, a: int) -> tuple[bool, str]: raise NotImplementedError
     def _progress(self) -> float: raise NotImplementedError

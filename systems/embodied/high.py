@@ -300,6 +300,23 @@ class HighEnv(Env):
     def _valid_mask(self):
         return np.array([self._check(a)[0] for a in range(N_ACTIONS)], bool)
 
+    def scene_actions(self):
+        """The verbs each slot's thing takes, named after it: find anything; pick up an object; put the
+        held object in or on a receptacle; open and close an openable one."""
+        w, out = self.w, []
+        for s, e in enumerate(w.ent):
+            if e is None:
+                continue
+            name = f"the {w.desc(s)} [slot {s}]"
+            out.append((action_id("find", s), f"find {name}"))
+            if e["kind"] == "obj":
+                out.append((action_id("pick", s), f"pick up {name}"))
+                continue
+            out.append((action_id("put", s), f"put the held object {RECEPTACLES[e['type']][1]} {name}"))
+            if e["openable"]:
+                out += [(action_id("open", s), f"open {name}"), (action_id("close", s), f"close {name}")]
+        return sorted(out)
+
     # observations ----------------------------------------------------------------------------
     def _text(self):
         w = self.w

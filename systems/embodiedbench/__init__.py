@@ -9,7 +9,9 @@ The agents whose numbers carry the verdict are ones the project did not script: 
 (a packaged pretrained model, run by the project's own forward; the tasks layer builds its client, since
 a system never imports another family's package) plays the three protocols, and ERA's learned policies
 (prior only, prior + RL; trained in the run by the tasks layer with systems/era's functions) play every
-task step by step. The project's scripted planners run beside them as the labelled scripted_* reference."""
+task step by step (also without their valid-action mask: ``*_unmasked``). The project's scripted planners
+run beside them as the labelled scripted_* reference, at the paper's step-budget protocol, and random plans
+(``random_plan``) give the floor: a comparison whose both sides score at or below it decides nothing."""
 from __future__ import annotations
 
 from typing import ClassVar, Literal
@@ -23,7 +25,7 @@ from mlsys_flows.systems.common.spec import Claim, Component, Mechanism, Regime,
 
 # the protocol, with the family's environments and agents (numpy), loads on first use, not with the spec
 lazy_exports(__name__, {
-    ".protocol": ("LEVELS", "SUBSETS", "POLICY_VARIANTS", "agent_kinds", "llm_played", "eval_seeds", "tasks_for",
+    ".protocol": ("LEVELS", "SUBSETS", "POLICY_VARIANTS", "UNMASKED_VARIANTS", "FLOOR", "STEP_BUDGET", "at_floor", "agent_kinds", "llm_played", "eval_seeds", "tasks_for",
                   "run_chunk", "run_policies", "summarize", "per_seed",
                   "sweep_rounds", "reason_counts", "reason_kind", "success_by_round", "success_within"),
 })
@@ -39,10 +41,12 @@ class Params(LLMEndpointParams, SystemParams):
         # smoke: the scripted planner plays the headline's protocols (seconds; the model has its unit tests)
         "smoke": dict(per_subset=2, seeds=2, chunks=1, max_rounds=2, regime_rounds=[1, 2], agent="scripted",
                       era_scale="smoke"),
-        # quick: SmolLM2 on one task per subset and level in each of 6 test sets (6 pairs can decide), two plans;
-        # ERA's policies and the scripted reference are cheap: 6 per subset, so a test set rarely scores 0
+        # quick: SmolLM2 on one task per subset and level in each of 6 test sets (6 pairs can decide), two plans
+        # of up to 64 tokens (the expert's plans fit in 2 x 64 for >= 90% of these tasks: a unit test checks it);
+        # ERA's policies, the scripted reference and the random floor are cheap: 6 per subset, so a test set
+        # rarely scores 0
         "quick": dict(per_subset=6, llm_per_subset=1, seeds=6, chunks=1, max_rounds=2, regime_rounds=[1, 2],
-                      llm_max_tokens=24, era_scale="quick"),
+                      llm_max_tokens=64, era_scale="quick"),
         "full": dict(per_subset=50, llm_per_subset=10, seeds=6, chunks=4, max_rounds=10, regime_rounds=[1, 2, 3, 5, 10],
                      llm_max_tokens=128,
                      era_scale="full"),
@@ -63,7 +67,7 @@ class Params(LLMEndpointParams, SystemParams):
                                "llm_base_url) or scripted (the project's keyword planner; it always runs as the labelled "
                                "scripted_* reference).")
     expert: bool = Field(True, description="Also run the scripted expert that reads the full state (an upper bound showing every task is solvable in its step budget).")
-    llm_max_tokens: int = Field(24, ge=4, le=8192, description="Completion tokens per LLM plan (smollm2: after the forced '{\"plan\": [' start; a list the budget cuts short keeps its complete ids).")
+    llm_max_tokens: int = Field(64, ge=4, le=8192, description="Completion tokens per LLM plan (smollm2: after the forced '{\"plan\": [' start, constrained to a list of the offered action ids; a list the budget cuts short keeps its complete ids).")
     era_scale: Literal["smoke", "quick", "full"] = Field(
         "quick", description="ERA's preset (systems/era) whose prior-learning and RL settings train the learned policies "
                              "(era_prior, era_prior_rl) once per level on tasks disjoint from every test set.")
@@ -125,11 +129,15 @@ SPEC = SystemSpec(
               "benchmark's test sets"),
         Claim("success_rate", "era_prior_low", "era_prior_high", "higher", None,
               "high-level tasks are easier than low-level ones, for ERA's prior-only policy"),
+        Claim("success_rate", "era_prior_rl_unmasked_low", "era_prior_rl_unmasked_high", "higher", None,
+              "the same for ERA's prior + RL policy played without the valid-action mask (an all-ones mask, "
+              "evaluation only): the mask prunes far more of the high level's actions than of the low level's, "
+              "so the masked comparison may measure the mask"),
         Claim("success_rate", "era_prior", "era_prior_rl", "higher", None,
               "ERA's online RL over its prior, evaluated under this benchmark's protocol (both levels)"),
         Claim("success_rate", "scripted_replan_no_feedback", "scripted_with_feedback", "higher", None,
-              "reference only (the project's scripted planners, whose weaknesses it wrote): feedback at the same "
-              "plan budget"),
+              "reference only (the project's scripted planners, whose weaknesses it wrote): feedback, both "
+              "replanning until the episode's step budget (the paper's protocol)"),
         Claim("success_rate", "scripted_with_feedback_low", "scripted_with_feedback_high", "higher", None,
               "reference only (scripted planner with feedback): high level vs low level"),
     ),
@@ -140,9 +148,15 @@ SPEC = SystemSpec(
         Component("ERA policies", "learned",
                   "era_prior and era_prior_rl: ERA's small policy networks (systems/era) trained in this run on "
                   "scripted-expert demonstrations, then turn-level PPO, on tasks disjoint from the test sets"),
-        Component("prompt and plan parser", "scripted",
-                  "the prompt (instruction, observation text, feedback), the forced '{\"plan\": [' start and the "
-                  "JSON plan parser (systems/embodied/agents.py)"),
+        Component("prompt, constrained decoding and plan parser", "scripted",
+                  "the prompt (instruction, the scene's actions listed with ids and names, observation text, feedback "
+                  "or the blind arm's 'not complete yet' line; one worked example per level from a task outside "
+                  "every test set, solved by the scripted expert), the forced '{\"plan\": [' start, the grammar "
+                  "that constrains decoding to a list of the offered ids, and the JSON plan parser "
+                  "(systems/embodied/agents.py, systems/llm_serving/chat.py)"),
+        Component("random floor", "scripted",
+                  "random_plan: random plans from the offered actions up to the step budget; a comparison whose "
+                  "both sides score at or below it gets no verdict"),
         Component("environments and tasks", "scripted",
                   "the two procedurally generated text environments and their six capability subsets "
                   "(systems/embodied): the project wrote the tasks every agent is scored on"),
@@ -154,7 +168,8 @@ SPEC = SystemSpec(
     ),
 )
 
-__all__ = ["Params", "SPEC", "LEVELS", "SUBSETS", "PROTOCOLS", "COMPARED", "POLICY_VARIANTS", "agent_kinds", "llm_played",
+__all__ = ["Params", "SPEC", "LEVELS", "SUBSETS", "PROTOCOLS", "COMPARED", "POLICY_VARIANTS", "UNMASKED_VARIANTS", "FLOOR",
+           "STEP_BUDGET", "at_floor", "agent_kinds", "llm_played",
            "run_policies", "eval_seeds", "tasks_for",
            "run_chunk", "summarize", "per_seed", "sweep_rounds", "reason_counts", "reason_kind", "success_by_round",
            "success_within"]

@@ -15,8 +15,17 @@ from . import COMPARED, Params
 SCRIPTED_REFERENCE = {"scripted_no_feedback": ("scripted", False, False),
                       "scripted_with_feedback": ("scripted_feedback", True, True),
                       "scripted_replan_no_feedback": ("scripted_replan", False, True)}
+#: the floor: random plans from the actions the scene offers (what the constrained language model chooses from)
+FLOOR = "random_plan"
+#: variants that replan until the episode's step budget (the paper's protocol: episodes are capped in
+#: environment steps), not up to max_rounds: the scripted reference (cheap) and the floor
+STEP_BUDGET = ("scripted_with_feedback", "scripted_replan_no_feedback", FLOOR)
 #: the learned step policies of ERA (systems/era), trained in the run: prior only, prior + RL
 POLICY_VARIANTS = ("era_prior", "era_prior_rl")
+#: the same policies played with an all-ones mask (evaluation only; they were trained with the environment's
+#: valid-action mask, which prunes far more at the high level than at the low one)
+UNMASKED = "_unmasked"
+UNMASKED_VARIANTS = tuple(v + UNMASKED for v in POLICY_VARIANTS)
 
 
 def agent_kinds(p: Params) -> dict[str, tuple[str, bool, bool]]:
@@ -29,6 +38,7 @@ def agent_kinds(p: Params) -> dict[str, tuple[str, bool, bool]]:
            {"no_feedback": ("scripted", False, False), "with_feedback": ("scripted_feedback", True, True),
             "replan_no_feedback": ("scripted_replan", False, True)})
     out |= SCRIPTED_REFERENCE
+    out[FLOOR] = ("random", False, True)
     if p.expert:
         out["expert"] = ("expert", False, False)
     return out
@@ -67,17 +77,36 @@ def run_chunk(p: Params, level: str, start: int, stop: int, client=None, seed: i
     for variant, (kind, feedback, replan) in agent_kinds(p).items():
         agent = make_agent(kind, client, p.llm_max_tokens)
         mine = [t for t in tasks if kind not in llm_kinds or task_index(t) < p.llm_per_subset]
-        out[variant] = [asdict(run_episode(make_env(t), agent, feedback, p.max_rounds, replan)) | {"test_seed": seed}
-                        for t in mine]
+        out[variant] = []
+        for t in mine:
+            env = make_env(t)
+            rounds = env.max_steps if variant in STEP_BUDGET else p.max_rounds
+            out[variant].append(asdict(run_episode(env, agent, feedback, rounds, replan)) | {"test_seed": seed})
     return out
 
 
-def run_policies(p: Params, level: str, policies: dict, seeds: list[int] | None = None) -> dict:
+class Unmasked:
+    """A step policy called with an all-ones mask: what it picks without the environment's valid-action
+    mask (an action it picks that is invalid costs a step, as any agent's does)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def __call__(self, vector, mask):
+        import numpy as np
+
+        return self.policy(vector, np.ones_like(np.asarray(mask, bool)))
+
+
+def run_policies(p: Params, level: str, policies: dict, seeds: list[int] | None = None, unmasked: bool = True) -> dict:
     """Learned step policies (variant -> ``policy(observation_vector, valid_mask) -> action id``) on every
     task of ``level`` in the test sets of ``seeds`` (default: all), under the same episodes and step
     budgets: one action per plan, up to the episode's step budget (``PolicyAgent``); no feedback text
-    (a policy has no channel for it). Returns {variant: [episode dicts]}."""
+    (a policy has no channel for it). ``unmasked``: each also plays as ``<variant>_unmasked`` with an
+    all-ones mask (evaluation only). Returns {variant: [episode dicts]}."""
     out: dict[str, list[dict]] = {}
+    if unmasked:
+        policies = dict(policies) | {v + UNMASKED: Unmasked(pol) for v, pol in policies.items()}
     for seed in (eval_seeds(p) if seeds is None else seeds):
         for variant, policy in policies.items():
             agent = PolicyAgent(policy, variant)
@@ -85,6 +114,40 @@ def run_policies(p: Params, level: str, policies: dict, seeds: list[int] | None 
                 env = make_env(t)
                 out.setdefault(variant, []).append(
                     asdict(run_episode(env, agent, False, env.max_steps, replan=True)) | {"test_seed": seed})
+    return out
+
+
+def _floor_of(name: str) -> str:
+    """The floor variant of ``name``'s scope: random_plan_high / _low for a level's variant, else random_plan."""
+    for lv in LEVELS:
+        if name.endswith(f"_{lv}"):
+            return f"{FLOOR}_{lv}"
+    return FLOOR
+
+
+def at_floor(samples: dict[str, dict[str, list[float]]], pairs, metric: str = "success_rate") -> dict[str, str]:
+    """The comparisons (technique, baseline) among ``pairs`` whose both sides' medians are at or below the
+    floor of their scope (random plans: ``random_plan`` overall, ``random_plan_<level>`` for a level's
+    variant): ``claim_key`` -> why they decide nothing ('at the floor: ...'). A comparison without the
+    floor's samples is left out (decided as usual)."""
+    import statistics
+
+    from mlsys_flows.systems.common.report import claim_key
+
+    def med(v):
+        xs = samples.get(v, {}).get(metric)
+        return statistics.median(xs) if xs else None
+
+    out = {}
+    for tech, base in pairs:
+        t, b, ft, fb = med(tech), med(base), med(_floor_of(tech)), med(_floor_of(base))
+        if None in (t, b, ft, fb):
+            continue
+        if t <= ft and b <= fb:
+            floors = (f"random plans {ft:.3f}" if _floor_of(tech) == _floor_of(base) else
+                      f"random plans {ft:.3f} and {fb:.3f}")
+            out[claim_key(tech, base)] = (f"at the floor: {tech} {t:.3f} and {base} {b:.3f}, at or below {floors} "
+                                          "(medians over the test sets)")
     return out
 
 

