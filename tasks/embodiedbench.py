@@ -46,74 +46,26 @@ def run_episodes(p: Params, storage: ObjectStorage, level: str, seed: int, start
     return {"episodes": out, "llm": llm}
 
 
-class GreedyPolicy:
-    """A trained ERA network as a step policy: the argmax of its logits over the valid actions (ERA's
-    own greedy evaluation, systems/era/episodes.evaluate); every action when the mask allows none."""
-
-    def __init__(self, net):
-        self.net = net.eval()
-
-    def __call__(self, vector, mask):
-        import numpy as np
-        import torch
-
-        m = np.asarray(mask, bool).reshape(-1)
-        if not m.any():
-            m = np.ones_like(m)
-        with torch.no_grad():
-            logits, _ = self.net(torch.from_numpy(np.asarray(vector, np.float32).reshape(1, -1)),
-                                 torch.from_numpy(m)[None])
-        return int(logits.argmax(-1))
-
-
 def train_era(p: Params, level: str) -> tuple[dict, dict]:
-    """ERA's two learned policies of ``level`` (systems/era, its ``p.era_scale`` preset): the embodied prior
-    (behaviour cloning + grounding on scripted-expert demonstrations) and the prior tuned by turn-level PPO,
-    trained on training tasks with every task whose content equals one of this run's test tasks dropped.
-    Returns ({"era_prior": policy, "era_prior_rl": policy}, what the training counted)."""
-    import copy
-
-    import numpy as np
-    import torch
-
+    """ERA's two learned policies of ``level`` (systems/era, its ``p.era_scale`` preset), trained by ERA's
+    own function (``era.agent.trained_policies``, the ERA flow's training of seed index 0): the embodied
+    prior (behaviour cloning + grounding on scripted-expert demonstrations) and the prior tuned by
+    turn-level PPO, with every training task whose content equals one of this run's test tasks dropped
+    (``exclude``), as ERA drops its own test tasks. Returns ({"era_prior": policy, "era_prior_rl":
+    policy}, what the training counted)."""
     from mlsys_flows.systems import era
-    from mlsys_flows.systems.embodied.api import make_env, make_tasks
-    from mlsys_flows.systems.era.episodes import dims, expert_demos, task_signature
-    from mlsys_flows.systems.era.policy import Encoder, make_policy
-    from mlsys_flows.systems.era.ppo import ppo_train
-    from mlsys_flows.systems.era.prior import learn_prior
-    from mlsys_flows.systems.era.run import cell_seed, ppo_config, shaping
+    from mlsys_flows.systems.era.agent import trained_policies
+    from mlsys_flows.systems.era.episodes import task_signature
 
     ep = era.Params.for_scale(p.era_scale, seed=p.seed)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        seed = cell_seed(ep.seed, level, 0)
-        obs_dim, n_actions = dims(level)
-        encoder = Encoder(obs_dim)
-        test = {task_signature(t) for s in eval_seeds(p) for t in tasks_for(p, level, s)}
-        drawn = make_tasks(level, ep.train_per_subset, p.seed + 7919)
-        train = [t for t in drawn if task_signature(t) not in test]
-        torch.manual_seed(seed)
-        net = make_policy(level, obs_dim, n_actions, ep.hidden, ep.architecture)
-        started = time.perf_counter()
-        demos = expert_demos(train, encoder, n_actions)
-        losses = learn_prior(net, demos, epochs=ep.prior_epochs, lr=ep.prior_lr, batch=ep.prior_batch,
-                             grounding_weight=ep.grounding_weight, max_steps=make_env(train[0]).max_steps,
-                             generator=torch.Generator().manual_seed(seed + 3))
-        prior_s = time.perf_counter() - started
-        tuned = copy.deepcopy(net)
-        started = time.perf_counter()
-        log = ppo_train(tuned, train, encoder, n_actions, ppo_config(ep, "prior_rl"), shaping(ep),
-                        np.random.default_rng(seed + 1), torch.Generator().manual_seed(seed + 2))
-        rl_s = time.perf_counter() - started
-    finally:
-        torch.set_num_threads(threads)
-    info = {"era_scale": p.era_scale, "train_tasks": len(train), "overlaps_dropped": len(drawn) - len(train),
-            "demo_steps": int(len(demos["action"])), "rl_env_steps": int(log["env_steps"]),
-            "rl_updates": int(log["updates"]), "prior_s": prior_s, "rl_s": rl_s,
-            "bc_accuracy": float(losses["bc_accuracy"])}
-    return {"era_prior": GreedyPolicy(net), "era_prior_rl": GreedyPolicy(tuned)}, info
+    test = {task_signature(t) for s in eval_seeds(p) for t in tasks_for(p, level, s)}
+    policies, out = trained_policies(ep, level, 0, ("prior_only", "prior_rl"), exclude=test, evaluate=False)
+    prior, tuned = out["prior"], out["variants"]["prior_rl"]
+    info = {"era_scale": p.era_scale, "train_tasks": out["train_tasks"], "overlaps_dropped": out["overlaps_dropped"],
+            "demo_steps": prior["demo_steps"], "rl_env_steps": int(tuned["rl_env_steps"]),
+            "rl_updates": int(tuned["rl_updates"]), "prior_s": prior["prior_s"],
+            "rl_s": tuned["train_s"] - prior["prior_s"], "bc_accuracy": float(prior["bc_accuracy"])}
+    return {"era_prior": policies["prior_only"], "era_prior_rl": policies["prior_rl"]}, info
 
 
 @task(name="embodiedbench-era-policies")

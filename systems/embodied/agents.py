@@ -44,7 +44,7 @@ from mlsys_flows.errors import MlsysError
 
 from . import high, low
 from .api import N_ACTIONS, expert_plan
-from .core import Env
+from .core import Env, EnvError
 
 # --- plans -------------------------------------------------------------------------------------
 
@@ -561,17 +561,21 @@ class RandomPlanner:
 
 
 class PolicyAgent:
-    """A step policy (a learned network: ERA's) under the benchmark's episode runner: each plan is
-    the one action ``policy(observation_vector, valid_mask)`` picks, so run it with ``replan=True``
-    and a round budget of the episode's step budget. It reads the observation vector (the same
-    information as the text) and the environment's mask of valid actions, as the policy was trained;
-    it has no channel for the feedback text."""
+    """A step policy (a learned network: ERA's, ``systems/era/agent.GreedyPolicy``) under the benchmark's
+    episode runner: each plan is the one action ``policy(observation_vector, valid_mask)`` picks, so run
+    it with ``replan=True`` and a round budget of the episode's step budget. It reads the observation
+    vector (the same information as the text) and the environment's mask of valid actions, as the
+    policy was trained; it has no channel for the feedback text. ``level``: the level the policy was
+    trained on, if it has one (``reset`` on an environment of another level raises EnvError)."""
     uses_feedback = False
 
-    def __init__(self, policy, name: str):
-        self.policy, self.name = policy, name
+    def __init__(self, policy, name: str, level: str | None = None):
+        self.policy, self.name, self.level = policy, name, level
 
     def reset(self, env: Env) -> None:
+        if self.level is not None and env.task.level != self.level:
+            raise EnvError(f"level: the policy {self.name!r} was trained on the {self.level} level, "
+                           f"not {env.task.level!r}")
         self.env = env
 
     def act(self, inp: AgentInput) -> str:

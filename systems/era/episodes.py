@@ -2,6 +2,7 @@
 demonstrations and greedy evaluation of a policy (torch, no Prefect)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +14,12 @@ from .policy import Encoder, PolicyNet
 
 def action_mask(env, n_actions: int) -> np.ndarray:
     """Boolean mask of the actions the environment accepts now (all True if it marks none valid)."""
-    m = valid_actions(env)
+    return as_mask(valid_actions(env), n_actions)
+
+
+def as_mask(m, n_actions: int) -> np.ndarray:
+    """A valid-action mask as the policy reads it: boolean, ``n_actions`` long; all True when the given
+    mask marks no action valid (or is not ``n_actions`` long)."""
     m = np.asarray(m, bool).reshape(-1)
     if m.shape[0] != n_actions or not m.any():
         return np.ones(n_actions, bool)
@@ -36,12 +42,14 @@ class TaskSets:
     overlaps_dropped: int
 
 
-def task_sets(level: str, train_per_subset: int, test_per_subset: int, seed: int) -> TaskSets:
+def task_sets(level: str, train_per_subset: int, test_per_subset: int, seed: int,
+              exclude: Iterable[tuple] = ()) -> TaskSets:
     """The fixed seeded test set (generator seed ``seed``) and a training set from another generator
-    seed; training tasks whose content equals a test task's are dropped (and counted)."""
+    seed; training tasks whose content equals a test task's are dropped (and counted), and so are those
+    whose ``task_signature`` is in ``exclude`` (another benchmark's test tasks: EmbodiedBench's)."""
     test = make_tasks(level, test_per_subset, seed)
     train = make_tasks(level, train_per_subset, seed + 7919)
-    seen = {task_signature(t) for t in test}
+    seen = {task_signature(t) for t in test} | set(exclude)
     kept = [t for t in train if task_signature(t) not in seen]
     return TaskSets(train=kept, test=test, overlaps_dropped=len(train) - len(kept))
 

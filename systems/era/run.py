@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -69,24 +70,30 @@ def run_cell(p, level: str, seed_index: int, variants: tuple[str, ...] = VARIANT
 
 
 def train_policies(p, level: str, seed_index: int = 0, variants: tuple[str, ...] = VARIANTS,
-                   lrs: dict[str, float] | None = None) -> tuple[dict[str, PolicyNet], dict]:
-    """The trained networks of ``variants`` (the same training as ``run_cell``), and the cell's output."""
+                   lrs: dict[str, float] | None = None, exclude: Iterable[tuple] = (),
+                   evaluate: bool = True) -> tuple[dict[str, PolicyNet], dict]:
+    """The trained networks of ``variants`` (the same training as ``run_cell``), and the cell's output.
+    ``exclude``: ``task_signature``s of further test tasks (another benchmark's: EmbodiedBench's) that the
+    training tasks must not match, dropped as the cell's own test tasks are; ``evaluate=False`` skips the
+    greedy evaluation on the cell's test set (the output then holds the training counts only)."""
     nets: dict[str, PolicyNet] = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        out = _run_cell(p, level, seed_index, variants, dict(lrs or {}), False, keep=nets)
+        out = _run_cell(p, level, seed_index, variants, dict(lrs or {}), False, keep=nets, exclude=exclude,
+                        with_eval=evaluate)
     finally:
         torch.set_num_threads(threads)
     return nets, out
 
 
 def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...], lrs: dict[str, float],
-              with_regime: bool, keep: dict | None = None) -> dict:
+              with_regime: bool, keep: dict | None = None, exclude: Iterable[tuple] = (),
+              with_eval: bool = True) -> dict:
     seed = cell_seed(p.seed, level, seed_index)
     obs_dim, n_actions = dims(level)
     encoder = Encoder(obs_dim)
-    sets = task_sets(level, p.train_per_subset, p.test_per_subset, p.seed)
+    sets = task_sets(level, p.train_per_subset, p.test_per_subset, p.seed, exclude)
     torch.manual_seed(seed)
     init = make_policy(level, obs_dim, n_actions, p.hidden, p.architecture)
     out: dict = {"level": level, "seed_index": seed_index, "train_tasks": len(sets.train), "test_tasks": len(sets.test),
@@ -112,6 +119,10 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...], lrs: di
     def result(net: PolicyNet, train_s: float, rl_log: dict | None, variant: str = "") -> dict:
         if keep is not None:
             keep[variant] = net
+        counts = {"train_s": train_s, "rl_env_steps": rl_log["env_steps"] if rl_log else 0,
+                  "rl_episodes": rl_log["episodes"] if rl_log else 0, "rl_updates": rl_log["updates"] if rl_log else 0}
+        if not with_eval:
+            return counts
         ev = evaluate(net, sets.test, encoder, n_actions)
         at = dict(rl_log["at_budget"]) if rl_log else {}
         # success on the test tasks at each RL budget of the regime (the prior alone takes no RL steps)
@@ -119,10 +130,7 @@ def _run_cell(p, level: str, seed_index: int, variants: tuple[str, ...], lrs: di
                   for b in regime_steps}
         return {"success_rate": ev["success_rate"], "per_subset": ev["per_subset"], "test_episodes": ev["episodes"],
                 "success_at_rl_steps": regime,
-                "test_invalid_actions": ev["invalid"], "test_steps": ev["steps"], "train_s": train_s,
-                "rl_env_steps": rl_log["env_steps"] if rl_log else 0,
-                "rl_episodes": rl_log["episodes"] if rl_log else 0,
-                "rl_updates": rl_log["updates"] if rl_log else 0}
+                "test_invalid_actions": ev["invalid"], "test_steps": ev["steps"], **counts}
 
     if "prior_only" in variants or "prior_rl" in variants:
         started = time.perf_counter()

@@ -80,6 +80,28 @@ def test_tasks_disjoint_and_expert_demos(level):
     assert demos["x"].shape == (len(demos["action"]), obs_dim) and demos["mask"][np.arange(len(demos["action"])), demos["action"]].all()
 
 
+def test_task_sets_also_drop_the_excluded_test_tasks():
+    """Another benchmark's test tasks (``exclude``: their signatures) are kept out of training too, counted."""
+    sets = task_sets("high", 2, 1, seed=3)
+    other = {task_signature(t) for t in sets.train[:3]}
+    assert len(other) == 3
+    kept = task_sets("high", 2, 1, seed=3, exclude=other)
+    assert [t.id for t in kept.train] == [t.id for t in sets.train[3:]]
+    assert kept.overlaps_dropped == sets.overlaps_dropped + 3 and [t.id for t in kept.test] == [t.id for t in sets.test]
+
+
+def test_training_without_the_evaluation_trains_the_same_networks():
+    from mlsys_flows.systems.era.run import train_policies
+    p = Params.for_scale("smoke", train_per_subset=2, prior_epochs=5, rl_env_steps=64, rollout_steps=32, minibatch=32)
+    nets, out = train_policies(p, "high", 0, variants=("prior_only", "prior_rl"))
+    bare, counts = train_policies(p, "high", 0, variants=("prior_only", "prior_rl"), evaluate=False)
+    for v in nets:
+        assert all(torch.equal(a, b) for a, b in zip(nets[v].state_dict().values(), bare[v].state_dict().values()))
+        assert "success_rate" in out["variants"][v] and "success_rate" not in counts["variants"][v]
+        assert counts["variants"][v]["rl_env_steps"] == out["variants"][v]["rl_env_steps"]
+    assert counts["variants"]["prior_rl"]["rl_env_steps"] > 0
+
+
 def test_prior_learning_clones_the_expert_and_masking_keeps_actions_valid():
     obs_dim, n_actions = dims("high")
     sets = task_sets("high", 2, 1, seed=5)
