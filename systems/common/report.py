@@ -88,11 +88,7 @@ class SystemResult:
     # Contract v4: ``AdaptiveRepeats.summary()`` when the repeats adapted (systems/common/repeats.py);
     # every sampled verdict is then judged at the level of its planned looks.
     repeats: dict[str, Any] | None = None
-    # Issue 50: why the mechanism's ablation cannot decide anything in this run (e.g. it scored zero
-    # everywhere, so the ratio against it measures something else); non-empty: the report keeps the
-    # mechanism's ratio with a verdict that says so (ties, no ratio), never a win or a loss.
-    mechanism_undecidable: str = ""
-    # The same, for any comparison of the run: ``claim_key(technique, baseline)`` -> why it decides nothing
+    # Issue 50: the comparisons of the run that decide nothing: ``claim_key(technique, baseline)`` -> why it decides nothing
     # here (e.g. both sides at or below the floor a random agent reaches, so a 0-vs-0 "tie" measures
     # nothing). Each such ratio (a claim, the headline, its strongest baseline, the mechanism) keeps its
     # value with the undecided verdict (``undecided``), never a win, a loss or a tie counted as a result.
@@ -474,8 +470,6 @@ def build_report(spec: SystemSpec, *, params: dict[str, Any], result: SystemResu
     if spec.mechanism is not None and spec.mechanism.ablation in present:
         headline.mechanism = ratio(Claim(head.metric, spec.mechanism.ablation, head.technique, head.better,
                                          statement=f"only {spec.mechanism.name} removed"))
-        if result.mechanism_undecidable and not headline.mechanism.statement.startswith("undecidable"):
-            undecided(headline.mechanism, result.mechanism_undecidable)
     curves, regime = list(result.curves), None
     if spec.regime is not None and result.regime:
         if len(result.regime) < 2:

@@ -151,7 +151,8 @@ SPEC = SystemSpec(
         "the embodied prior (stage 1)", "rl_scratch",
         "the same turn-level PPO with the same RL environment steps, the same shaped reward and the same starting "
         "weights, without prior learning (its learning rate calibrated for it, per level, on calibration tasks); "
-        "undecidable in a run where it solves no test task at all"),
+        "undecidable in a run where it solves no more test tasks than its starting weights (then so is every claim "
+        "against it)"),
     regime=Regime(
         "rl_env_steps", unit="RL environment steps per level and seed", paper_value=None,
         paper_source="the paper trains a 3B model with its own RL budget, not comparable to this policy's steps",
