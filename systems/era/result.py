@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
+from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult, claim_key
 
 from . import LEVEL_NAMES, VARIANTS
 
