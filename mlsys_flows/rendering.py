@@ -20,6 +20,12 @@ def verdict_of(report: dict, ratio: dict | None = None):
 
     h = report["headline"]
     ratio = ratio or h.get("vs_strongest") or h
+    if ratio.get("verdict") is None and ratio == report.get("projection"):
+        # a projection is modelled from the run's constants: no samples of its own, and judging it by the
+        # headline's samples (same metric and variants) would print the measured verdict beside it
+        from mlsys_flows.systems.common.runreport import Verdict
+        return Verdict(outcome="ties", ratio=None, pairs=0,
+                       why="undecidable: modelled from constants, no samples of its own")
     if ratio.get("verdict"):  # recorded: no need for the system's spec
         return of_ratio(report, ratio)
     name = report.get("system")

@@ -308,7 +308,8 @@ def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> 
                           crossover_end=cross_end,
                           headline_value=result.regime_headline_value, paper_value=r.paper_value,
                           paper_source=r.paper_source, statement=r.statement,
-                          operating_point_reason="" if at_paper else r.operating_point_reason)
+                          operating_point_reason=""
+                          if at_paper and r.paper_value is not None else r.operating_point_reason)
     xs = [p.value for p in points]
     series = {f"{head.technique} vs strongest deployable": ([p.value for p in valid], [p.ratio for p in valid]),
               "parity (1.0)": ([xs[0], xs[-1]], [1.0, 1.0])}

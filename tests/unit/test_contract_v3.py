@@ -126,6 +126,19 @@ def test_projection_is_modelled_with_its_constants():
     assert report(spec()).projection is None
 
 
+def test_a_projection_is_shown_without_the_headlines_verdict():
+    """The projection has the headline's metric and variants but no samples of its own: the docs' table and
+    the catalogue read 'no verdict' beside it, never the measured headline's verdict (a review found the
+    measured 'loses 0.34x' printed beside a modelled 0.68x)."""
+    from mlsys_flows.rendering import verdict_of
+    r = report(spec(hardware=("HBM",)), projection=Projection(
+        10.0, 2.0, {"hbm_gb_s": Assumption(value=2000, unit="GB/s", source="A100 datasheet")}))
+    d = json.loads(json.dumps(r.model_dump(mode="json")))
+    assert not verdict_of(d, d["headline"]).undecidable
+    v = verdict_of(d, d["projection"])
+    assert v.undecidable and v.ratio is None and v.short() == "no verdict" and "modelled" in v.label()
+
+
 # Systems whose spec does not declare contract v3 yet (baseline roles, a mechanism ablation, a regime).
 # The family reviews (issues 30, 31, 37) take them over; the list may only shrink.
 PENDING_V3: set[str] = set()

@@ -208,6 +208,11 @@ def test_a_headline_off_the_papers_operating_point_must_say_why():
                       regime=Regime("skew", paper_value=3.0, operating_point_reason="3 needs a GPU; 1 stands in"))
     assert build_report(said, result=_result(regime=points, regime_headline_value=1.0), **kw) \
         .regime.operating_point_reason.startswith("3 needs")
+    # no paper point: the spec's reason for its operating point is kept, not blanked (a review found it lost)
+    free = SystemSpec(name="toy", title="t", paper="p", family="f", claims=claims, kinds={"time_s": "counted"},
+                      regime=Regime("skew", operating_point_reason="2 is where the mechanism can act"))
+    assert build_report(free, result=_result(regime=points, regime_headline_value=2.0), **kw) \
+        .regime.operating_point_reason == "2 is where the mechanism can act"
 
 
 def test_a_regime_point_over_an_injected_cost_is_never_measured():
