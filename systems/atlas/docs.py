@@ -199,9 +199,11 @@ class DocParser:
 
     def propose(self, component: int, page: str, names: list[str]) -> list[int]:
         self.calls += 1
-        deps: set[int] = set()
+        ev: dict[int, int] = {}   # ``last_evidence``: the cue sentences naming each (the cycle breaker's evidence)
         for sent in sentences(page):
             if _CUES.search(sent) and not _NEGATION.search(sent):
-                deps.update(mentions(sent, names))
-        deps.discard(component)
-        return sorted(deps)
+                for u in mentions(sent, names):
+                    ev[u] = ev.get(u, 0) + 1
+        ev.pop(component, None)
+        self.last_evidence = ev
+        return sorted(ev)
