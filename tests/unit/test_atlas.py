@@ -349,6 +349,29 @@ def test_end_to_end_one_small_system():
     assert 0.0 < v["atlas_mentions"]["edge_recall"] <= 1.0 and "sentence_scores" not in learned["synthesis"]
 
 
+def test_notes_say_whether_the_rule_transfers():
+    """The notes' transfer verdict: above the mention base rate on the held-out sentences, or "does not transfer"
+    when its accuracy is no better than accepting every mention (both branches)."""
+    from mlsys_flows.systems.atlas.result import build_result
+
+    p = Params.for_scale("smoke", components=12, incidents=4, incident_chunks=1, curve_points=1,
+                         incident_curve_points=0, pc_alpha=0.05)
+    s, pages, history, past = build(p, 7)
+    learned = learn_graphs(p, s, pages, history, past, DocParser(), [])
+    chunks = [rank_incidents(p, s, 7, learned, 0, 4)]
+
+    def notes(scores):
+        syn = {**learned["synthesis"], "agent": "minilm", "calibration": {}, "sentence_scores": scores}
+        return " ".join(build_result(p, [{"learned": {**learned, "synthesis": syn}, "incidents": chunks}]).notes)
+
+    above = notes({"tp": 30, "fp": 5, "fn": 5, "tn": 10})        # accuracy 0.8 against a base rate of 0.7
+    assert "is above the base rate there" in above and "does not transfer" not in above
+    level = notes({"tp": 35, "fp": 15, "fn": 0, "tn": 0})        # accepts every mention: accuracy = base rate
+    assert "does not transfer" in level and "is above the base rate" not in level
+    below = notes({"tp": 20, "fp": 10, "fn": 15, "tn": 5})       # accuracy 0.5 against 0.7
+    assert "does not transfer" in below
+
+
 def test_pc_level_is_chosen_on_calibration_incidents_only():
     """The chosen level is the grid's best top-1 on the calibration incidents; the evaluated incidents
     (indices 0..) never enter; without calibration incidents and no fixed level it refuses."""
