@@ -1,7 +1,7 @@
 """Graph synthesis: one agent per component proposes that component's dependencies, the proposals are
 composed into one component graph, cycles are broken (the weakest edge of each cycle, by the agent's
-score, ties in a seeded order of names: never the component numbering), and the fixed per-component metric template
-expands it to a causal graph over metrics.
+score, ties in a seeded order of names: never the component numbering), and the fixed per-component
+metric template expands it to a causal graph over metrics.
 
 The agent is pluggable: :class:`~.docs.DocParser` offline, :class:`LLMSynthesizer` for any
 OpenAI-compatible chat model (the client comes from the task layer). A reply that is not JSON, names
