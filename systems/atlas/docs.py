@@ -4,10 +4,13 @@ Disjoint sets of phrasings write the pages. The *calibration* phrasings (``CALIB
 cue words were written around them), widened programmatically into the *training* phrasings
 (``TRAINING``: the calibration set plus subject x frame x tail compositions and more prose and
 non-dependency sentences), write the pages of calibration systems, on which a learned synthesizer fits
-its decision rule; the *held-out* phrasings (``HELDOUT``, written separately, sharing no template and no
-four-word run of fixed text with the training set: tests/unit/test_atlas_synth.py) write the evaluated
-pages. The sets are lexically disjoint, not semantically: some held-out phrasings keep a training
-phrasing's verb. All are written by this project.
+its decision rule; the *held-out* phrasings (``HELDOUT``, sharing no template and no four-word run of fixed
+text with the training set: tests/unit/test_atlas_synth.py) write the evaluated pages. The sets are
+lexically disjoint, not semantically, and not independent: the same project wrote both, the held-out set
+served as a development set while the training set was widened, some held-out phrasings keep a training
+phrasing's verb, and each held-out non-dependency phrasing has a near-paraphrase in the training set ("Do not
+confuse it with {w}" ~ "Its name is similar to {w}, but they are unrelated"). A frozen set written outside both
+(``OUTSIDE`` in tests/unit/test_atlas_synth.py) checks that the rule transfers beyond them.
 
 Each component's page describes what it does and names its dependencies (its callees) in varied
 phrasings. Like real documentation it is imperfect: some dependencies are not mentioned
@@ -43,8 +46,8 @@ _DISTRACT = ("Unlike older releases, it does not call {w}.", "It no longer uses 
              "Formerly it depended on {w}; that path was removed.", "Its dashboards sit next to those of {w}.",
              "Calls from {w} arrive through the gateway.")
 
-# HELDOUT phrasings: the evaluated pages' (written apart from the calibration set and from the parser's cues;
-# a reader understands every one): dependencies with a verb of use, in prose only, and non-dependency mentions
+# HELDOUT phrasings: the evaluated pages' (lexically disjoint from the training set and from the parser's cues, not
+# independent of them: see the module docstring; a reader understands every one): dependencies with a verb of use, in prose only, and non-dependency mentions
 _HELD_VERB = ("On each request it fetches {p} from {d}.", "{me} talks to {d} to obtain {p}.",
               "Before responding, it looks up {p} in {d}.", "It relies on {d} for {p}.",
               "All of its {p} are kept in {d}.", "It invokes {d} synchronously while handling a request.",
@@ -199,9 +202,11 @@ class DocParser:
 
     def propose(self, component: int, page: str, names: list[str]) -> list[int]:
         self.calls += 1
-        deps: set[int] = set()
+        ev: dict[int, int] = {}   # ``last_evidence``: the cue sentences naming each (the cycle breaker's evidence)
         for sent in sentences(page):
             if _CUES.search(sent) and not _NEGATION.search(sent):
-                deps.update(mentions(sent, names))
-        deps.discard(component)
-        return sorted(deps)
+                for u in mentions(sent, names):
+                    ev[u] = ev.get(u, 0) + 1
+        ev.pop(component, None)
+        self.last_evidence = ev
+        return sorted(ev)

@@ -79,8 +79,11 @@ class SentenceRule:
     C: float                     # the L2 strength the grouped cross-validation chose
     calibration: dict = field(default_factory=dict)   # sentences, templates, in-sample and cross-validated scores
 
+    def logit(self, emb: np.ndarray) -> np.ndarray:
+        return emb @ self.coef + self.intercept
+
     def accept(self, emb: np.ndarray) -> np.ndarray:
-        return emb @ self.coef + self.intercept > 0.0
+        return self.logit(emb) > 0.0
 
 
 def calibration_sentences(components: int, systems: int, omit: float, hard: float, stale: float,
@@ -175,13 +178,19 @@ class EmbeddingSynthesizer:
         self.sentences = 0
 
     def propose(self, component: int, page: str, names: list[str]) -> list[int]:
+        """The accepted components; ``last_evidence``: each one's highest logit over its accepted sentences
+        (the cycle breaker's evidence)."""
         self.calls += 1
+        self.last_evidence = {}
         cands = candidates(component, page, names)
         if not cands:
             return []
         self.sentences += len(cands)
-        ok = self.rule.accept(self.embed([t for _, t in cands]))
-        return sorted({u for (u, _), a in zip(cands, ok) if a})
+        logit = self.rule.logit(self.embed([t for _, t in cands]))
+        for (u, _), z in zip(cands, logit):
+            if z > 0.0:
+                self.last_evidence[u] = max(self.last_evidence.get(u, -np.inf), float(z))
+        return sorted(self.last_evidence)
 
     def accept_texts(self, texts: list[str]) -> np.ndarray:
         return self.rule.accept(self.embed(texts)) if texts else np.zeros(0, bool)
@@ -197,5 +206,9 @@ class MentionSynthesizer:
         self.calls = 0
 
     def propose(self, component: int, page: str, names: list[str]) -> list[int]:
+        """Every named component; ``last_evidence``: the sentences naming each (the cycle breaker's evidence)."""
         self.calls += 1
-        return sorted({u for u, _ in candidates(component, page, names)})
+        self.last_evidence = {}
+        for u, _ in candidates(component, page, names):
+            self.last_evidence[u] = self.last_evidence.get(u, 0) + 1
+        return sorted(self.last_evidence)

@@ -1,6 +1,7 @@
 """Graph synthesis: one agent per component proposes that component's dependencies, the proposals are
-composed into one component graph, cycles are broken, and the fixed per-component metric template
-expands it to a causal graph over metrics.
+composed into one component graph, cycles are broken (the weakest edge of each cycle, by the agent's
+score, ties in a seeded order of names: never the component numbering), and the fixed per-component
+metric template expands it to a causal graph over metrics.
 
 The agent is pluggable: :class:`~.docs.DocParser` offline, :class:`LLMSynthesizer` for any
 OpenAI-compatible chat model (the client comes from the task layer). A reply that is not JSON, names
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from dataclasses import dataclass, field
 
 from mlsys_flows.errors import MlsysError
@@ -102,6 +104,7 @@ def synthesize(agent, pages: list[str], names: list[str]) -> Synthesis:
     """Ask ``agent`` about every component and compose the answers into one acyclic graph.
     ``agent.propose`` returns a list of component indices (offline parser) or a reply text (LLM)."""
     syn = Synthesis(edges=set())
+    evidence: dict[tuple[int, int], float] = {}
     for v, page in enumerate(pages):
         syn.requests += 1
         try:
@@ -122,8 +125,12 @@ def synthesize(agent, pages: list[str], names: list[str]) -> Synthesis:
                 syn.problems.append(f"{names[v]}: unknown names dropped: {unknown[:5]}")
         else:
             deps = list(reply)
+            # an agent's score for each dependency it proposed (learned: the rule's logit; mentions, parser: the
+            # sentences naming it): the cycle breaker drops the weakest edge of a cycle
+            for u, e in (getattr(agent, "last_evidence", None) or {}).items():
+                evidence[(u, v)] = float(e)
         syn.edges.update((u, v) for u in deps if u != v)
-    syn.edges, removed = break_cycles(syn.edges, len(names))
+    syn.edges, removed = break_cycles(syn.edges, len(names), names, evidence)
     syn.cycle_edges_removed = len(removed)
     if removed:
         syn.problems.append(f"{len(removed)} edges removed to break cycles: "
@@ -131,28 +138,46 @@ def synthesize(agent, pages: list[str], names: list[str]) -> Synthesis:
     return syn
 
 
-def break_cycles(edges: set[tuple[int, int]], n: int) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
-    """Remove the back edges of a depth-first search (nodes and successors visited in index order)
-    until the graph is acyclic. Returns (kept, removed); deterministic."""
-    succ: dict[int, list[int]] = {i: [] for i in range(n)}
-    for u, v in sorted(edges):
-        succ[u].append(v)
-    state = [0] * n   # 0 new, 1 on stack, 2 done
+# the seed of the cycle breaker's tie-break (a stable hash of the edge's component names, never their indices)
+TIE_SEED = 7
+
+
+def _tie(names: list[str], u: int, v: int, seed: int) -> int:
+    return zlib.crc32(f"{seed}:{names[u]}->{names[v]}".encode())
+
+
+def break_cycles(edges: set[tuple[int, int]], n: int, names: list[str] | None = None,
+                 evidence: dict[tuple[int, int], float] | None = None,
+                 seed: int = TIE_SEED) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """Make the graph acyclic by dropping, in each cycle, its weakest edge: edges are taken strongest first
+    (``evidence``: the synthesizer's score for an edge, 0 where it gives none; ties in a seeded order from a
+    stable hash of the two components' names) and an edge is kept unless the kept edges already lead from
+    its head back to its tail. An edge on no cycle is always kept. The order depends on the evidence and
+    the names only, never on the component numbering (components are numbered callers before callees, the
+    true graph's order): relabelling the components relabels the removed edges. Returns (kept, removed)."""
+    names = names if names is not None else [str(i) for i in range(n)]
+    if len(names) != n:
+        raise ValueError(f"names must give one name per component ({len(names)} for {n})")
+    evidence = evidence or {}
+    order = sorted(edges, key=lambda e: (-float(evidence.get(e, 0.0)), _tie(names, e[0], e[1], seed), names[e[0]],
+                                         names[e[1]]))
+    succ: dict[int, set[int]] = {i: set() for i in range(n)}
+
+    def reaches(a: int, b: int) -> bool:
+        seen, todo = {a}, [a]
+        while todo:
+            x = todo.pop()
+            if x == b:
+                return True
+            for y in succ[x] - seen:
+                seen.add(y)
+                todo.append(y)
+        return False
+
     removed: set[tuple[int, int]] = set()
-    for start in range(n):
-        if state[start]:
-            continue
-        stack = [(start, iter(succ[start]))]
-        state[start] = 1
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                state[node] = 2
-                stack.pop()
-            elif state[nxt] == 1:
-                removed.add((node, nxt))
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                stack.append((nxt, iter(succ[nxt])))
+    for u, v in order:
+        if u == v or reaches(v, u):
+            removed.add((u, v))
+        else:
+            succ[u].add(v)
     return set(edges) - removed, removed

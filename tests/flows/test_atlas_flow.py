@@ -42,7 +42,9 @@ def test_atlas_flow_smoke(prefect_api):
     assert "all-MiniLM-L6-v2" in notes and "calibration phrasings" in notes and "calibration incidents" in notes
     assert report["roles"]["atlas_no_docs"] == ["deployable"] and v["pc_algorithm"]["pc_alpha"] > 0
     assert {r["baseline"] for r in report["ratios"]} >= {"atlas_regex", "atlas_no_docs"}
-    assert {c["provenance"] for c in report["components"]} == {"learned", "scripted"}
+    assert {c["provenance"] for c in report["components"]} == {"learned", "packaged", "scripted"}
+    # the packaged parts of the learned synthesizer are listed on their own
+    assert {c["name"]: c["provenance"] for c in report["components"]}["minilm_embeddings"] == "packaged"
     # paired by system (one sample per system; a smoke run's single system gives the exact comparison)
     assert len(report["samples"]["atlas"]["top1_accuracy"]) == p["systems"]
     # the edge claims pair the systems too; every named component is a deployable baseline

