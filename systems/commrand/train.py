@@ -97,9 +97,10 @@ def eval_points(batches: int, evals_per_epoch: int, dense: bool = False) -> set[
 def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size: int, hidden: int, lr: float,
                  k: int, bias: float, epochs: int, seed: int, evals_per_epoch: int = 1,
                  eval_fanouts: tuple[int, ...] | None = None, target: float | None = None, stats: bool = False,
-                 test: bool = False, dense_eval_epochs: int = 0) -> dict[str, Any]:
+                 test: bool = False, dense_eval_epochs: int = 0, stop_at_target: bool = True) -> dict[str, Any]:
     """Train one policy from the seed's initialisation for up to ``epochs`` epochs, stopping at the first
-    validation check that reaches ``target``. Validation runs after every batch during the first
+    validation check that reaches ``target`` (``stop_at_target=False``: training on to the cap without further
+    validation, for the final test accuracy; the clock and the curve up to the target are the same). Validation runs after every batch during the first
     ``dense_eval_epochs`` epochs and ``evals_per_epoch`` times per epoch after them (evenly spaced in batches, the
     last at the epoch's end) for every policy, outside the clock: the clock holds
     building the batches, sampling, gathering and the optimizer steps. Per check: the validation accuracy,
@@ -118,7 +119,7 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
     out: dict[str, Any] = {"val_acc": [], "val_epochs": [], "val_s": [], "val_work": [], "loss": []}
     work = 0   # unique input nodes gathered so far (counted): the feature rows read and first-layer rows projected
     sums = {"unique_nodes": 0, "pages": 0, "communities": 0, "sampled": 0, "batches": 0}
-    clock, steps, done = 0.0, 0, False
+    clock, steps, done, reached = 0.0, 0, False, False
     for epoch in range(epochs):
         rng = np.random.default_rng([seed, 1, epoch])  # the same stream for every policy
         t0 = time.perf_counter()
@@ -141,14 +142,17 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
                 for key, v in batch_stats(g, b).items():
                     sums[key] += v
                 sums["batches"] += 1
-            if i in checks:  # untimed, its own sampling stream: the training stream is the same with or without it
+            if i in checks and not reached:  # untimed, its own sampling stream: the training stream is the same
+                # with or without it
                 out["val_acc"].append(evaluate(model, g, features, g.val, eval_fanouts, seed, batches=val_batches))
                 out["val_epochs"].append(epoch + (i + 1) / len(batches))
                 out["val_s"].append(clock)
                 out["val_work"].append(work)
                 if target is not None and out["val_acc"][-1] >= target:
-                    done = True
-                    break
+                    reached = True
+                    if stop_at_target:
+                        done = True
+                        break
         out["batches_per_epoch"] = len(batches)
         if not done:
             out["loss"].append(loss_sum / len(g.train))
@@ -279,10 +283,10 @@ def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
     sets that seed's target, ``target_fraction`` of its best validation accuracy; the other policies (their
     order rotates over the seeds) train until a validation check reaches it, or for ``epochs`` epochs. The first
     seed trains every policy for all ``epochs`` (the accuracy curves, the counted batch statistics); with
-    ``full_cap`` every seed does, and every seed's final test accuracy after the cap is kept (``test_accs``, so
-    that accuracy claims pair over the seeds; without it only the first seed's). The time to the target is read
-    off the curve either way (validation is outside the clock, so training on past the target changes nothing
-    before it). Per policy and seed: the training seconds per epoch, the epochs (a fraction) and training
+    ``full_cap`` every seed trains every policy the whole cap (past the first seed unvalidated after the
+    target) and every seed's final test accuracy after the cap is kept (``test_accs``, so that accuracy claims
+    pair over the seeds; without it only the first seed's). The time to the target is read off the curve either
+    way (validation is outside the clock, so training on past the target changes nothing before it). Per policy and seed: the training seconds per epoch, the epochs (a fraction) and training
     seconds to the target (None: never), and the time of the whole epoch cap at the policy's speed
     (``cap_s``)."""
     lr_of = lrs_for(lrs)
@@ -290,7 +294,7 @@ def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
     torch.set_num_threads(threads)
     try:
         res: dict[str, Any] = {v: {"epoch_s": [], "tta_s": [], "cap_s": [], "epochs_to_target": [], "test_accs": [],
-                                   "best_val": [], "lr": lr_of[v]} for v in POLICIES}
+                                   "lr": lr_of[v]} for v in POLICIES}
         res["k"] = int(k)
         res["targets"] = []
         others = [v for v in POLICIES if v != "random"]
@@ -304,8 +308,9 @@ def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
             for v in ["random", *rot]:
                 first = r == 0
                 whole = first or full_cap
+                # full cap past the first seed: on to the cap for the final accuracy, unvalidated after the target
                 run = train_policy(g, v, epochs=epochs, stats=first, test=whole, lr=lr_of[v],
-                                   target=None if whole or v == "random" else target, **kw)
+                                   target=None if first or v == "random" else target, stop_at_target=not full_cap, **kw)
                 if v == "random":
                     target = target_fraction * max(run["val_acc"])
                     res["targets"].append(target)
@@ -323,7 +328,6 @@ def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
                 res[v]["tta_s"].append(None if i is None else float(run["val_s"][i]))
                 if whole:
                     res[v]["test_accs"].append(float(run["test_acc"]))
-                    res[v]["best_val"].append(float(max(run["val_acc"])))
                 log(f"seed {s} {v} (lr {lr_of[v]:g}): {run['steps']} steps, {run['epoch_s']:.3f} s/epoch, last val acc "
                     f"{run['val_acc'][-1]:.4f}" + (f"; target {target:.4f} after {run['val_epochs'][i]:.2f} epochs "
                                                    f"({run['val_s'][i]:.2f} s)" if i is not None else

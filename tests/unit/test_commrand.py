@@ -454,8 +454,8 @@ def test_each_seeds_target_is_the_fraction_of_randoms_best_not_its_last_validati
               "comm_fixed": [0.3, 0.5, 0.86]}
     seen = []
 
-    def fake(g, policy, *, seed, target=None, stats=False, test=False, **kw):
-        seen.append((policy, seed, target, test))
+    def fake(g, policy, *, seed, target=None, stats=False, test=False, stop_at_target=True, **kw):
+        seen.append((policy, seed, target, test, stop_at_target))
         acc = [a - 0.01 * (seed - 10) for a in curves[policy]]   # another curve per seed
         out = {"val_acc": acc, "val_epochs": [1.0, 2.0, 3.0], "val_s": [1.0, 2.0, 3.0], "val_work": [1, 2, 3],
                "loss": [], "batches_per_epoch": 1, "train_s": 3.0, "steps": 3, "epoch_s": 1.0}
@@ -470,14 +470,16 @@ def test_each_seeds_target_is_the_fraction_of_randoms_best_not_its_last_validati
     r = tr.compare(g, fanouts=(5,), batch_size=64, hidden=8, lrs=0.01, k=2, bias=0.5, epochs=3, seed=10, repeats=2,
                    target_fraction=0.9, full_cap=True)
     assert r["targets"] == pytest.approx([0.9 * 0.9, 0.9 * 0.89])   # the best (0.9), never the last (0.7)
-    assert r["k"] == 2 and all(t is None and test for _, _, t, test in seen)   # full cap: no early stop
+    assert r["k"] == 2 and all(test and not stop for *_, test, stop in seen)   # full cap: no early stop
+    assert all(t is None for v, s, t, *_ in seen if s == 10 or v == "random")   # the first seed: whole curves
+    assert [t for v, s, t, *_ in seen if s == 11 and v != "random"] == pytest.approx([0.9 * 0.89] * 3)
     assert r["comm_rand"]["test_accs"] == pytest.approx([0.88 - 0.05, 0.87 - 0.05])
     assert r["comm_rand"]["epochs_to_target"] == [2.0, 2.0] and r["community"]["epochs_to_target"] == [3.0, 3.0]
     seen.clear()
     r = tr.compare(g, fanouts=(5,), batch_size=64, hidden=8, lrs=0.01, k=2, bias=0.5, epochs=3, seed=10, repeats=2,
                    target_fraction=0.9)
-    assert [t for v, s, t, _ in seen if s == 11 and v != "random"] == pytest.approx([0.9 * 0.89] * 3)
-    assert len(r["comm_rand"]["test_accs"]) == 1   # without full_cap only the first seed's
+    assert [t for v, s, t, *_ in seen if s == 11 and v != "random"] == pytest.approx([0.9 * 0.89] * 3)
+    assert all(stop for *_, stop in seen) and len(r["comm_rand"]["test_accs"]) == 1   # without full_cap only the first seed's
 
 
 def test_validation_is_dense_in_the_first_epochs_and_never_changes_training(g):
@@ -494,6 +496,13 @@ def test_validation_is_dense_in_the_first_epochs_and_never_changes_training(g):
     assert dense["val_epochs"][:2 * n] == pytest.approx([(i + 1) / n for i in range(2 * n)])
     assert [dense["val_acc"][n - 1], dense["val_acc"][2 * n - 1], dense["val_acc"][-1]] == coarse["val_acc"]
     assert Params.for_scale("quick").dense_eval_epochs == 2
+    # training on past the target without validation: the same clock and curve up to it, the same final model
+    target = dense["val_acc"][n + 1]
+    on = train_policy(g, "comm_rand", dense_eval_epochs=2, target=target, stop_at_target=False, test=True, **kw)
+    full = train_policy(g, "comm_rand", dense_eval_epochs=2, test=True, **kw)
+    i = next(j for j, a in enumerate(full["val_acc"]) if a >= target)
+    assert on["val_acc"] == full["val_acc"][:i + 1] and on["val_acc"][-1] >= target
+    assert on["steps"] == full["steps"] == 3 * n and on["test_acc"] == full["test_acc"]
     assert Params.for_scale("quick").train_kwargs({})["dense_eval_epochs"] == 2
 
 

@@ -62,7 +62,6 @@ def test_build_result_reports_the_four_policies_the_rates_and_the_regime():
     for v in POLICIES:
         assert len(res.samples[v]["final_test_accuracy"]) == p.repeats, v
         assert res.samples[v]["final_test_accuracy"] == r[v]["test_accs"], v
-        assert len(res.samples[v]["best_val_accuracy"]) == p.repeats, v
     assert res.samples["comm_rand"]["accuracy_gap_points"] == pytest.approx(
         [100 * (b - a) for b, a in zip(r["random"]["test_accs"], r["comm_rand"]["test_accs"])])
     assert not {"final_test_accuracy", "best_val_accuracy", "accuracy_gap_points"} & res.deterministic
