@@ -235,7 +235,8 @@ SPEC = SystemSpec(
     mechanism=Mechanism(
         "randomisation over communities within the community-biased order", "comm_fixed",
         "comm_fixed keeps everything of COMM-RAND but one thing: groups of k communities per batch "
-        "(COMM-RAND's calibrated k, or communities_per_batch where k_grid is empty), the same shuffle of the roots inside a group every epoch (the same random key per "
+        "(COMM-RAND's calibrated k, or communities_per_batch where k_grid is empty), the same shuffle of the roots "
+        "inside a group every epoch (the same random key per "
         "root: COMM-RAND draws its group order from a separate generator, so the two streams stay aligned), the same "
         "same-community sampler bias p and the same (COMM-RAND's calibrated) learning rate; it removes the random "
         "choice, every epoch, of which communities share a group and in which order the groups come (its groups are "

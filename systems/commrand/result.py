@@ -142,7 +142,8 @@ def build_result(p: Any, graph: dict, r: dict, sweep: dict, cal: dict | None = N
 
     curves = [
         Curve(title="validation accuracy vs epochs trained (first seed, checked after every batch for "
-                    f"{p.dense_eval_epochs} epoch(s), then {p.evals_per_epoch}x per epoch)", x_label="epochs", y_label="validation accuracy",
+                    f"{p.dense_eval_epochs} epoch(s), then {p.evals_per_epoch}x per epoch)", x_label="epochs",
+              y_label="validation accuracy",
               series={v: (r[v]["val_epochs"], r[v]["val_acc"]) for v in POLICIES}),
         Curve(title="validation accuracy vs training time (first seed)", x_label="training time (s)",
               y_label="validation accuracy", series={v: (r[v]["val_s"], r[v]["val_acc"]) for v in POLICIES}),

@@ -98,15 +98,14 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
                  k: int, bias: float, epochs: int, seed: int, evals_per_epoch: int = 1,
                  eval_fanouts: tuple[int, ...] | None = None, target: float | None = None, stats: bool = False,
                  test: bool = False, dense_eval_epochs: int = 0, stop_at_target: bool = True) -> dict[str, Any]:
-    """Train one policy from the seed's initialisation for up to ``epochs`` epochs, stopping at the first
-    validation check that reaches ``target`` (``stop_at_target=False``: training on to the cap without further
-    validation, for the final test accuracy; the clock and the curve up to the target are the same). Validation runs after every batch during the first
-    ``dense_eval_epochs`` epochs and ``evals_per_epoch`` times per epoch after them (evenly spaced in batches, the
-    last at the epoch's end) for every policy, outside the clock: the clock holds
-    building the batches, sampling, gathering and the optimizer steps. Per check: the validation accuracy,
-    the epochs trained (a fraction) and the training seconds so far. ``bias`` applies to the COMM-RAND
-    policies (comm_rand, comm_fixed) only. ``test``: the test accuracy after the last batch trained
-    (``test_acc``)."""
+    """Train one policy from the seed's initialisation for up to ``epochs`` epochs, stopping at the first validation
+    check that reaches ``target`` (``stop_at_target=False``: training on to the cap without further validation, for
+    the final test accuracy; the clock and the curve up to the target are the same). Validation runs after every
+    batch during the first ``dense_eval_epochs`` epochs and ``evals_per_epoch`` times per epoch after them (evenly
+    spaced in batches, the last at the epoch's end) for every policy, outside the clock: the clock holds building
+    the batches, sampling, gathering and the optimizer steps. Per check: the validation accuracy, the epochs trained
+    (a fraction) and the training seconds so far. ``bias`` applies to the COMM-RAND policies (comm_rand, comm_fixed)
+    only. ``test``: the test accuracy after the last batch trained (``test_acc``)."""
     eval_fanouts = eval_fanouts or fanouts
     features = torch.from_numpy(g.features)
     val_batches = eval_batches(g, g.val, eval_fanouts, seed)   # sampled once, outside the clock
@@ -224,14 +223,14 @@ def work_score(work: list[int], acc: list[float], budget: float) -> float:
 def calibrate(g_kwargs: dict, lr_grid: list[float], *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
               k: int, bias: float, epochs: int, seed: int, threads: int = 1, evals_per_epoch: int = 1,
               k_grid: list[int] | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Each tuned policy's Adam rate, and COMM-RAND's k (communities per group), picked as a careful user would
-    without the evaluated data: on a graph of another seed (``g_kwargs``) with another training seed, every rate of
+    """Each tuned policy's Adam rate, and COMM-RAND's k (communities per group), picked as a careful user would without
+    the evaluated data: on a graph of another seed (``g_kwargs``) with another training seed, every rate of
     ``lr_grid`` trains ``epochs`` epochs (COMM-RAND with ``k``); the rate whose validation curve (checked
     ``evals_per_epoch`` times per epoch) has the highest mean wins (fast and high; counted, deterministic). Then
     COMM-RAND trains with each k of ``k_grid`` (those the graph's communities allow) at its chosen rate, validated
-    after every batch, and the k with the highest mean validation accuracy over a common budget of work (``work_score``: unique input nodes
-    gathered, the per-batch cost that k trades against convergence; counted, deterministic) wins; comm_fixed, the
-    ablation, inherits rate and k. One rate and at most one k: no training."""
+    after every batch, and the k with the highest mean validation accuracy over a common budget of work
+    (``work_score``: unique input nodes gathered, the per-batch cost that k trades against convergence; counted,
+    deterministic) wins; comm_fixed, the ablation, inherits rate and k. One rate and at most one k: no training."""
     ks = sorted(set(k_grid or []))
     if len(lr_grid) == 1 and len(ks) <= 1:
         return {"lrs": lrs_for(lr_grid[0]), "scores": {}, "k": ks[0] if ks else k, "k_scores": {}}
@@ -277,18 +276,18 @@ def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
             k: int, bias: float, epochs: int, seed: int, repeats: int, target_fraction: float, threads: int = 1,
             evals_per_epoch: int = 1, dense_eval_epochs: int = 0, full_cap: bool = False,
             log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """The policies trained on ``g`` with the same initialisation, epochs and seeds (each with its calibrated
-    learning rate), timed one after another (never side by side). Each repeat is a training seed (``seed + r``:
-    initialisation, batch order, neighbour sampling): random batching trains first, for ``epochs`` epochs, and
-    sets that seed's target, ``target_fraction`` of its best validation accuracy; the other policies (their
-    order rotates over the seeds) train until a validation check reaches it, or for ``epochs`` epochs. The first
-    seed trains every policy for all ``epochs`` (the accuracy curves, the counted batch statistics); with
-    ``full_cap`` every seed trains every policy the whole cap (past the first seed unvalidated after the
-    target) and every seed's final test accuracy after the cap is kept (``test_accs``, so that accuracy claims
-    pair over the seeds; without it only the first seed's). The time to the target is read off the curve either
-    way (validation is outside the clock, so training on past the target changes nothing before it). Per policy and seed: the training seconds per epoch, the epochs (a fraction) and training
-    seconds to the target (None: never), and the time of the whole epoch cap at the policy's speed
-    (``cap_s``)."""
+    """The policies trained on ``g`` with the same initialisation, epochs and seeds (each with its calibrated learning
+    rate), timed one after another (never side by side). Each repeat is a training seed (``seed + r``:
+    initialisation, batch order, neighbour sampling): random batching trains first, for ``epochs`` epochs, and sets
+    that seed's target, ``target_fraction`` of its best validation accuracy; the other policies (their order rotates
+    over the seeds) train until a validation check reaches it, or for ``epochs`` epochs. The first seed trains every
+    policy for all ``epochs`` (the accuracy curves, the counted batch statistics); with ``full_cap`` every seed
+    trains every policy the whole cap (past the first seed unvalidated after the target) and every seed's final test
+    accuracy after the cap is kept (``test_accs``, so that accuracy claims pair over the seeds; without it only the
+    first seed's). The time to the target is read off the curve either way (validation is outside the clock, so
+    training on past the target changes nothing before it). Per policy and seed: the training seconds per epoch, the
+    epochs (a fraction) and training seconds to the target (None: never), and the time of the whole epoch cap at the
+    policy's speed (``cap_s``)."""
     lr_of = lrs_for(lrs)
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
