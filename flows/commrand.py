@@ -16,7 +16,7 @@ def commrand(ctx: RunContext):  # returns the SystemResult its package assembles
     # each policy's learning rate, on a calibration graph and seed the evaluation never sees
     cal = t.calibrate.submit(p).result()
     # one task trains every policy in turn: timed runs must not share the CPU with each other
-    r = t.train.submit(p, ctx.storage, graph, cal["lrs"]).result()
+    r = t.train.submit(p, ctx.storage, graph, cal["lrs"], cal.get("k")).result()
     # the regime after the headline's training, never beside it (both are timed); each size calibrates its own
     # rates, and the headline's size (where the regime's graphs are the headline's) is the headline's comparison
     sweep = t.regime.submit(p).result()

@@ -36,13 +36,14 @@ def calibrate(p: Params) -> dict:
 
 
 @task(name="commrand-train")
-def train(p: Params, storage: ObjectStorage, graph: dict, lrs: dict) -> dict:
-    """Every policy from the same initialisation, same epochs and seeds, its calibrated rate; timed interleaved."""
+def train(p: Params, storage: ObjectStorage, graph: dict, lrs: dict, k: int | None = None) -> dict:
+    """Every policy from the same initialisation, same epochs and seeds, its calibrated rate (and COMM-RAND's
+    calibrated k, which comm_fixed inherits); timed interleaved."""
     from mlsys_flows.systems.commrand.train import compare  # torch, on the worker only
 
     log = get_run_logger()
     g = Graph.from_npz(storage.read_bytes(graph["key"]))
-    return compare(g, log=log.info, **p.train_kwargs(lrs))
+    return compare(g, log=log.info, **p.train_kwargs(lrs, k))
 
 
 @task(name="commrand-regime")

@@ -85,8 +85,11 @@ def batch_stats(g: Graph, b: Batch) -> dict[str, float]:
             "sampled": int(sum(blk.nbr.size for blk in b.blocks))}
 
 
-def eval_points(batches: int, evals_per_epoch: int) -> set[int]:
-    """0-based batch indices after which validation runs: ``evals_per_epoch`` evenly spaced, the epoch's last among them."""
+def eval_points(batches: int, evals_per_epoch: int, dense: bool = False) -> set[int]:
+    """0-based batch indices after which validation runs: ``evals_per_epoch`` evenly spaced, the epoch's last among
+    them; ``dense``: after every batch."""
+    if dense:
+        return set(range(batches))
     n = max(1, min(evals_per_epoch, batches))
     return {int(round((j + 1) * batches / n)) - 1 for j in range(n)}
 
@@ -94,13 +97,15 @@ def eval_points(batches: int, evals_per_epoch: int) -> set[int]:
 def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size: int, hidden: int, lr: float,
                  k: int, bias: float, epochs: int, seed: int, evals_per_epoch: int = 1,
                  eval_fanouts: tuple[int, ...] | None = None, target: float | None = None, stats: bool = False,
-                 test: bool = False) -> dict[str, Any]:
-    """Train one policy from the seed's initialisation for up to ``epochs`` epochs, stopping at the first
-    validation check that reaches ``target``. Validation runs ``evals_per_epoch`` times per epoch (evenly
-    spaced in batches, the last at the epoch's end) for every policy, outside the clock: the clock holds
-    building the batches, sampling, gathering and the optimizer steps. Per check: the validation accuracy,
-    the epochs trained (a fraction) and the training seconds so far. ``bias`` applies to the COMM-RAND
-    policies (comm_rand, comm_fixed) only."""
+                 test: bool = False, dense_eval_epochs: int = 0, stop_at_target: bool = True) -> dict[str, Any]:
+    """Train one policy from the seed's initialisation for up to ``epochs`` epochs, stopping at the first validation
+    check that reaches ``target`` (``stop_at_target=False``: training on to the cap without further validation, for
+    the final test accuracy; the clock and the curve up to the target are the same). Validation runs after every
+    batch during the first ``dense_eval_epochs`` epochs and ``evals_per_epoch`` times per epoch after them (evenly
+    spaced in batches, the last at the epoch's end) for every policy, outside the clock: the clock holds building
+    the batches, sampling, gathering and the optimizer steps. Per check: the validation accuracy, the epochs trained
+    (a fraction) and the training seconds so far. ``bias`` applies to the COMM-RAND policies (comm_rand, comm_fixed)
+    only. ``test``: the test accuracy after the last batch trained (``test_acc``)."""
     eval_fanouts = eval_fanouts or fanouts
     features = torch.from_numpy(g.features)
     val_batches = eval_batches(g, g.val, eval_fanouts, seed)   # sampled once, outside the clock
@@ -110,15 +115,16 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     p_bias = bias if policy in ("comm_rand", "comm_fixed") else 0.0
-    out: dict[str, Any] = {"val_acc": [], "val_epochs": [], "val_s": [], "loss": []}
+    out: dict[str, Any] = {"val_acc": [], "val_epochs": [], "val_s": [], "val_work": [], "loss": []}
+    work = 0   # unique input nodes gathered so far (counted): the feature rows read and first-layer rows projected
     sums = {"unique_nodes": 0, "pages": 0, "communities": 0, "sampled": 0, "batches": 0}
-    clock, steps, done = 0.0, 0, False
+    clock, steps, done, reached = 0.0, 0, False, False
     for epoch in range(epochs):
         rng = np.random.default_rng([seed, 1, epoch])  # the same stream for every policy
         t0 = time.perf_counter()
         batches = policy_batches(policy, g, batch_size, k, rng)
         clock += time.perf_counter() - t0
-        checks = eval_points(len(batches), evals_per_epoch)
+        checks = eval_points(len(batches), evals_per_epoch, dense=epoch < dense_eval_epochs)
         loss_sum = 0.0
         for i, roots in enumerate(batches):
             t0 = time.perf_counter()
@@ -129,18 +135,23 @@ def train_policy(g: Graph, policy: str, *, fanouts: tuple[int, ...], batch_size:
             opt.step()
             clock += time.perf_counter() - t0
             steps += 1
+            work += len(b.input_nodes)
             loss_sum += float(loss.detach()) * len(roots)
             if stats and epoch == 0:
                 for key, v in batch_stats(g, b).items():
                     sums[key] += v
                 sums["batches"] += 1
-            if i in checks:  # untimed, its own sampling stream: the training stream is the same with or without it
+            if i in checks and not reached:  # untimed, its own sampling stream: the training stream is the same
+                # with or without it
                 out["val_acc"].append(evaluate(model, g, features, g.val, eval_fanouts, seed, batches=val_batches))
                 out["val_epochs"].append(epoch + (i + 1) / len(batches))
                 out["val_s"].append(clock)
+                out["val_work"].append(work)
                 if target is not None and out["val_acc"][-1] >= target:
-                    done = True
-                    break
+                    reached = True
+                    if stop_at_target:
+                        done = True
+                        break
         out["batches_per_epoch"] = len(batches)
         if not done:
             out["loss"].append(loss_sum / len(g.train))
@@ -198,15 +209,31 @@ def lrs_for(lrs: dict[str, float] | float) -> dict[str, float]:
     return out
 
 
+def work_score(work: list[int], acc: list[float], budget: float) -> float:
+    """Mean validation accuracy over the first ``budget`` units of work (counted unique input nodes): each check's
+    accuracy holds from its work to the next check's, 0 before the first; deterministic, and "fast and high" in
+    work rather than epochs, so a k that converges in fewer epochs but gathers more rows per batch pays for it."""
+    area, edges = 0.0, list(work[1:]) + [budget]
+    for w0, w1, a in zip(work, edges, acc):
+        lo, hi = min(w0, budget), min(w1, budget)
+        area += a * max(0.0, hi - lo)
+    return area / budget
+
+
 def calibrate(g_kwargs: dict, lr_grid: list[float], *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
               k: int, bias: float, epochs: int, seed: int, threads: int = 1, evals_per_epoch: int = 1,
-              log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Each tuned policy's Adam rate, picked as a careful user would without the evaluated data: on a graph of
-    another seed (``g_kwargs``) with another training seed, every rate of ``lr_grid`` trains ``epochs`` epochs;
-    the rate whose validation curve (checked ``evals_per_epoch`` times per epoch) has the highest mean wins
-    (fast and high; counted, deterministic). One rate in the grid: no training."""
-    if len(lr_grid) == 1:
-        return {"lrs": lrs_for(lr_grid[0]), "scores": {}}
+              k_grid: list[int] | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Each tuned policy's Adam rate, and COMM-RAND's k (communities per group), picked as a careful user would without
+    the evaluated data: on a graph of another seed (``g_kwargs``) with another training seed, every rate of
+    ``lr_grid`` trains ``epochs`` epochs (COMM-RAND with ``k``); the rate whose validation curve (checked
+    ``evals_per_epoch`` times per epoch) has the highest mean wins (fast and high; counted, deterministic). Then
+    COMM-RAND trains with each k of ``k_grid`` (those the graph's communities allow) at its chosen rate, validated
+    after every batch, and the k with the highest mean validation accuracy over a common budget of work
+    (``work_score``: unique input nodes gathered, the per-batch cost that k trades against convergence; counted,
+    deterministic) wins; comm_fixed, the ablation, inherits rate and k. One rate and at most one k: no training."""
+    ks = sorted(set(k_grid or []))
+    if len(lr_grid) == 1 and len(ks) <= 1:
+        return {"lrs": lrs_for(lr_grid[0]), "scores": {}, "k": ks[0] if ks else k, "k_scores": {}}
     from .graph import generate
 
     old_threads = torch.get_num_threads()
@@ -214,51 +241,75 @@ def calibrate(g_kwargs: dict, lr_grid: list[float], *, fanouts: tuple[int, ...],
     try:
         g = generate(**g_kwargs)
         warm_up(g, fanouts, batch_size, hidden, seed)
+        kw = dict(fanouts=fanouts, batch_size=batch_size, hidden=hidden, bias=bias, epochs=epochs, seed=seed,
+                  evals_per_epoch=evals_per_epoch)
         scores: dict[str, dict[float, float]] = {}
-        for v in TUNED:
+        for v in TUNED if len(lr_grid) > 1 else ():
             scores[v] = {}
             for lr in lr_grid:
-                run = train_policy(g, v, fanouts=fanouts, batch_size=batch_size, hidden=hidden, lr=lr, k=k, bias=bias,
-                                   epochs=epochs, seed=seed, evals_per_epoch=evals_per_epoch)
+                run = train_policy(g, v, lr=lr, k=k, **kw)
                 scores[v][lr] = float(np.mean(run["val_acc"]))
             log(f"calibration {v}: " + ", ".join(f"lr {lr:g} -> mean val acc {a:.4f}" for lr, a in scores[v].items()))
-        best = {v: max(sc, key=lambda lr: (sc[lr], -lr)) for v, sc in scores.items()}
-        return {"lrs": lrs_for(best), "scores": {v: {str(lr): a for lr, a in sc.items()} for v, sc in scores.items()}}
+        best = {v: max(sc, key=lambda lr: (sc[lr], -lr)) for v, sc in scores.items()} or \
+            {v: float(lr_grid[0]) for v in TUNED}
+        chosen_k, k_scores = k, {}
+        fit = [x for x in ks if x <= g.communities]
+        if len(fit) > 1:
+            lr = best["comm_rand"]
+            # validated after every batch, so that the score resolves the work to one batch
+            runs = {x: train_policy(g, "comm_rand", lr=lr, k=x, dense_eval_epochs=epochs, **kw) for x in fit}
+            budget = float(min(r["val_work"][-1] for r in runs.values()))
+            k_scores = {x: work_score(r["val_work"], r["val_acc"], budget) for x, r in runs.items()}
+            chosen_k = max(k_scores, key=lambda x: (k_scores[x], -x))
+            log(f"calibration comm_rand k (lr {lr:g}, over {budget:.0f} unique input nodes): "
+                + ", ".join(f"k {x} -> {a:.4f}" for x, a in k_scores.items()))
+        elif len(fit) == 1:
+            chosen_k = fit[0]
+        return {"lrs": lrs_for(best),
+                "scores": {v: {str(lr): a for lr, a in sc.items()} for v, sc in scores.items()},
+                "k": int(chosen_k), "k_scores": {str(x): a for x, a in k_scores.items()}}
     finally:
         torch.set_num_threads(old_threads)
 
 
 def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int, lrs: dict[str, float] | float,
             k: int, bias: float, epochs: int, seed: int, repeats: int, target_fraction: float, threads: int = 1,
-            evals_per_epoch: int = 1, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """The policies trained on ``g`` with the same initialisation, epochs and seeds (each with its calibrated
-    learning rate), timed one after another (never side by side). Each repeat is a training seed (``seed + r``:
-    initialisation, batch order, neighbour sampling): random batching trains first, for ``epochs`` epochs, and
-    sets that seed's target, ``target_fraction`` of its best validation accuracy; the other policies (their
-    order rotates over the seeds) train until a validation check reaches it, or for ``epochs`` epochs. The first
-    seed trains every policy for all ``epochs`` (the accuracy curves, the final test accuracy, the counted batch
-    statistics). Per policy and seed: the training seconds per epoch, the epochs (a fraction) and training
-    seconds to the target (None: never), and the time of the whole epoch cap at the policy's speed
-    (``cap_s``)."""
+            evals_per_epoch: int = 1, dense_eval_epochs: int = 0, full_cap: bool = False,
+            log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """The policies trained on ``g`` with the same initialisation, epochs and seeds (each with its calibrated learning
+    rate), timed one after another (never side by side). Each repeat is a training seed (``seed + r``:
+    initialisation, batch order, neighbour sampling): random batching trains first, for ``epochs`` epochs, and sets
+    that seed's target, ``target_fraction`` of its best validation accuracy; the other policies (their order rotates
+    over the seeds) train until a validation check reaches it, or for ``epochs`` epochs. The first seed trains every
+    policy for all ``epochs`` (the accuracy curves, the counted batch statistics); with ``full_cap`` every seed
+    trains every policy the whole cap (past the first seed unvalidated after the target) and every seed's final test
+    accuracy after the cap is kept (``test_accs``, so that accuracy claims pair over the seeds; without it only the
+    first seed's). The time to the target is read off the curve either way (validation is outside the clock, so
+    training on past the target changes nothing before it). Per policy and seed: the training seconds per epoch, the
+    epochs (a fraction) and training seconds to the target (None: never), and the time of the whole epoch cap at the
+    policy's speed (``cap_s``)."""
     lr_of = lrs_for(lrs)
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        res: dict[str, Any] = {v: {"epoch_s": [], "tta_s": [], "cap_s": [], "epochs_to_target": [], "lr": lr_of[v]}
-                               for v in POLICIES}
+        res: dict[str, Any] = {v: {"epoch_s": [], "tta_s": [], "cap_s": [], "epochs_to_target": [], "test_accs": [],
+                                   "lr": lr_of[v]} for v in POLICIES}
+        res["k"] = int(k)
         res["targets"] = []
         others = [v for v in POLICIES if v != "random"]
         for r in range(repeats):
             s = seed + r
             kw = dict(fanouts=fanouts, batch_size=batch_size, hidden=hidden, k=k, bias=bias, seed=s,
-                      evals_per_epoch=evals_per_epoch)
+                      evals_per_epoch=evals_per_epoch, dense_eval_epochs=dense_eval_epochs)
             warm_up(g, fanouts, batch_size, hidden, s)
             rot = others[r % len(others):] + others[:r % len(others)]
             target = None
             for v in ["random", *rot]:
                 first = r == 0
-                run = train_policy(g, v, epochs=epochs, stats=first, test=first, lr=lr_of[v],
-                                   target=None if first or v == "random" else target, **kw)
+                whole = first or full_cap
+                # full cap past the first seed: on to the cap for the final accuracy, unvalidated after the target
+                run = train_policy(g, v, epochs=epochs, stats=first, test=whole, lr=lr_of[v],
+                                   target=None if first or v == "random" else target, stop_at_target=not full_cap, **kw)
                 if v == "random":
                     target = target_fraction * max(run["val_acc"])
                     res["targets"].append(target)
@@ -274,6 +325,8 @@ def compare(g: Graph, *, fanouts: tuple[int, ...], batch_size: int, hidden: int,
                 res[v]["cap_s"].append(float(per_epoch) * epochs)
                 res[v]["epochs_to_target"].append(None if i is None else float(run["val_epochs"][i]))
                 res[v]["tta_s"].append(None if i is None else float(run["val_s"][i]))
+                if whole:
+                    res[v]["test_accs"].append(float(run["test_acc"]))
                 log(f"seed {s} {v} (lr {lr_of[v]:g}): {run['steps']} steps, {run['epoch_s']:.3f} s/epoch, last val acc "
                     f"{run['val_acc'][-1]:.4f}" + (f"; target {target:.4f} after {run['val_epochs'][i]:.2f} epochs "
                                                    f"({run['val_s'][i]:.2f} s)" if i is not None else
@@ -289,7 +342,7 @@ def sweep_community_batches(g_kwargs: dict, ratios: list[float], nodes: int, com
                             ) -> dict[float, dict[str, Any]]:
     """The regime: the comparison on a graph of ``nodes`` nodes at each community size (``communities[x]``
     communities for x batches of training nodes per community), each point with its own learning rates,
-    calibrated as the headline's are (``calibration``: lr_grid, epochs, seed) on a calibration graph of that
+    calibrated as the headline's are (``calibration``: lr_grid, epochs, seed, k_grid) on a calibration graph of that
     point's size and another seed; policies timed one after another;
     {x: compare's result, with the graph's communities and the point's calibration}."""
     from .graph import generate
@@ -300,10 +353,12 @@ def sweep_community_batches(g_kwargs: dict, ratios: list[float], nodes: int, com
     for x in sorted(ratios):
         point = g_kwargs | {"nodes": nodes, "communities": communities[x]}
         cal = calibrate(g_kwargs=point | {"seed": calibration["seed"]}, lr_grid=list(calibration["lr_grid"]),
-                        epochs=calibration["epochs"], seed=calibration["seed"], log=log, **cal_kw)
+                        epochs=calibration["epochs"], seed=calibration["seed"], k_grid=calibration.get("k_grid"),
+                        log=log, **cal_kw)
         g = generate(**point)
+        k = int(cal.get("k", train_kwargs["k"]))
         log(f"regime: {x:g} batches of training nodes per community ({communities[x]} communities on {nodes} nodes), "
-            "rates " + ", ".join(f"{v} {lr:g}" for v, lr in cal["lrs"].items()))
-        out[x] = compare(g, **(train_kwargs | {"lrs": cal["lrs"]}), log=log) | {"communities": communities[x],
+            "rates " + ", ".join(f"{v} {lr:g}" for v, lr in cal["lrs"].items()) + f", k {k}")
+        out[x] = compare(g, **(train_kwargs | {"lrs": cal["lrs"], "k": k}), log=log) | {"communities": communities[x],
                                                                                 "calibration": cal}
     return out

@@ -22,11 +22,14 @@ def test_commrand_flow_smoke():
     for m in ("final_test_accuracy", "unique_nodes_per_batch", "feature_pages_per_batch", "feature_rows_per_epoch",
               "accuracy_gap_points", "reached_target"):
         assert kinds[m] == "counted", m
-    assert set(report["deterministic_metrics"]) >= {"final_test_accuracy", "unique_nodes_per_batch"}
+    # the accuracies are sampled per seed and never judged exact; the counted batch statistics are
+    assert set(report["deterministic_metrics"]) >= {"unique_nodes_per_batch", "learning_rate"}
+    assert not {"final_test_accuracy", "best_val_accuracy", "accuracy_gap_points"} & set(report["deterministic_metrics"])
     assert "epoch_time_s" not in report["deterministic_metrics"]
     assert v["random"]["reached_target"] == 1.0 and v["random"]["accuracy_gap_points"] == 0.0
     for name, m in v.items():
         assert 0.0 < m["final_test_accuracy"] <= 1.0, name
+        assert len(report["samples"][name]["final_test_accuracy"]) == Params.for_scale("smoke").repeats
         assert len(report["samples"][name]["epoch_time_s"]) == Params.for_scale("smoke").repeats
         assert len(report["samples"][name]["time_to_accuracy_s"]) == Params.for_scale("smoke").repeats
     # contract v3: the ablation (COMM-RAND with fixed groups), the community-size regime (measured)
@@ -53,6 +56,7 @@ def test_commrand_flow_smoke():
         assert v[name]["communities_per_batch"] < v["random"]["communities_per_batch"], name
     assert any("Accuracy parity" in n for n in report["notes"])
     assert any(c["title"].startswith("validation accuracy vs epochs trained") for c in report["curves"])
-    assert any(f"Validation runs {p.evals_per_epoch} times per epoch" in n for n in report["notes"])
+    assert any(f"Validation runs after every batch during the first {p.dense_eval_epochs} epoch(s) and "
+               f"{p.evals_per_epoch} times per epoch" in n for n in report["notes"])
     g = Graph.from_npz(storage.read_bytes(f"runs/commrand/{report['run_id']}/graph.npz"))
     assert g.nodes == Params.for_scale("smoke").nodes

@@ -55,8 +55,17 @@ def test_build_result_reports_the_four_policies_the_rates_and_the_regime():
     assert [pt.value for pt in res.regime] == sorted(p.regime_community_batches)
     assert res.regime_headline_value == p.community_batches
     assert all(len(pt.samples["comm_rand"]) == p.regime_repeats for pt in res.regime)
-    assert any(f"Validation runs {p.evals_per_epoch} times per epoch" in n for n in res.notes)
-    assert any("no calibration ran" in n for n in res.notes)
+    assert any(f"Validation runs after every batch during the first {p.dense_eval_epochs} epoch(s) and "
+               f"{p.evals_per_epoch} times per epoch" in n for n in res.notes)
+    assert any("no rate calibration ran" in n for n in res.notes)
+    # the final accuracies are every seed's (paired), and never judged exact: they vary over the seeds
+    for v in POLICIES:
+        assert len(res.samples[v]["final_test_accuracy"]) == p.repeats, v
+        assert res.samples[v]["final_test_accuracy"] == r[v]["test_accs"], v
+    assert res.samples["comm_rand"]["accuracy_gap_points"] == pytest.approx(
+        [100 * (b - a) for b, a in zip(r["random"]["test_accs"], r["comm_rand"]["test_accs"])])
+    assert not {"final_test_accuracy", "best_val_accuracy", "accuracy_gap_points"} & res.deterministic
+    assert {"unique_nodes_per_batch", "learning_rate"} <= res.deterministic
     env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="a", git_dirty=False, code_hash="c")
     rep = build_report(SPEC, params=p.model_dump(mode="json"), result=res, run_id="r", environment=env, wall_time_s=1.0)
     d = rep.model_dump(mode="json")
@@ -64,6 +73,9 @@ def test_build_result_reports_the_four_policies_the_rates_and_the_regime():
     assert d["headline"]["vs_strongest"]["baseline"] in ("random", "community")
     assert d["regime"]["parameter"] == "community_batches" and len(d["regime"]["points"]) == 2
     assert {c["provenance"] for c in d["components"]} == {"learned", "packaged", "scripted"}
+    acc = [x for x in d["ratios"] if x["metric"] == "final_test_accuracy"]
+    assert acc and all(not x["verdict"]["exact"] for x in acc)
+    assert all(x["verdict"]["pairs"] == p.repeats or "pairs" in x["verdict"]["why"] for x in acc)
 
 
 def _fake_policy(tta, cap, lr=0.01, acc=0.9):
