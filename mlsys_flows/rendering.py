@@ -49,7 +49,7 @@ def constraint_text(report: dict) -> str:
 
 def ratio_label(r: Ratio) -> str:
     """A ratio in words: value, kind and its spread over the repeats."""
-    spread = f", {r.range[0]:.2f}-{r.range[1]:.2f} over {r.repeats}" if r.range else ""
+    spread = f", {fmt.ratio_range(r.range).rstrip('x')} over {r.repeats}" if r.range else ""
     return f"{fmt.ratio(r.ratio)} {r.kind}{spread}"
 
 

@@ -64,7 +64,8 @@ def train_era(p: Params, level: str) -> tuple[dict, dict]:
     info = {"era_scale": p.era_scale, "train_tasks": out["train_tasks"], "overlaps_dropped": out["overlaps_dropped"],
             "demo_steps": prior["demo_steps"], "rl_env_steps": int(tuned["rl_env_steps"]),
             "rl_updates": int(tuned["rl_updates"]), "prior_s": prior["prior_s"],
-            "rl_s": tuned["train_s"] - prior["prior_s"], "bc_accuracy": float(prior["bc_accuracy"])}
+            "rl_s": tuned["train_s"] - prior["prior_s"], "bc_accuracy": float(prior["bc_accuracy"]),
+            "lr_prior_rl": float(out["lr"]["prior_rl"])}
     return {"era_prior": policies["prior_only"], "era_prior_rl": policies["prior_rl"]}, info
 
 

@@ -7,6 +7,7 @@ both from the RunReports that ``mlsys-flows bench NAME --scale quick --save`` wr
 ``benchmarks/results/`` (no number is typed in).
 """
 import json
+import math
 from pathlib import Path
 
 from mlsys_flows import registry
@@ -30,11 +31,11 @@ def results_table(results: Path = RESULTS) -> str:
         r = json.loads(path.read_text())
         h = r["headline"]
         paper = f"{h['paper']:.2f}x" if h["paper"] else "n/a"
-        spread = f" ({h['range'][0]:.2f}-{h['range'][1]:.2f})" if h["range"] else ""
+        spread = f" ({_spread(h['range'])})" if h["range"] else ""
         v3 = v3_cells(r)
         lines.append(f"| [{spec.name}](docs/{spec.name}.md) | **{verdict_text(r)}** | "
                      f"{h['metric']} ({h['technique']} vs {h['baseline']}) | "
-                     f"{h['kind']} | {h['ratio']:.2f}x{spread} | {paper} | "
+                     f"{h['kind']} | {_x(h['ratio'])}{spread} | {paper} | "
                      f"{v3['mechanism'] or '-'} | {v3['regime'] or '-'} | "
                      f"`{r['run_id'][:8]}` | {r['environment']['device']}, {r['environment']['cores']} cores |")
     return "\n".join(lines)
@@ -43,8 +44,14 @@ def results_table(results: Path = RESULTS) -> str:
 SECTIONS["results"] = results_table
 
 
-def _x(v) -> str:
-    return f"{v:.2f}x" if v is not None else "-"
+def _x(v, digits: int = 2) -> str:
+    """A ratio of a report's JSON: "-" when there is none or it is undefined (NaN: 0 vs 0)."""
+    return f"{v:.{digits}f}x" if v is not None and not math.isnan(v) else "-"
+
+
+def _spread(rng) -> str:
+    """A ratio's min-max ("0.98-1.03"): "-" when either end is undefined (NaN)."""
+    return "-" if any(v is None or math.isnan(v) for v in rng) else f"{rng[0]:.2f}-{rng[1]:.2f}"
 
 
 def system_results(name: str, results: Path = RESULTS) -> str:
@@ -73,10 +80,10 @@ def system_results(name: str, results: Path = RESULTS) -> str:
         rows.append((f"{h['metric']} projected at the paper's hardware", r["projection"]))
     rows += [(r_["metric"], r_) for r_ in r["ratios"]]
     for label, x in rows:
-        spread = f"{x['range'][0]:.2f}-{x['range'][1]:.2f}" if x.get("range") else ""
+        spread = _spread(x["range"]) if x.get("range") else ""
         # the verdict first: a ratio alone reads as a win whether its interval decided it or not
         lines.append(f"| {label} | {x['kind']} | {x['baseline']} | {x['technique']} | **{verdict_of(r, x).short()}** | "
-                     f"{x['ratio']:.2f}x | {spread} | {_x(x['paper'])} |")
+                     f"{_x(x['ratio'])} | {spread} | {_x(x['paper'])} |")
     g = r.get("regime")
     if g:
         unit = f" {g['unit']}" if g.get("unit") else ""
@@ -85,7 +92,7 @@ def system_results(name: str, results: Path = RESULTS) -> str:
                      is not None else "") + ".", "",
                   f"| {g['parameter']} | ratio vs the strongest deployable baseline | kind | that baseline |",
                   "|---|---|---|---|",
-                  *(f"| {p['value']:g} | {p['ratio']:.3f}x | {p['kind']} | {p['baseline']} |" for p in g["points"])]
+                  *(f"| {p['value']:g} | {_x(p['ratio'], 3)} | {p['kind']} | {p['baseline']} |" for p in g["points"])]
     if r["notes"]:
         lines += ["", "Notes written by the run:", "", *(f"- {n}" for n in r["notes"])]
     return "\n".join(lines)

@@ -96,10 +96,16 @@ def exact(x) -> str:
     return str(x)
 
 
+#: how a ratio that is undefined (NaN: both sides 0) prints in tables
+UNDEFINED = "-"
+
+
 def ratio(x: float | None) -> str:
-    """An oriented ratio: 1.02x (n/a when there is none)."""
+    """An oriented ratio: 1.02x (n/a when there is none; "-" when it is undefined: NaN, 0 vs 0)."""
     if x is None:
         return "n/a"
+    if isinstance(x, float) and math.isnan(x):
+        return UNDEFINED
     return f"{x:.2f}x" if math.isfinite(x) and abs(x) >= 0.01 else f"{number(x)}x"
 
 
@@ -107,6 +113,8 @@ def ratio_range(rng, kind: str | None = None) -> str:
     """The min-max of a ratio over its repeats: 0.98-1.03x. Without one: "exact" for a counted
     metric (counts do not vary), else ``ONE_SAMPLE`` (a smoke run takes one sample per variant)."""
     if rng:
+        if any(isinstance(v, float) and math.isnan(v) for v in rng):
+            return UNDEFINED
         return f"{rng[0]:.2f}-{rng[1]:.2f}x"
     return "exact" if kind == "counted" else ONE_SAMPLE
 

@@ -560,6 +560,29 @@ class RandomPlanner:
         return plan_json([ids[int(i)] for i in self.rng.integers(0, len(ids), int(self.rng.integers(1, 6)))])
 
 
+class MaskedRandomAgent:
+    """The floor of the learned step policies: one action per plan, drawn uniformly from the actions the
+    environment's valid-action mask allows now (the mask ERA's policies get; every action when it allows
+    none), seeded by the task. Run it as a PolicyAgent is run (``replan=True``, a round budget of the
+    episode's step budget): a learned policy that scores at or below it has learned nothing the mask does
+    not give."""
+    name = "random_valid"
+    uses_feedback = False
+
+    def reset(self, env: Env) -> None:
+        import numpy as np
+
+        self.env = env
+        self.rng = np.random.default_rng([env.task.seed, 0x3A5C])
+
+    def act(self, inp: AgentInput) -> str:
+        import numpy as np
+
+        mask = np.asarray(self.env.valid_mask(), bool)
+        ids = np.flatnonzero(mask) if mask.any() else np.arange(len(mask))
+        return plan_json([int(ids[int(self.rng.integers(0, len(ids)))])])
+
+
 class PolicyAgent:
     """A step policy (a learned network: ERA's, ``systems/era/agent.GreedyPolicy``) under the benchmark's
     episode runner: each plan is the one action ``policy(observation_vector, valid_mask)`` picks, so run
@@ -662,7 +685,8 @@ def run_episode(env: Env, agent, feedback: bool, max_rounds: int = 10, replan: b
 
 def make_agent(kind: str, client=None, max_tokens: int = 256):
     """``scripted`` (open loop), ``scripted_feedback``, ``scripted_replan`` (rounds from observations
-    only), ``expert``, ``random`` (the floor), ``llm`` (needs an OpenAI-compatible ``client``) or ``smollm2`` (needs a local
+    only), ``expert``, ``random`` (the language agents' floor), ``random_valid`` (the learned step policies'
+    floor: one uniformly random valid action per plan), ``llm`` (needs an OpenAI-compatible ``client``) or ``smollm2`` (needs a local
     chat client that takes a forced prefix: ``PrefixLLMAgent``)."""
     if kind == "scripted":
         return ScriptedPlanner()
@@ -674,6 +698,8 @@ def make_agent(kind: str, client=None, max_tokens: int = 256):
         return ExpertAgent()
     if kind == "random":
         return RandomPlanner()
+    if kind == "random_valid":
+        return MaskedRandomAgent()
     if kind == "llm":
         if client is None:
             raise ValueError("the llm agent needs an OpenAI-compatible client")

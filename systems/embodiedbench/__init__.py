@@ -9,9 +9,12 @@ The agents whose numbers carry the verdict are ones the project did not script: 
 (a packaged pretrained model, run by the project's own forward; the tasks layer builds its client, since
 a system never imports another family's package) plays the three protocols, and ERA's learned policies
 (prior only, prior + RL; trained in the run by the tasks layer with systems/era's functions) play every
-task step by step (also without their valid-action mask: ``*_unmasked``). The project's scripted planners
-run beside them as the labelled scripted_* reference, at the paper's step-budget protocol, and random plans
-(``random_plan``) give the floor: a comparison whose both sides score at or below it decides nothing."""
+task step by step with the environment's valid-action mask, as they were trained. The project's scripted
+planners run beside them as the labelled scripted_* reference, at the paper's step-budget protocol (their
+comparisons decide nothing). Each claim has its floor, a comparison whose both sides score at or below it
+deciding nothing: random plans (``random_plan``) on the language agent's tasks at its plan budget for the
+language agent's claims, a uniformly random valid action per step (``random_valid``: the mask the policies
+get) on every task at the step budget for ERA's."""
 from __future__ import annotations
 
 from typing import ClassVar, Literal
@@ -25,7 +28,7 @@ from mlsys_flows.systems.common.spec import Claim, Component, Mechanism, Regime,
 
 # the protocol, with the family's environments and agents (numpy), loads on first use, not with the spec
 lazy_exports(__name__, {
-    ".protocol": ("LEVELS", "SUBSETS", "POLICY_VARIANTS", "UNMASKED_VARIANTS", "FLOOR", "STEP_BUDGET", "at_floor", "agent_kinds", "llm_played", "eval_seeds", "tasks_for",
+    ".protocol": ("LEVELS", "SUBSETS", "POLICY_VARIANTS", "FLOOR", "MASKED_FLOOR", "STEP_BUDGET", "at_floor", "is_reference", "agent_kinds", "llm_played", "eval_seeds", "tasks_for",
                   "run_chunk", "run_policies", "summarize", "per_seed",
                   "sweep_rounds", "reason_counts", "reason_kind", "success_by_round", "success_within"),
 })
@@ -126,13 +129,10 @@ SPEC = SystemSpec(
               "high-level tasks are easier than low-level ones, for the language model without feedback"),
         Claim("success_rate", "era_prior_rl_low", "era_prior_rl_high", "higher", None,
               "high-level tasks are easier than low-level ones, for ERA's learned policy (prior + RL) on this "
-              "benchmark's test sets"),
+              "benchmark's test sets, with the valid-action mask as trained (no verdict where both levels are at "
+              "or below a random valid action per step)"),
         Claim("success_rate", "era_prior_low", "era_prior_high", "higher", None,
               "high-level tasks are easier than low-level ones, for ERA's prior-only policy"),
-        Claim("success_rate", "era_prior_rl_unmasked_low", "era_prior_rl_unmasked_high", "higher", None,
-              "the same for ERA's prior + RL policy played without the valid-action mask (an all-ones mask, "
-              "evaluation only): the mask prunes far more of the high level's actions than of the low level's, "
-              "so the masked comparison may measure the mask"),
         Claim("success_rate", "era_prior", "era_prior_rl", "higher", None,
               "ERA's online RL over its prior, evaluated under this benchmark's protocol (both levels)"),
         Claim("success_rate", "scripted_replan_no_feedback", "scripted_with_feedback", "higher", None,
@@ -155,8 +155,14 @@ SPEC = SystemSpec(
                   "that constrains decoding to a list of the offered ids, and the JSON plan parser "
                   "(systems/embodied/agents.py, systems/llm_serving/chat.py)"),
         Component("random floor", "scripted",
-                  "random_plan: random plans from the offered actions up to the step budget; a comparison whose "
-                  "both sides score at or below it gets no verdict"),
+                  "random_plan: random plans from the offered actions, on the language agent's tasks at its plan "
+                  "budget (max_rounds); a comparison of the language agent's whose both sides score at or below "
+                  "it gets no verdict"),
+        Component("masked random floor", "scripted",
+                  "random_valid: one action per step drawn uniformly from the environment's valid-action mask (the "
+                  "mask ERA's policies get), on every task up to the step budget; a comparison of ERA's policies "
+                  "whose both sides score at or below it gets no verdict, so the mask's share of a gap is measured "
+                  "against it"),
         Component("environments and tasks", "scripted",
                   "the two procedurally generated text environments and their six capability subsets "
                   "(systems/embodied): the project wrote the tasks every agent is scored on"),
@@ -168,8 +174,8 @@ SPEC = SystemSpec(
     ),
 )
 
-__all__ = ["Params", "SPEC", "LEVELS", "SUBSETS", "PROTOCOLS", "COMPARED", "POLICY_VARIANTS", "UNMASKED_VARIANTS", "FLOOR",
-           "STEP_BUDGET", "at_floor", "agent_kinds", "llm_played",
+__all__ = ["Params", "SPEC", "LEVELS", "SUBSETS", "PROTOCOLS", "COMPARED", "POLICY_VARIANTS", "FLOOR", "MASKED_FLOOR",
+           "STEP_BUDGET", "at_floor", "is_reference", "agent_kinds", "llm_played",
            "run_policies", "eval_seeds", "tasks_for",
            "run_chunk", "summarize", "per_seed", "sweep_rounds", "reason_counts", "reason_kind", "success_by_round",
            "success_within"]

@@ -15,17 +15,19 @@ from . import COMPARED, Params
 SCRIPTED_REFERENCE = {"scripted_no_feedback": ("scripted", False, False),
                       "scripted_with_feedback": ("scripted_feedback", True, True),
                       "scripted_replan_no_feedback": ("scripted_replan", False, True)}
-#: the floor: random plans from the actions the scene offers (what the constrained language model chooses from)
+#: the floor of the language agents' claims: random plans from the actions the scene offers (what the
+#: constrained language model chooses from), on the tasks the headline's agent plays, at its plan budget
 FLOOR = "random_plan"
+#: the floor of ERA's learned policies' claims: one uniformly random valid action per step (the mask they
+#: get), on every task, up to the step budget (as they play)
+MASKED_FLOOR = "random_valid"
 #: variants that replan until the episode's step budget (the paper's protocol: episodes are capped in
-#: environment steps), not up to max_rounds: the scripted reference (cheap) and the floor
-STEP_BUDGET = ("scripted_with_feedback", "scripted_replan_no_feedback", FLOOR)
+#: environment steps), not up to max_rounds: the scripted reference (cheap) and the learned policies' floor
+STEP_BUDGET = ("scripted_with_feedback", "scripted_replan_no_feedback", MASKED_FLOOR)
 #: the learned step policies of ERA (systems/era), trained in the run: prior only, prior + RL
 POLICY_VARIANTS = ("era_prior", "era_prior_rl")
-#: the same policies played with an all-ones mask (evaluation only; they were trained with the environment's
-#: valid-action mask, which prunes far more at the high level than at the low one)
-UNMASKED = "_unmasked"
-UNMASKED_VARIANTS = tuple(v + UNMASKED for v in POLICY_VARIANTS)
+#: the project's scripted planners: a labelled reference; their claims decide nothing
+REFERENCE = "scripted_"
 
 
 def agent_kinds(p: Params) -> dict[str, tuple[str, bool, bool]]:
@@ -39,6 +41,7 @@ def agent_kinds(p: Params) -> dict[str, tuple[str, bool, bool]]:
             "replan_no_feedback": ("scripted_replan", False, True)})
     out |= SCRIPTED_REFERENCE
     out[FLOOR] = ("random", False, True)
+    out[MASKED_FLOOR] = ("random_valid", False, True)
     if p.expert:
         out["expert"] = ("expert", False, False)
     return out
@@ -69,14 +72,16 @@ def run_chunk(p: Params, level: str, start: int, stop: int, client=None, seed: i
     (default: p.seed); a language model plays only the first ``p.llm_per_subset`` tasks of each subset.
     Returns {variant: [episode dicts]}, each tagged with its test set's seed. One agent per variant
     (the model's ``client`` is shared: with greedy decoding the three protocols' identical first
-    prompts are answered once)."""
+    prompts are answered once). The floor of the language agents (``FLOOR``) plays the tasks and the plan
+    budget they play; the learned policies' floor (``MASKED_FLOOR``) every task up to the step budget."""
     seed = p.seed if seed is None else seed
     tasks = tasks_for(p, level, seed)[start:stop]
     llm_kinds = ("llm", "smollm2")
     out: dict[str, list[dict]] = {}
     for variant, (kind, feedback, replan) in agent_kinds(p).items():
         agent = make_agent(kind, client, p.llm_max_tokens)
-        mine = [t for t in tasks if kind not in llm_kinds or task_index(t) < p.llm_per_subset]
+        llm_tasks = kind in llm_kinds or (variant == FLOOR and llm_played(p))
+        mine = [t for t in tasks if not llm_tasks or task_index(t) < p.llm_per_subset]
         out[variant] = []
         for t in mine:
             env = make_env(t)
@@ -85,28 +90,13 @@ def run_chunk(p: Params, level: str, start: int, stop: int, client=None, seed: i
     return out
 
 
-class Unmasked:
-    """A step policy called with an all-ones mask: what it picks without the environment's valid-action
-    mask (an action it picks that is invalid costs a step, as any agent's does)."""
-
-    def __init__(self, policy):
-        self.policy = policy
-
-    def __call__(self, vector, mask):
-        import numpy as np
-
-        return self.policy(vector, np.ones_like(np.asarray(mask, bool)))
-
-
-def run_policies(p: Params, level: str, policies: dict, seeds: list[int] | None = None, unmasked: bool = True) -> dict:
+def run_policies(p: Params, level: str, policies: dict, seeds: list[int] | None = None) -> dict:
     """Learned step policies (variant -> ``policy(observation_vector, valid_mask) -> action id``) on every
     task of ``level`` in the test sets of ``seeds`` (default: all), under the same episodes and step
     budgets: one action per plan, up to the episode's step budget (``PolicyAgent``); no feedback text
-    (a policy has no channel for it). ``unmasked``: each also plays as ``<variant>_unmasked`` with an
-    all-ones mask (evaluation only). Returns {variant: [episode dicts]}."""
+    (a policy has no channel for it). Their floor (``MASKED_FLOOR``: a random valid action per step) plays
+    the same tasks in ``run_chunk``. Returns {variant: [episode dicts]}."""
     out: dict[str, list[dict]] = {}
-    if unmasked:
-        policies = dict(policies) | {v + UNMASKED: Unmasked(pol) for v, pol in policies.items()}
     for seed in (eval_seeds(p) if seeds is None else seeds):
         for variant, policy in policies.items():
             agent = PolicyAgent(policy, variant)
@@ -117,25 +107,36 @@ def run_policies(p: Params, level: str, policies: dict, seeds: list[int] | None 
     return out
 
 
-def _floor_of(name: str) -> str:
-    """The floor variant of ``name``'s scope: random_plan_high / _low for a level's variant, else random_plan."""
+def is_reference(name: str) -> bool:
+    """Whether ``name`` is a variant of the scripted reference (its comparisons decide nothing)."""
+    return name.startswith(REFERENCE)
+
+
+def _floor_of(name: str) -> str | None:
+    """The floor variant of ``name``'s scope: ``MASKED_FLOOR`` for ERA's learned policies, ``FLOOR`` for the
+    language agents (``<floor>_high`` / ``_low`` for a level's variant), None for the scripted reference
+    (no floor: its comparisons decide nothing anyway)."""
+    if is_reference(name):
+        return None
+    floor = MASKED_FLOOR if name.startswith("era_") else FLOOR
     for lv in LEVELS:
         if name.endswith(f"_{lv}"):
-            return f"{FLOOR}_{lv}"
-    return FLOOR
+            return f"{floor}_{lv}"
+    return floor
 
 
 def at_floor(samples: dict[str, dict[str, list[float]]], pairs, metric: str = "success_rate") -> dict[str, str]:
     """The comparisons (technique, baseline) among ``pairs`` whose both sides' medians are at or below the
-    floor of their scope (random plans: ``random_plan`` overall, ``random_plan_<level>`` for a level's
-    variant): ``claim_key`` -> why they decide nothing ('at the floor: ...'). A comparison without the
-    floor's samples is left out (decided as usual)."""
+    floor of their scope (``_floor_of``: random plans for the language agents, a random valid action per
+    step for ERA's policies; per level for a level's variant): ``claim_key`` -> why they decide nothing
+    ('at the floor: ...'). A comparison without the floor's samples (or of the scripted reference) is left
+    out (decided as usual)."""
     import statistics
 
     from mlsys_flows.systems.common.report import claim_key
 
     def med(v):
-        xs = samples.get(v, {}).get(metric)
+        xs = samples.get(v, {}).get(metric) if v else None
         return statistics.median(xs) if xs else None
 
     out = {}
@@ -144,8 +145,9 @@ def at_floor(samples: dict[str, dict[str, list[float]]], pairs, metric: str = "s
         if None in (t, b, ft, fb):
             continue
         if t <= ft and b <= fb:
-            floors = (f"random plans {ft:.3f}" if _floor_of(tech) == _floor_of(base) else
-                      f"random plans {ft:.3f} and {fb:.3f}")
+            what = "a random valid action per step" if _floor_of(tech).startswith(MASKED_FLOOR) else "random plans"
+            floors = (f"{what} {ft:.3f}" if _floor_of(tech) == _floor_of(base) else
+                      f"{what} {ft:.3f} and {fb:.3f}")
             out[claim_key(tech, base)] = (f"at the floor: {tech} {t:.3f} and {base} {b:.3f}, at or below {floors} "
                                           "(medians over the test sets)")
     return out

@@ -7,8 +7,8 @@ import numpy as np
 from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
 
 from . import SPEC
-from .protocol import (FLOOR, LEVELS, POLICY_VARIANTS, SUBSETS, UNMASKED_VARIANTS, agent_kinds, at_floor, eval_seeds,
-                       llm_played, per_seed, reason_counts, success_by_round, summarize, sweep_rounds)
+from .protocol import (FLOOR, LEVELS, MASKED_FLOOR, POLICY_VARIANTS, SUBSETS, agent_kinds, at_floor, eval_seeds,
+                       is_reference, llm_played, per_seed, reason_counts, success_by_round, summarize, sweep_rounds)
 
 
 def _pooled(v: dict, names: tuple[str, ...], label: str) -> str:
@@ -16,6 +16,34 @@ def _pooled(v: dict, names: tuple[str, ...], label: str) -> str:
     return f"{label}: " + "; ".join(
         f"{lv} level " + ", ".join(f"{n} {v[f'{n}_{lv}']['success_rate']:.3f}" for n in names if f"{n}_{lv}" in v)
         for lv in LEVELS)
+
+
+def _regime_note(rounds: list[int], max_rounds: int) -> str:
+    """What the regime's points can decide: at one plan the protocols coincide (no feedback has been
+    given yet), and at max_rounds the point is the headline itself."""
+    if set(rounds) <= {1, max_rounds}:
+        return ("These points decide nothing beyond the headline: at one plan the three protocols coincide (no "
+                "feedback has been given yet), and at the plan budget the point is the headline's comparison "
+                "itself.")
+    return ("At one plan the three protocols coincide (no feedback has been given yet), so that point decides "
+            "nothing; the others show how the gap grows with the budget.")
+
+
+def _floor_note(claims: list[tuple[str, str]], floored: dict[str, str]) -> str:
+    """The claims at their floor, above it, and the scripted reference's (a reference: decides nothing)."""
+    ref = [f"{t} vs {b}" for t, b in claims if is_reference(t) or is_reference(b)]
+    mine = [f"{t} vs {b}" for t, b in claims if f"{t} vs {b}" not in ref]
+    at = [c for c in mine if c in floored]
+    above = [c for c in mine if c not in floored]
+    return (("Comparisons at the floor (both sides' medians at or below their floor's: random plans for the "
+             "language agent, a random valid action per step for ERA's policies; no verdict, whatever their "
+             "ratio): " + "; ".join(at) + ". " if at else "No comparison is at the floor. ")
+            + ("Above it, " + "; ".join(above) + ": each is read from its verdict in the comparisons table (a tie "
+               "decides nothing; only a win in the paper's direction would reproduce it). " if above else
+               "No comparison is above the floor, so this run reproduces none of the paper's comparisons. ")
+            + ("Reference, decides nothing: " + "; ".join(ref) + " (the scripted planners, whose weaknesses the "
+               "project wrote: whatever their verdict in the table, they reproduce nothing)."
+               if ref else ""))
 
 
 def build_result(p, parts: list[dict]) -> SystemResult:
@@ -36,15 +64,16 @@ def build_result(p, parts: list[dict]) -> SystemResult:
     llm_requests = sum(x["requests"] for x in llm_parts)
     era = [part["era"] for part in parts if part.get("era")]
 
-    names = [v for v in agent_kinds(p)] + [v for v in (*POLICY_VARIANTS, *UNMASKED_VARIANTS) if v in episodes]
+    names = [v for v in agent_kinds(p)] + [v for v in POLICY_VARIANTS if v in episodes]
     claims = [(c.technique, c.baseline) for c in SPEC.claims]
     floored = at_floor(samples, claims)
     sweep_note = ("Regime (round budget r, counted on the same episodes: the agents do not know the budget, so success "
                   "within r plans is what a budget of r plans gives): " + "; ".join(
                       f"r={r}: " + ", ".join(f"{name} {np.median(xs):.3f}" for name, xs in by.items())
-                      for r, by in sweep.items()) + " (medians over the test sets).")
+                      for r, by in sweep.items()) + " (medians over the test sets). "
+                  + _regime_note(p.regime_rounds, p.max_rounds))
     shown = [v for v in ("no_feedback", "with_feedback", "replan_no_feedback", "scripted_with_feedback", "expert",
-                         *POLICY_VARIANTS, FLOOR) if v in names]
+                         *POLICY_VARIANTS, FLOOR, MASKED_FLOOR) if v in names]
     curves = [
         Curve(title="success rate per capability subset", x_label="subset (" + ", ".join(
             f"{i}={s}" for i, s in enumerate(SUBSETS)) + ")", y_label="success rate",
@@ -58,14 +87,7 @@ def build_result(p, parts: list[dict]) -> SystemResult:
                       for name in ("with_feedback", "replan_no_feedback") for lv in LEVELS}),
     ]
     v = variants
-    at, above = [f"{t} vs {b}" for t, b in claims if f"{t} vs {b}" in floored], \
-        [f"{t} vs {b}" for t, b in claims if f"{t} vs {b}" not in floored]
-    floor_note = (
-        ("Comparisons at the floor (both sides' medians at or below random plans'; no verdict, whatever their ratio): "
-         + "; ".join(at) + ". " if at else "No comparison is at the floor. ")
-        + ("Above it, " + "; ".join(above) + ": each is read from its verdict in the comparisons table (a tie "
-           "decides nothing; only a win in the paper's direction would reproduce it)." if above else
-           "No comparison is above the floor, so this run reproduces none of the paper's comparisons."))
+    floor_note = _floor_note(claims, floored)
     llm = llm_played(p)
     played = (f"the first {p.llm_per_subset} task(s) of each subset ({2 * p.llm_per_subset * len(SUBSETS)} episodes "
               f"per variant and test set)" if llm else "every task")
@@ -102,30 +124,41 @@ def build_result(p, parts: list[dict]) -> SystemResult:
         f"replan_no_feedback may make up to {p.max_rounds} plans per episode (the first told the feedback on every "
         "executed action, the second only the new observation and that the task is not complete yet); no_feedback "
         "plans once. Every episode has a step budget (high 16, long-horizon 36; low 40, long-horizon 110) and an "
-        "invalid action ends the current plan. The scripted reference's closed loops and the random floor replan "
-        "until the step budget (the paper's protocol), not up to the headline's plan budget.",
+        "invalid action ends the current plan. The scripted reference's closed loops replan until the step budget "
+        "(the paper's protocol), not up to the headline's plan budget. Each claim is measured against its own "
+        "floor: the language agent's against random plans from the offered actions (random_plan) on the tasks it "
+        "plays, up to the same plan budget; ERA's policies' against one uniformly random valid action per step "
+        "(random_valid: the valid-action mask they get) on every task, up to the step budget, as they play.",
         f"Every metric is counted. success_rate of the variants is the median over the {p.seeds} test sets (their "
         "range is the headline's); the other metrics pool every episode. Pooled success. "
         + _pooled(v, ("no_feedback", "replan_no_feedback", "with_feedback"), "Headline agent")
         + ". " + _pooled(v, POLICY_VARIANTS, "ERA's learned policies") + ". "
-        + _pooled(v, UNMASKED_VARIANTS, "ERA's policies without the valid-action mask (evaluation only)") + ". "
-        + _pooled(v, (FLOOR,), "The floor (random plans from the offered actions, up to the step budget)") + ". "
+        + _pooled(v, (FLOOR,), "The language agent's floor (random plans from the offered actions, on its tasks, "
+                  "up to its plan budget)") + ". "
+        + _pooled(v, (MASKED_FLOOR,), "ERA's floor (a random valid action per step, every task, up to the step "
+                  "budget)") + ". "
         + _pooled(v, ("scripted_no_feedback", "scripted_replan_no_feedback", "scripted_with_feedback"),
                   "Scripted reference (weaknesses written by the project; not evidence)")
         + (f"; the full-state expert solves {v['expert']['success_rate']:.3f} (upper bound)." if "expert" in v else "."),
         "ERA's learned policies (systems/era, preset " + p.era_scale + "): one training run per level, the prior "
         "learned from scripted-expert demonstrations (behaviour cloning + grounding), then turn-level PPO from it; "
-        "training tasks whose content equals a test task's are dropped. "
+        "training tasks whose content equals a test task's are dropped. One training seed (ERA's seed index 0) "
+        "and ERA's parameter learning rate for PPO from the prior, not the rate ERA's calibration would choose "
+        "(calibrating would train a cell per rate, level and calibration seed), so the policies are one draw at "
+        "one rate. "
         + "; ".join(f"{x['level']}: {x['train_tasks']} training tasks ({x['overlaps_dropped']} dropped), "
                     f"{x['demo_steps']} demonstration steps (behaviour-cloning accuracy {x['bc_accuracy']:.3f}), "
-                    f"{x['rl_env_steps']} RL environment steps in {x['rl_updates']} updates" for x in era)
+                    f"{x['rl_env_steps']} RL environment steps in {x['rl_updates']} updates"
+                    + (f" at learning rate {x['lr_prior_rl']:g}" if "lr_prior_rl" in x else "") for x in era)
         + ". They play every task one action per plan up to the step budget, reading the observation vector and "
         "the environment's valid-action mask as they were trained (the language agent gets the scene's actions, "
         "not which are valid now), and have no channel for the feedback text, so they play no feedback protocol: "
         "they carry the high-vs-low comparison. The mask removes most of the high level's actions in any state "
-        "and few of the low level's, so the same policies also play with an all-ones mask (*_unmasked, "
-        "evaluation only: an invalid pick costs a step): where the two orderings differ, the masked one measures "
-        "the mask.",
+        "and few of the low level's, so part of a high-vs-low gap can be the mask's: the mask's share is measured "
+        "against ERA's floor (random_valid, a uniformly random valid action per step on the same tasks at the "
+        "same step budget), and a comparison of ERA's whose both sides are at or below it gets no verdict. "
+        "(Played with an all-ones mask the policies are no control: their networks mask invalid logits in "
+        "behaviour cloning and PPO, so those logits are never trained.)",
         "Invalid plans (reply not JSON, no plan, or an action id out of range; counted, never fatal): "
         + ", ".join(f"{name} {int(v[name]['invalid_plans'])}" for name in names if name in v)
         + ". Failure reasons: " + "; ".join(f"{name}: " + (", ".join(f"{k} {c}" for k, c in sorted(r.items())) or "none")

@@ -1,7 +1,7 @@
 """The embodiedbench flow at smoke scale (the session's shared reference run): counted success per
 level and per subset, with and without feedback (one plan, and the same plan budget), the scripted
-reference (at the step budget), ERA's learned policies (masked and not), the random floor and the comparisons
-at it (no verdict), the expert upper bound, one sample per test set, the round-budget regime, the
+reference (at the step budget), ERA's learned policies (masked, as trained), each claim's floor (random plans
+for the language agent's, a random valid action per step for ERA's) and the comparisons at it (no verdict), the expert upper bound, one sample per test set, the round-budget regime, the
 components, and the episodes on storage."""
 import json
 import math
@@ -19,8 +19,8 @@ def test_embodiedbench_flow_smoke(prefect_api):
     assert math.isfinite(h["ratio"]) or h["ratio"] == math.inf
     v, kinds = report["variants"], report["metric_kinds"]
     agents = ("no_feedback", "with_feedback", "replan_no_feedback", "expert", "scripted_no_feedback",
-              "scripted_with_feedback", "scripted_replan_no_feedback", "random_plan", "era_prior", "era_prior_rl",
-              "era_prior_unmasked", "era_prior_rl_unmasked")
+              "scripted_with_feedback", "scripted_replan_no_feedback", "random_plan", "random_valid", "era_prior",
+              "era_prior_rl")
     assert set(v) == {f"{a}{b}" for a in agents for b in ("", "_high", "_low")}
     assert all(k == "counted" for k in kinds.values())
     per_subset, seeds = report["parameters"]["per_subset"], report["parameters"]["seeds"]
@@ -37,13 +37,17 @@ def test_embodiedbench_flow_smoke(prefect_api):
     # ERA's policies play step by step (one action per plan), masked as trained: never an invalid action
     assert v["era_prior_rl"]["invalid_actions_per_episode"] == 0.0
     assert v["era_prior_rl"]["plans_per_episode"] == v["era_prior_rl"]["steps_per_episode"]
-    assert v["era_prior_rl_unmasked"]["plans_per_episode"] == v["era_prior_rl_unmasked"]["steps_per_episode"]
-    # a comparison whose both sides are at or below random plans gets no verdict, never a tie counted as one
+    # their floor: a random valid action per step, never an invalid one, up to the step budget
+    assert v["random_valid"]["invalid_actions_per_episode"] == 0.0
+    assert v["random_valid"]["plans_per_episode"] == v["random_valid"]["steps_per_episode"]
+    # a comparison whose both sides are at or below its floor gets no verdict, never a tie counted as one (the
+    # scripted reference has no floor: its claims are a reference)
     for r in [h, h["vs_strongest"], h["mechanism"], *report["ratios"]]:
         t, b = (v[r["technique"]]["success_rate"], v[r["baseline"]]["success_rate"])
-        floor = {x: v["random_plan" + ("_" + x.rsplit("_", 1)[1] if x.endswith(("_high", "_low")) else "")]
+        floor = {x: v[("random_valid" if x.startswith("era_") else "random_plan")
+                      + ("_" + x.rsplit("_", 1)[1] if x.endswith(("_high", "_low")) else "")]
                  ["success_rate"] for x in (r["technique"], r["baseline"])}
-        at = t <= floor[r["technique"]] and b <= floor[r["baseline"]]
+        at = t <= floor[r["technique"]] and b <= floor[r["baseline"]] and not r["technique"].startswith("scripted_")
         assert r["verdict"]["why"].startswith("undecidable: at the floor") == at
     keys = [k for k in storage.list(f"runs/embodiedbench/{report['run_id']}/") if "/episodes_" in k]
     era_keys = [k for k in keys if "/episodes_era_" in k]

@@ -83,3 +83,26 @@ def test_the_results_header_counts_the_headlines_own_samples(name):
     n = json.loads((ROOT / "benchmarks" / "results" / f"{name}-quick.json").read_text())["headline"]["repeats"]
     block = readme.system_results(name)
     assert (f"headline over {n} samples" if n != 1 else "headline over 1 sample (no range)") in block
+
+
+def test_an_undefined_ratio_prints_a_dash_not_nan(tmp_path):
+    """A ratio of 0 vs 0 is NaN in the report's JSON: the docs' tables print "-", never "nanx" or "nan-nanx"."""
+    import math
+
+    from mlsys_flows.docsgen import readme
+    from mlsys_flows.systems.common import formatting as fmt
+
+    nan = float("nan")
+    assert fmt.ratio(nan) == "-" and fmt.ratio_range((nan, nan), "counted") == "-"
+    assert fmt.ratio(None) == "n/a" and fmt.ratio(1.5) == "1.50x" and fmt.ratio_range((0.98, 1.03)) == "0.98-1.03x"
+    r = json.loads((ROOT / "benchmarks" / "results" / "embodiedbench-quick.json").read_text())
+    h = r["headline"]
+    for x in (h, h["vs_strongest"], *r["ratios"]):
+        x["ratio"], x["range"] = nan, [nan, nan]
+    for p in (r.get("regime") or {}).get("points", []):
+        p["ratio"] = nan
+    (tmp_path / "embodiedbench-quick.json").write_text(json.dumps(r))
+    block = readme.system_results("embodiedbench", tmp_path)
+    table = [line for line in block.splitlines() if line.startswith("|")]
+    assert table and not any("nan" in line.lower() for line in table) and "| - | - |" in block
+    assert math.isnan(json.loads((tmp_path / "embodiedbench-quick.json").read_text())["headline"]["ratio"])

@@ -174,7 +174,7 @@ def test_summary_counts_per_level_and_subset():
     s = summarize(eps)
     assert set(s) == {f"{v}{x}" for v in ("no_feedback", "with_feedback", "replan_no_feedback", "expert",
                                           "scripted_no_feedback", "scripted_with_feedback",
-                                          "scripted_replan_no_feedback", "random_plan")
+                                          "scripted_replan_no_feedback", "random_plan", "random_valid")
                       for x in ("", "_high", "_low")}
     # agent=scripted: the headline's protocols are the scripted planners at the plan budget; the reference's
     # closed loops replan until the step budget, so they make at least as many plans and solve at least as much

@@ -1,10 +1,11 @@
 """The agents the project did not script, under EmbodiedBench's protocol: SmolLM2's chat client (greedy,
 forced plan start, stop string, memo of identical requests, grammar-constrained decoding, the cached
 system turn), the prompt (the scene's actions listed, a worked example never from a test set, the blind
-arm's notice), the prefix agent's plan closing, ERA's learned policies as step agents (masked and
-unmasked), the random floor and the rule that turns a comparison at it into no verdict, and the variants
-a run plays (the language model on the first tasks of each subset, the scripted reference on all, at
-the step budget)."""
+arm's notice), the prefix agent's plan closing, ERA's learned policies as step agents (trained on tasks
+of no test set), the two floors (random plans on the language model's tasks at its plan budget; a random
+valid action per step on every task at the step budget, for ERA's policies) and the rule that turns a
+comparison at its floor into no verdict, and the variants a run plays (the language model on the first
+tasks of each subset, the scripted reference on all, at the step budget)."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,9 +15,9 @@ import pytest
 
 from mlsys_flows.systems.embodied import LEVELS, expert_plan, make_env, make_task, make_tasks
 from mlsys_flows.systems.embodied.agents import (EXAMPLE_SEED, EXAMPLE_SUBSET, NOT_COMPLETE, PLAN_PREFIX,
-                                                 FeedbackReplanner, PlanError, PolicyAgent, PrefixLLMAgent, RandomPlanner,
+                                                 FeedbackReplanner, MaskedRandomAgent, PlanError, PolicyAgent, PrefixLLMAgent, RandomPlanner,
                                                  close_plan, parse_plan, run_episode, system_prompt, worked_example)
-from mlsys_flows.systems.embodiedbench import (FLOOR, SPEC, STEP_BUDGET, Params, agent_kinds, at_floor, eval_seeds,
+from mlsys_flows.systems.embodiedbench import (FLOOR, MASKED_FLOOR, SPEC, STEP_BUDGET, Params, agent_kinds, at_floor, eval_seeds,
                                                run_chunk, run_policies, summarize, tasks_for)
 from mlsys_flows.systems.embodiedbench.protocol import task_index
 from mlsys_flows.systems.llm_serving.chat import SmolLM2Chat, int_list_prefix_ok
@@ -220,7 +221,10 @@ def test_the_language_model_plays_the_first_tasks_of_each_subset_and_the_referen
     assert kinds["scripted_with_feedback"] == ("scripted_feedback", True, True) and kinds[FLOOR] == ("random", False, True)
     chat = _FakeChat("0]")
     out = run_chunk(p, "high", 0, 12, chat, seed=0)
-    assert len(out["with_feedback"]) == 6 and len(out["scripted_with_feedback"]) == 12 and len(out[FLOOR]) == 12
+    assert len(out["with_feedback"]) == 6 and len(out["scripted_with_feedback"]) == 12
+    # the language model's floor plays its tasks; the learned policies' floor every task
+    assert [e["task_id"] for e in out[FLOOR]] == [e["task_id"] for e in out["with_feedback"]]
+    assert len(out[MASKED_FLOOR]) == 12
     assert {e["task_id"].endswith("-000") for e in out["no_feedback"]} == {True}
     s = summarize(out)
     assert s["no_feedback"]["episodes"] == 6.0 and s["scripted_no_feedback"]["episodes"] == 12.0
@@ -257,11 +261,10 @@ def test_era_policies_train_on_tasks_disjoint_from_the_test_sets_and_play_them()
     policies, info = train_era(p, "high")
     assert set(policies) == {"era_prior", "era_prior_rl"} and info["rl_env_steps"] > 0 and info["train_tasks"] > 0
     out = run_policies(p, "high", policies)
-    assert set(out) == {"era_prior", "era_prior_rl", "era_prior_unmasked", "era_prior_rl_unmasked"}
+    assert set(out) == {"era_prior", "era_prior_rl"}
     for v, eps in out.items():
         assert len(eps) == 6 and all(e["rounds"] == e["steps"] for e in eps)
-        if not v.endswith("_unmasked"):
-            assert all(e["invalid_actions"] == 0 for e in eps)   # the mask, as trained
+        assert all(e["invalid_actions"] == 0 for e in eps)   # the mask, as trained
     # the policy is a function of its input: the same observation, the same action
     x = make_env(make_tasks("high", 1, 0)[0])
     acts = {policies["era_prior_rl"](x.observe().vector, x.valid_mask()) for _ in range(3)}
@@ -344,7 +347,7 @@ def test_a_comparison_at_the_random_floor_gets_no_verdict():
     eps = {}
     for seed in eval_seeds(p):
         for level in LEVELS:
-            for v in (*agent_kinds(p), "era_prior", "era_prior_rl", "era_prior_unmasked", "era_prior_rl_unmasked"):
+            for v in (*agent_kinds(p), "era_prior", "era_prior_rl"):
                 for s in SUBSETS:
                     won = v == "scripted_with_feedback" and level == "high"   # above the floor: 1 vs 0
                     eps.setdefault(v, []).append(dict(
@@ -364,9 +367,122 @@ def test_a_comparison_at_the_random_floor_gets_no_verdict():
     assert by[("with_feedback_high", "with_feedback_low")].label().startswith("no verdict")
     assert not any("reproduced part" in n for n in rep.notes)
     assert any("Comparisons at the floor" in n and "with_feedback vs replan_no_feedback" in n for n in rep.notes)
+    # the scripted reference's claims are never among those above the floor that could reproduce the paper
+    note = next(n for n in rep.notes if "Comparisons at the floor" in n)
+    above = note.split("Above it, ", 1)[1].split(": each is read", 1)[0] if "Above it, " in note else ""
+    assert "scripted_" not in above and "No comparison is above the floor" in note
+    ref = note.split("Reference, decides nothing: ", 1)[1]
+    assert "scripted_with_feedback_high vs scripted_with_feedback_low" in ref
     # the rule itself: both sides at or below their own scope's floor
     samples = {"a_high": {"success_rate": [0.1, 0.1]}, "b_low": {"success_rate": [0.0, 0.0]},
                "random_plan_high": {"success_rate": [0.1, 0.1]}, "random_plan_low": {"success_rate": [0.0, 0.0]}}
     assert list(at_floor(samples, [("a_high", "b_low")])) == ["a_high vs b_low"]
     samples["a_high"]["success_rate"] = [0.2, 0.2]
     assert at_floor(samples, [("a_high", "b_low")]) == {}
+    # ERA's policies are held to their own floor, a random valid action per step (not random plans)
+    era = {"era_prior_rl_low": {"success_rate": [0.0, 0.0]}, "era_prior_rl_high": {"success_rate": [0.02, 0.02]},
+           "random_plan_high": {"success_rate": [0.0, 0.0]}, "random_plan_low": {"success_rate": [0.0, 0.0]},
+           "random_valid_high": {"success_rate": [0.03, 0.03]}, "random_valid_low": {"success_rate": [0.0, 0.0]}}
+    pair = [("era_prior_rl_low", "era_prior_rl_high")]
+    assert at_floor(era, pair)["era_prior_rl_low vs era_prior_rl_high"].startswith("at the floor")
+    era["era_prior_rl_high"]["success_rate"] = [0.05, 0.05]
+    assert at_floor(era, pair) == {}
+    # the scripted reference has no floor (its claims decide nothing whatever their verdict)
+    assert at_floor({"scripted_x_high": {"success_rate": [0.0]}, "scripted_x_low": {"success_rate": [0.0]},
+                     "random_plan_high": {"success_rate": [0.1]}, "random_plan_low": {"success_rate": [0.1]}},
+                    [("scripted_x_low", "scripted_x_high")]) == {}
+
+
+def test_the_masked_random_floor_takes_only_valid_actions_reproducibly():
+    """ERA's floor: one uniformly random action per step from the valid-action mask ERA's policies get,
+    never an invalid one, run to the step budget; the same task, the same episode."""
+    seen = 0
+    for level in LEVELS:
+        for t in make_tasks(level, 2, 5):
+            env = make_env(t)
+            a = run_episode(env, MaskedRandomAgent(), False, env.max_steps, replan=True)
+            env2 = make_env(t)
+            assert a == run_episode(env2, MaskedRandomAgent(), False, env2.max_steps, replan=True)
+            assert a.invalid_actions == 0 and a.rounds == a.steps
+            seen += a.steps
+    assert seen > 2 * 12 * 2   # it walks: far more steps than a plan budget of 2 would allow
+
+
+def test_each_floor_plays_its_claims_budget():
+    """random_plan (the language model's floor) plays the model's tasks up to its plan budget, exactly as
+    a direct episode does; random_valid (ERA's floor) every task up to the step budget, never an invalid
+    action."""
+    p = Params.for_scale("smoke", agent="smollm2", per_subset=2, llm_per_subset=1, seeds=1, expert=False)  # max_rounds 2
+    assert MASKED_FLOOR in STEP_BUDGET and FLOOR not in STEP_BUDGET
+    for level in LEVELS:
+        out = run_chunk(p, level, 0, 12, _FakeChat("0]"), seed=p.seed)
+        mine = [t for t in tasks_for(p, level, p.seed) if task_index(t) < p.llm_per_subset]
+        assert [e["task_id"] for e in out[FLOOR]] == [t.id for t in mine]
+        for t, e in zip(mine, out[FLOOR]):
+            direct = run_episode(make_env(t), RandomPlanner(), False, p.max_rounds, replan=True)
+            assert (e["success"], e["rounds"], e["steps"]) == (direct.success, direct.rounds, direct.steps)
+        assert max(e["rounds"] for e in out[FLOOR]) <= p.max_rounds
+        eps = out[MASKED_FLOOR]
+        assert len(eps) == 12 and all(e["invalid_actions"] == 0 and e["rounds"] == e["steps"] for e in eps)
+        assert max(e["rounds"] for e in eps) > p.max_rounds   # the step budget, not the plan budget
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_era_trains_on_no_task_of_any_test_set(monkeypatch):
+    """The training tasks ERA's prior learns from (what ``run.expert_demos`` is given) share no content with
+    any of the run's test sets, test set 0 (generated from the very seed ERA is given) included. Training
+    is stopped there: the test needs the tasks, not the networks."""
+    pytest.importorskip("torch")
+    from mlsys_flows.systems.era import run as era_run
+    from mlsys_flows.systems.era.episodes import task_signature
+    from mlsys_flows.tasks.embodiedbench import train_era
+
+    p = Params.for_scale("smoke", per_subset=2, seeds=2, era_scale="smoke")
+    for level in LEVELS:
+        seen = []
+
+        def spy(tasks, *a, **k):
+            seen.extend(tasks)
+            raise _Stop
+
+        monkeypatch.setattr(era_run, "expert_demos", spy)
+        with pytest.raises(_Stop):
+            train_era(p, level)
+        test = {task_signature(t) for s in eval_seeds(p) for t in tasks_for(p, level, s)}
+        assert seen and not {task_signature(t) for t in seen} & test
+
+
+def test_era_drops_training_tasks_that_are_test_tasks_of_the_benchmark(monkeypatch):
+    """Force a collision: the benchmark's test sets are made of ERA's own training tasks; ``exclude`` must
+    drop them (``overlaps_dropped`` grows by them) and the prior must learn from none of them."""
+    pytest.importorskip("torch")
+    from mlsys_flows.systems import era
+    from mlsys_flows.systems.era import run as era_run
+    from mlsys_flows.systems.era.episodes import task_sets, task_signature
+    from mlsys_flows.tasks import embodiedbench as eb_tasks
+
+    p = Params.for_scale("smoke", per_subset=1, seeds=1, era_scale="smoke")
+    ep = era.Params.for_scale(p.era_scale, seed=p.seed)
+    own = task_sets("high", ep.train_per_subset, ep.test_per_subset, ep.seed)
+    planted = own.train[:3]
+    monkeypatch.setattr(eb_tasks, "tasks_for", lambda p_, level, seed=None: planted)
+    got, seen = [], []
+    real = era_run.task_sets
+
+    def spy_sets(*a, **k):
+        got.append(real(*a, **k))
+        return got[-1]
+
+    def spy_demos(tasks, *a, **k):
+        seen.extend(tasks)
+        raise _Stop
+
+    monkeypatch.setattr(era_run, "task_sets", spy_sets)
+    monkeypatch.setattr(era_run, "expert_demos", spy_demos)
+    with pytest.raises(_Stop):
+        eb_tasks.train_era(p, "high")
+    assert got[-1].overlaps_dropped == own.overlaps_dropped + len(planted) > 0
+    assert not {task_signature(t) for t in seen} & {task_signature(t) for t in planted}
