@@ -112,6 +112,31 @@ def is_reference(name: str) -> bool:
     return name.startswith(REFERENCE)
 
 
+def is_floor(name: str) -> bool:
+    """Whether ``name`` is a floor variant (``FLOOR`` or ``MASKED_FLOOR``, pooled or per level)."""
+    return name.removesuffix("_high").removesuffix("_low") in (FLOOR, MASKED_FLOOR)
+
+
+REFERENCE_WHY = ("reference: played by the project's scripted planners, whose weaknesses it wrote; "
+                 "decides nothing")
+
+
+def decides_nothing(p: Params, samples: dict[str, dict[str, list[float]]], pairs,
+                    metric: str = "success_rate") -> dict[str, str]:
+    """The comparisons among ``pairs`` that get no verdict, ``claim_key`` -> why: those played by the
+    scripted planners (the ``scripted_*`` reference's, and with ``agent=scripted`` every claim of the
+    headline's protocols, which the scripted planner then plays), then those at their floor
+    (``at_floor``)."""
+    from mlsys_flows.systems.common.report import claim_key
+
+    out = at_floor(samples, pairs, metric)
+    for tech, base in pairs:
+        era = tech.startswith("era_") and (base.startswith("era_") or is_floor(base))
+        if is_reference(tech) or is_reference(base) or (p.agent == "scripted" and not era):
+            out[claim_key(tech, base)] = REFERENCE_WHY
+    return out
+
+
 def _floor_of(name: str) -> str | None:
     """The floor variant of ``name``'s scope: ``MASKED_FLOOR`` for ERA's learned policies, ``FLOOR`` for the
     language agents (``<floor>_high`` / ``_low`` for a level's variant), None for the scripted reference
@@ -141,6 +166,11 @@ def at_floor(samples: dict[str, dict[str, list[float]]], pairs, metric: str = "s
 
     out = {}
     for tech, base in pairs:
+        if is_floor(base):
+            # a claim against the floor itself: decided as usual, unless neither side scores at all
+            if med(tech) == med(base) == 0.0:
+                out[claim_key(tech, base)] = f"at the floor: {tech} and {base} both 0.000 (medians over the test sets)"
+            continue
         t, b, ft, fb = med(tech), med(base), med(_floor_of(tech)), med(_floor_of(base))
         if None in (t, b, ft, fb):
             continue

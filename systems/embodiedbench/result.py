@@ -7,8 +7,8 @@ import numpy as np
 from mlsys_flows.systems.common.report import Curve, RegimeSample, SystemResult
 
 from . import SPEC
-from .protocol import (FLOOR, LEVELS, MASKED_FLOOR, POLICY_VARIANTS, SUBSETS, agent_kinds, at_floor, eval_seeds,
-                       is_reference, llm_played, per_seed, reason_counts, success_by_round, summarize, sweep_rounds)
+from .protocol import (FLOOR, LEVELS, MASKED_FLOOR, POLICY_VARIANTS, REFERENCE_WHY, SUBSETS, agent_kinds,
+                       decides_nothing, eval_seeds, llm_played, per_seed, reason_counts, success_by_round, summarize, sweep_rounds)
 
 
 def _pooled(v: dict, names: tuple[str, ...], label: str) -> str:
@@ -29,21 +29,21 @@ def _regime_note(rounds: list[int], max_rounds: int) -> str:
             "nothing; the others show how the gap grows with the budget.")
 
 
-def _floor_note(claims: list[tuple[str, str]], floored: dict[str, str]) -> str:
-    """The claims at their floor, above it, and the scripted reference's (a reference: decides nothing)."""
-    ref = [f"{t} vs {b}" for t, b in claims if is_reference(t) or is_reference(b)]
-    mine = [f"{t} vs {b}" for t, b in claims if f"{t} vs {b}" not in ref]
-    at = [c for c in mine if c in floored]
-    above = [c for c in mine if c not in floored]
+def _floor_note(claims: list[tuple[str, str]], nothing: dict[str, str]) -> str:
+    """The claims played by the scripted planners (a reference: decide nothing), those at their floor, and
+    those above it (``nothing``: claim_key -> why, from ``decides_nothing``)."""
+    keys = [f"{t} vs {b}" for t, b in claims]
+    ref = [k for k in keys if nothing.get(k) == REFERENCE_WHY]
+    at = [k for k in keys if k in nothing and k not in ref]
+    above = [k for k in keys if k not in nothing]
     return (("Comparisons at the floor (both sides' medians at or below their floor's: random plans for the "
              "language agent, a random valid action per step for ERA's policies; no verdict, whatever their "
              "ratio): " + "; ".join(at) + ". " if at else "No comparison is at the floor. ")
             + ("Above it, " + "; ".join(above) + ": each is read from its verdict in the comparisons table (a tie "
                "decides nothing; only a win in the paper's direction would reproduce it). " if above else
                "No comparison is above the floor, so this run reproduces none of the paper's comparisons. ")
-            + ("Reference, decides nothing: " + "; ".join(ref) + " (the scripted planners, whose weaknesses the "
-               "project wrote: whatever their verdict in the table, they reproduce nothing)."
-               if ref else ""))
+            + ("Reference, decides nothing (no verdict): " + "; ".join(ref) + " (played by the scripted planners, "
+               "whose weaknesses the project wrote: they reproduce nothing)." if ref else ""))
 
 
 def build_result(p, parts: list[dict]) -> SystemResult:
@@ -66,7 +66,7 @@ def build_result(p, parts: list[dict]) -> SystemResult:
 
     names = [v for v in agent_kinds(p)] + [v for v in POLICY_VARIANTS if v in episodes]
     claims = [(c.technique, c.baseline) for c in SPEC.claims]
-    floored = at_floor(samples, claims)
+    nothing = decides_nothing(p, samples, claims)
     sweep_note = ("Regime (round budget r, counted on the same episodes: the agents do not know the budget, so success "
                   "within r plans is what a budget of r plans gives): " + "; ".join(
                       f"r={r}: " + ", ".join(f"{name} {np.median(xs):.3f}" for name, xs in by.items())
@@ -87,7 +87,7 @@ def build_result(p, parts: list[dict]) -> SystemResult:
                       for name in ("with_feedback", "replan_no_feedback") for lv in LEVELS}),
     ]
     v = variants
-    floor_note = _floor_note(claims, floored)
+    floor_note = _floor_note(claims, nothing)
     llm = llm_played(p)
     played = (f"the first {p.llm_per_subset} task(s) of each subset ({2 * p.llm_per_subset * len(SUBSETS)} episodes "
               f"per variant and test set)" if llm else "every task")
@@ -116,7 +116,8 @@ def build_result(p, parts: list[dict]) -> SystemResult:
                  f"requests) on {played}; endpoint errors and malformed replies count as invalid plans")
     else:
         agent = ("the project's scripted keyword planner (as in the scripted_* reference: this run's headline rests on "
-                 "a planner whose weaknesses the project wrote, and shows the protocol, not an agent's ability)")
+                 "a planner whose weaknesses the project wrote, and shows the protocol, not an agent's ability: every claim "
+                 "of its protocols gets no verdict, a reference)")
     notes = [
         f"Test sets: {p.seeds} (seeds {', '.join(map(str, seeds))}), each {p.per_subset} tasks per subset x "
         f"{len(SUBSETS)} subsets x {len(LEVELS)} levels = {2 * n} tasks (fixed: same seed, same tasks). "
@@ -154,9 +155,11 @@ def build_result(p, parts: list[dict]) -> SystemResult:
         "the environment's valid-action mask as they were trained (the language agent gets the scene's actions, "
         "not which are valid now), and have no channel for the feedback text, so they play no feedback protocol: "
         "they carry the high-vs-low comparison. The mask removes most of the high level's actions in any state "
-        "and few of the low level's, so part of a high-vs-low gap can be the mask's: the mask's share is measured "
-        "against ERA's floor (random_valid, a uniformly random valid action per step on the same tasks at the "
-        "same step budget), and a comparison of ERA's whose both sides are at or below it gets no verdict. "
+        "and few of the low level's, so part of a high-vs-low gap can be the mask's. ERA's floor (random_valid, a "
+        "uniformly random valid action per step on the same tasks at the same step budget) shows what the mask "
+        "alone gives a random chooser; era_prior_rl vs random_valid on each level says whether the policy adds "
+        "anything to it, and a comparison of ERA's whose both sides are at or below it gets no verdict. What the "
+        "mask does for a learner (it chooses among the few valid actions) is not measured. "
         "(Played with an all-ones mask the policies are no control: their networks mask invalid logits in "
         "behaviour cloning and PPO, so those logits are never trained.)",
         "Invalid plans (reply not JSON, no plan, or an action id out of range; counted, never fatal): "
@@ -170,4 +173,4 @@ def build_result(p, parts: list[dict]) -> SystemResult:
         sweep_note,
     ]
     return SystemResult(variants=variants, samples=samples, curves=curves, notes=notes, regime=regime,
-                        regime_headline_value=float(p.max_rounds), undecidable=floored)
+                        regime_headline_value=float(p.max_rounds), undecidable=nothing)
