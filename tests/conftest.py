@@ -12,10 +12,16 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+# A failing property test makes Hypothesis's pytest plugin write a patch with libcst; in a full unit run
+# that crashed the session (INTERNALERROR, AttributeError: __provides__) and lost every other result. The
+# plugin skips the patch when the module cannot be imported; the failing example is in the test's output.
+sys.modules.setdefault("hypothesis.extra._patching", None)
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

@@ -24,7 +24,13 @@ def assign_workers(load: np.ndarray, counts: np.ndarray, workers: int, slots_per
     """Experts held by each worker. Longest-processing-time first: each replica (load/count)
     goes to the least-loaded worker with a free slot that does not hold that expert yet. With
     ``previous`` (FlexMoE), a worker that already holds the expert wins when its load is within
-    ``stickiness`` x that replica's load of the least-loaded one, which avoids needless moves."""
+    ``stickiness`` x that replica's load of the least-loaded one, which avoids needless moves.
+    Where that greedy order strands an expert's last replicas (its free slots all on workers that
+    hold it already), the replicas are placed by ``_most_free_first``, which never strands one."""
+    counts = np.asarray(counts, dtype=int)
+    if counts.max(initial=0) > workers or counts.sum() > workers * slots_per_worker:
+        raise ValueError(f"{int(counts.sum())} replicas (at most {int(counts.max(initial=0))} of one expert) do not "
+                         f"fit {workers} workers x {slots_per_worker} slots")
     per = np.asarray(load, dtype=float) / counts
     items = sorted(((per[e], e) for e in range(len(counts)) for _ in range(counts[e])), reverse=True)
     held: list[list[int]] = [[] for _ in range(workers)]
@@ -32,7 +38,7 @@ def assign_workers(load: np.ndarray, counts: np.ndarray, workers: int, slots_per
     for w_load, e in items:
         ok = [w for w in range(workers) if len(held[w]) < slots_per_worker and e not in held[w]]
         if not ok:
-            raise ValueError("not enough slots for the requested replicas")
+            return _most_free_first(per, counts, workers, slots_per_worker)
         best = min(ok, key=lambda w: (busy[w], w))
         if previous is not None:
             keep = [w for w in ok if e in previous[w] and busy[w] <= busy[best] + stickiness * w_load]
@@ -40,6 +46,19 @@ def assign_workers(load: np.ndarray, counts: np.ndarray, workers: int, slots_per
                 best = min(keep, key=lambda w: (busy[w], w))
         held[best].append(e)
         busy[best] += w_load
+    return held
+
+
+def _most_free_first(per: np.ndarray, counts: np.ndarray, workers: int, slots_per_worker: int) -> list[list[int]]:
+    """Experts in decreasing replica count, each expert's replicas on the workers with the most free
+    slots (the least loaded among equals): Ryser's construction, which places every replica whenever
+    each count is at most ``workers`` and their sum at most the slots."""
+    held: list[list[int]] = [[] for _ in range(workers)]
+    busy = np.zeros(workers)
+    for e in sorted(range(len(counts)), key=lambda e: (-counts[e], -per[e], e)):
+        for w in sorted(range(workers), key=lambda w: (len(held[w]), busy[w], w))[:counts[e]]:
+            held[w].append(e)
+            busy[w] += per[e]
     return held
 
 
