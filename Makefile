@@ -38,20 +38,23 @@ run: setup
 lint: setup
 	$(PY) .ci/lint_imports.py
 
-# The whole suite. The unit layer (pure code, no servers) runs in a second pytest beside the flow and
-# integration layers, its output held in a file and printed whole when it ends: on 2 cores with one of
-# them busy the suite takes ~20 min instead of ~25. With PYTEST_ARGS, one pytest runs them all in order.
+# The whole suite, in two pytests side by side: the unit layer (pure code, no servers) and BESIDE, three
+# self-contained integration files (each brings its own venv, platform or copy of the project), in one;
+# the flow and integration layers in the other. The first's output is held in a file and printed whole
+# when it ends. On 2 cores with one of them busy the flow and integration layers alone took ~25 min of
+# tests, the unit layer ~9 beside them. With PYTEST_ARGS, one pytest runs them all in order.
+BESIDE := tests/integration/test_airflow_dags.py tests/integration/test_wheel.py tests/integration/test_standalone.py
 test: setup system-deps airflow-venv lint
 	@if [ -n "$(PYTEST_ARGS)" ]; then exec $(PY) -m pytest -q --durations=20 $(PYTEST_ARGS); fi; \
 	start=$$SECONDS; unit_log=$$(mktemp); \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit > $$unit_log 2>&1 & unit=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit $(BESIDE) > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' EXIT; \
-	$(PY) -m pytest -q --durations=20 tests/flows tests/integration; rest=$$?; \
+	$(PY) -m pytest -q --durations=20 tests/flows tests/integration $(addprefix --ignore=,$(BESIDE)); rest=$$?; \
 	wait $$unit; unit_rc=$$?; \
-	echo "================ unit layer (ran beside the flow and integration layers) ================"; \
+	echo "================ unit layer and $(notdir $(BESIDE)) (ran beside the others) ================"; \
 	cat $$unit_log; \
 	echo "make test: $$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s of tests;" \
-	     "unit layer exit $$unit_rc, flow and integration layers exit $$rest"; \
+	     "unit layer (and beside) exit $$unit_rc, flow and integration layers exit $$rest"; \
 	[ $$unit_rc -eq 0 ] && [ $$rest -eq 0 ]
 
 test-unit: setup

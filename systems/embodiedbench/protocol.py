@@ -210,7 +210,8 @@ def summarize(episodes: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
     out = {}
     for name, eps in groups.items():
         n = len(eps)
-        m = {"success_rate": sum(e["success"] for e in eps) / n, "episodes": float(n),
+        success = sum(e["success"] for e in eps) / n
+        m = {"success_rate": success, "failure_rate": 1.0 - success, "episodes": float(n),
              "invalid_plans": float(sum(e["invalid_plans"] for e in eps)),
              "invalid_plan_episodes": float(sum(e["invalid_plans"] > 0 for e in eps)),
              "invalid_actions_per_episode": sum(e["invalid_actions"] for e in eps) / n,
@@ -244,12 +245,14 @@ def success_within(eps: list[dict], rounds: int) -> float:
 
 
 def per_seed(episodes: dict[str, list[dict]], seeds: list[int]) -> dict[str, dict[str, list[float]]]:
-    """Samples of success_rate, one per test set: variant (and variant_level) -> {"success_rate": [...]}."""
+    """Samples of success_rate and failure_rate, one per test set: variant (and variant_level) ->
+    {"success_rate": [...], "failure_rate": [...]}."""
     out: dict[str, dict[str, list[float]]] = {}
     for seed in seeds:
         s = summarize({v: [e for e in eps if e["test_seed"] == seed] for v, eps in episodes.items()})
         for name, m in s.items():
-            out.setdefault(name, {}).setdefault("success_rate", []).append(m["success_rate"])
+            for metric in ("success_rate", "failure_rate"):
+                out.setdefault(name, {}).setdefault(metric, []).append(m[metric])
     return out
 
 

@@ -35,13 +35,19 @@ def _floor_note(claims: list[tuple[str, str]], nothing: dict[str, str]) -> str:
     keys = [f"{t} vs {b}" for t, b in claims]
     ref = [k for k in keys if nothing.get(k) == REFERENCE_WHY]
     at = [k for k in keys if k in nothing and k not in ref]
-    above = [k for k in keys if k not in nothing]
+    above = [k for k in keys if k not in nothing and not k.startswith("era_")]
+    era = [k for k in keys if k not in nothing and k.startswith("era_")]
     return (("Comparisons at the floor (both sides' medians at or below their floor's: random plans for the "
              "language agent, a random valid action per step for ERA's policies; no verdict, whatever their "
              "ratio): " + "; ".join(at) + ". " if at else "No comparison is at the floor. ")
             + ("Above it, " + "; ".join(above) + ": each is read from its verdict in the comparisons table (a tie "
                "decides nothing; only a win in the paper's direction would reproduce it). " if above else
-               "No comparison is above the floor, so this run reproduces none of the paper's comparisons. ")
+               "No comparison of the language agent's is above the floor, so this run reproduces none of the "
+               "paper's comparisons. ")
+            + ("ERA's comparisons above the floor (" + "; ".join(era) + ") are read from their verdicts too, but "
+               "they show the level ordering of these environments for these masked step policies, trained on "
+               "the project's demonstrations, and whether they beat their floor: not the paper's finding about "
+               "language models. " if era else "")
             + ("Reference, decides nothing (no verdict): " + "; ".join(ref) + " (played by the scripted planners, "
                "whose weaknesses the project wrote: they reproduce nothing)." if ref else ""))
 

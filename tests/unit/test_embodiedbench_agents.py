@@ -337,25 +337,54 @@ def test_the_experts_plans_fit_quicks_token_budget(level):
     assert len(fits) == p.seeds * p.llm_per_subset * 6 and sum(fits) >= 0.9 * len(fits)
 
 
+def _episodes(p, won) -> dict[str, list[dict]]:
+    """One episode per subset, level, test set and variant (the language agents', ERA's), a success where
+    ``won(variant, level, seed, subset)``."""
+    from mlsys_flows.systems.embodied import SUBSETS
+
+    eps: dict[str, list[dict]] = {}
+    for seed in eval_seeds(p):
+        for level in LEVELS:
+            for v in (*agent_kinds(p), "era_prior", "era_prior_rl"):
+                for s in SUBSETS:
+                    ok = bool(won(v, level, seed, s))
+                    eps.setdefault(v, []).append(dict(
+                        task_id=f"{level}-{s}-000", level=level, subset=s, feedback=False, success=ok, steps=3,
+                        rounds=1, invalid_plans=0, invalid_actions=0, success_round=0 if ok else None,
+                        reasons=[] if ok else ["unfinished"], test_seed=seed))
+    return eps
+
+
+def test_eras_policy_beats_a_floor_that_solves_nothing_in_some_test_sets():
+    """Against its floor ERA's policy is judged on the failure rate: where the floor solves no task in a test
+    set a success ratio has no finite value (the harness would call it a tie), a failure ratio does."""
+    from mlsys_flows.systems.common.report import build_report
+    from mlsys_flows.systems.common.runreport import Environment
+    from mlsys_flows.systems.embodiedbench.result import build_result
+
+    p = Params.for_scale("smoke", agent="smollm2", per_subset=1, seeds=6)
+    eps = _episodes(p, lambda v, level, seed, subset: (v == "era_prior_rl" and subset in ("base", "spatial"))
+                    or (v == MASKED_FLOOR and level == "high" and seed % 2 == 0 and subset == "base"))
+    res = build_result(p, [{"episodes": eps, "llm": None}])
+    assert res.samples["random_valid_low"]["failure_rate"] == [1.0] * 6
+    env = Environment(device="cpu", cores=2, platform="x", versions={}, git_sha="a", git_dirty=False, code_hash="c")
+    rep = build_report(SPEC, params=p.model_dump(mode="json"), result=res, run_id="r", environment=env, wall_time_s=1)
+    by = {(r.technique, r.baseline): r for r in rep.ratios}
+    for lv in LEVELS:
+        r = by[(f"era_prior_rl_{lv}", f"random_valid_{lv}")]
+        assert (r.metric, r.better) == ("failure_rate", "lower") and r.verdict.label().startswith("wins")
+
+
 def test_a_comparison_at_the_random_floor_gets_no_verdict():
     """0 vs 0 (both at or below random plans) is no verdict, not a tie counted as a result; a comparison
     above the floor keeps its verdict, and the notes claim no reproduction the run does not show."""
     from mlsys_flows.systems.common.report import build_report
     from mlsys_flows.systems.common.runreport import Environment
-    from mlsys_flows.systems.embodied import SUBSETS
     from mlsys_flows.systems.embodiedbench.result import build_result
 
     p = Params.for_scale("smoke", agent="smollm2", per_subset=1, seeds=6)
-    eps = {}
-    for seed in eval_seeds(p):
-        for level in LEVELS:
-            for v in (*agent_kinds(p), "era_prior", "era_prior_rl"):
-                for s in SUBSETS:
-                    won = v == "scripted_with_feedback" and level == "high"   # above the floor: 1 vs 0
-                    eps.setdefault(v, []).append(dict(
-                        task_id=f"{level}-{s}-000", level=level, subset=s, feedback=False, success=won, steps=3,
-                        rounds=1, invalid_plans=0, invalid_actions=0, success_round=0 if won else None,
-                        reasons=[] if won else ["unfinished"], test_seed=seed))
+    # above the floor: the scripted reference's high level, 1 vs 0
+    eps = _episodes(p, lambda v, level, seed, subset: v == "scripted_with_feedback" and level == "high")
     res = build_result(p, [{"episodes": eps, "llm": None}])
     assert res.undecidable["with_feedback vs replan_no_feedback"].startswith("at the floor")
     # the scripted reference's claims decide nothing, above the floor or not
@@ -375,7 +404,7 @@ def test_a_comparison_at_the_random_floor_gets_no_verdict():
     # the scripted reference's claims are never among those above the floor that could reproduce the paper
     note = next(n for n in rep.notes if "Comparisons at the floor" in n)
     above = note.split("Above it, ", 1)[1].split(": each is read", 1)[0] if "Above it, " in note else ""
-    assert "scripted_" not in above and "No comparison is above the floor" in note
+    assert "scripted_" not in above and "No comparison of the language agent's is above the floor" in note
     ref = note.split("Reference, decides nothing (no verdict): ", 1)[1]
     assert "scripted_with_feedback_high vs scripted_with_feedback_low" in ref
     # the rule itself: both sides at or below their own scope's floor
@@ -392,9 +421,12 @@ def test_a_comparison_at_the_random_floor_gets_no_verdict():
     assert at_floor(era, pair)["era_prior_rl_low vs era_prior_rl_high"].startswith("at the floor")
     era["era_prior_rl_high"]["success_rate"] = [0.05, 0.05]
     assert at_floor(era, pair) == {}
-    # a claim against the floor itself is decided as usual unless neither side scores
+    # a claim against the floor itself is decided as usual unless neither side scores (below it: a loss)
     vs = [("era_prior_rl_high", "random_valid_high")]
     assert at_floor(era, vs) == {}
+    below = {"era_prior_rl_high": {"success_rate": [0.02]}, "random_valid_high": {"success_rate": [0.03]},
+             "random_plan_high": {"success_rate": [0.1]}}
+    assert at_floor(below, vs) == {}
     era["era_prior_rl_high"]["success_rate"] = era["random_valid_high"]["success_rate"] = [0.0, 0.0]
     assert list(at_floor(era, vs)) == ["era_prior_rl_high vs random_valid_high"]
     # the scripted reference has no floor (its claims decide nothing whatever their verdict)
