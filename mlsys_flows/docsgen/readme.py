@@ -13,6 +13,7 @@ from pathlib import Path
 from mlsys_flows import registry
 from mlsys_flows.docsgen import docnumbers
 from mlsys_flows.settings import project_root
+from mlsys_flows.systems.common import formatting as fmt
 from mlsys_flows.rendering import constraint_text, v3_cells, verdict_of, verdict_text
 
 SECTIONS = {"systems": registry.markdown_table}
@@ -46,12 +47,12 @@ SECTIONS["results"] = results_table
 
 def _x(v, digits: int = 2) -> str:
     """A ratio of a report's JSON: "-" when there is none or it is undefined (NaN: 0 vs 0)."""
-    return f"{v:.{digits}f}x" if v is not None and not math.isnan(v) else "-"
+    return f"{v:.{digits}f}x" if v is not None and not math.isnan(v) else fmt.UNDEFINED
 
 
 def _spread(rng) -> str:
     """A ratio's min-max ("0.98-1.03"): "-" when either end is undefined (NaN)."""
-    return "-" if any(v is None or math.isnan(v) for v in rng) else f"{rng[0]:.2f}-{rng[1]:.2f}"
+    return fmt.ratio_range(rng).rstrip("x")
 
 
 def system_results(name: str, results: Path = RESULTS) -> str:
