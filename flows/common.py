@@ -184,7 +184,7 @@ def resolve_cluster(cluster: str | DaskCluster | None, shared: bool = True) -> D
     if address and shared:
         return DaskCluster(address=address)
     if address:
-        _log.info("this run kills workers of its cluster on purpose: it starts one of its own instead of the "
+        _log.info("this run kills or pins workers of its cluster on purpose: it starts one of its own instead of the "
                   "server's warm cluster at %s", address)
     return DaskCluster()
 
@@ -319,7 +319,7 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                 raise ParamsError(name, "run_key", f"must be 1-128 letters, digits, '.', '_' or '-' (got {run_key!r})")
             logger.info("resolved parameters: %s", params.model_dump(mode="json"))
             store = resolve_storage(storage).check()
-            dask_cluster = resolve_cluster(cluster, shared=not params.kills_workers())
+            dask_cluster = resolve_cluster(cluster, shared=not params.own_cluster())
             try:  # remote workers that cannot report to the API would fail only mid-run
                 dask_cluster.check_api_reachable(PREFECT_API_URL.value())
             except ValueError as exc:

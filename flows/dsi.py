@@ -19,8 +19,9 @@ def dsi(ctx: RunContext):  # returns the SystemResult its package assembles
     own = ctx.cluster.mode == "local"  # the run started the cluster: its processes may be pinned and grown
     data = t.make_dataset.submit(p, ctx.storage, ctx.key("data")).result()
     cpu = ctx.submit(t.cpu_budget, p, ctx.storage, data, ctx.devices, own_cluster=own, device="gpu").result()
-    # one DPP worker process per DPP core (up to max_workers), so the controller has workers to add
-    want = dpp_workers_wanted(p.max_workers, cpu["trainer_cores"], cpu["dpp_cores"])
+    # workers_per_dpp_core DPP worker processes per DPP core (up to max_workers, never on the trainer's core),
+    # so the controller has workers to add
+    want = dpp_workers_wanted(p.max_workers, cpu["trainer_cores"], cpu["dpp_cores"], p.workers_per_dpp_core)
     workers = t.grow_for_dpp(FlowRunContext.get().task_runner.client, own and ctx.cluster.processes, want)
     # timed one after the other, rotating which goes first: DPP's workers must not compete with an
     # on-trainer loader, and no variant always runs on a warmer machine

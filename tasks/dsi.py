@@ -158,7 +158,8 @@ def cpu_budget(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool
                           "batch, %d round(s) for extra_preprocess %g", note, passes, pass_ms, round_ms, rounds,
                           p.extra_preprocess)
     return {"trainer_cores": trainer, "dpp_cores": dpp, "note": note, "passes": passes, "pass_ms": pass_ms,
-            "step_cpu_ms": step_cpu_ms, "round_ms": round_ms, "rounds": rounds, "own_cluster": own_cluster}
+            "step_cpu_ms": step_cpu_ms, "round_ms": round_ms, "rounds": rounds, "own_cluster": own_cluster,
+            "extra_preprocess": p.extra_preprocess}
 
 
 def _inline(p: Params, storage: ObjectStorage, items: list[d.WorkItem], device: str, cpu: dict, client, me: str,
@@ -218,7 +219,8 @@ def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
              " (co-located on the trainer's core)" if colocated else "", m["trainer_samples_per_s"],
              100 * m["stall_fraction"], m["bytes_read"] / 1e6, m["workers_mean"], m["workers_max"],
              m["reissued_items"], pins)
-    return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": device, "pinning": pins}
+    return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": device, "pinning": pins,
+            "trainer_worker": me, "items_by_worker": details["items_by_worker"]}
 
 
 @task(name="dsi-regime")

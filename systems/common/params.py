@@ -67,6 +67,12 @@ class SystemParams(BaseModel):
         takes a cluster of its own when none is named, never the server's warm one that other runs share."""
         return False
 
+    def own_cluster(self) -> bool:
+        """Whether the run takes a cluster of its own when none is named, never the server's warm one that
+        other runs share: it kills workers on purpose (:meth:`kills_workers`), or the system changes its
+        cluster's processes (pins or grows them)."""
+        return self.kills_workers()
+
     @classmethod
     def preset(cls, scale: str) -> dict[str, Any]:
         """The values ``scale`` sets: every system's (``_SCALE_DEFAULTS``), then this system's ``PRESETS``."""

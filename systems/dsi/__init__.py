@@ -30,11 +30,14 @@ class Params(SystemParams):
     PRESETS: ClassVar[dict] = {
         "smoke": dict(files=2, row_groups_per_file=3, rows_per_group=512, dense_columns=16, sparse_columns=6,
                       used_dense=4, used_sparse=2, batch_size=256, step_ms=5.0, control_interval_s=0.2,
-                      mlp_width=32, regime_extra_preprocess=[0.0, 1.0], regime_items=2),
-        "quick": dict(),
+                      mlp_width=32, regime_extra_preprocess=[0.0, PAPER_PREPROCESS_STEPS], regime_items=2),
+        # six paired repeats (contract v4 decides nothing on fewer), each on half the default dataset, so
+        # the run keeps its length
+        "quick": dict(files=4, repeats=6),
         # ~18 GB of parquet (data.dataset_bytes): paper-like width, rows cut to fit a 64 GB disk with room
         "full": dict(files=32, row_groups_per_file=8, rows_per_group=8192, dense_columns=512, sparse_columns=128,
                      used_dense=64, used_sparse=24, batch_size=2048, max_workers=64, step_ms=50.0,
+                     workers_per_dpp_core=1,
                      regime_extra_preprocess=[0.0, 0.25, 0.5, 1.0, PAPER_PREPROCESS_STEPS, 2.0, 4.0], regime_items=64),
     }
 
@@ -75,6 +78,11 @@ class Params(SystemParams):
     min_workers: int = Field(1, ge=1, le=1024, description="Fewest DPP workers the controller keeps.")
     max_workers: int = Field(8, ge=1, le=1024, description="Most DPP workers (also capped by the cluster's workers).")
     start_workers: int = Field(1, ge=1, le=1024, description="DPP workers at the start.")
+    workers_per_dpp_core: int = Field(2, ge=1, le=64, description="DPP worker processes the run's own cluster offers "
+                                                                  "per DPP core (capped by max_workers), pinned to "
+                                                                  "the DPP cores, never the trainer's. Above 1 the "
+                                                                  "controller has workers to add beyond one per core, "
+                                                                  "but those share their core's CPU.")
     prefetch: int = Field(2, ge=1, le=64, description="Work items in flight per active DPP worker.")
     queue_depth: int = Field(8, ge=1, le=4096, description="Ready batches the trainer's queue holds.")
     control_interval_s: float = Field(0.5, gt=0, le=600, description="Seconds between controller decisions.")
@@ -117,6 +125,12 @@ class Params(SystemParams):
                 raise ValueError(f"column {missing[0]!r} is missing from the generated dataset "
                                  f"(dense_0..dense_{d - 1}, sparse_0..sparse_{s - 1})")
         return v
+
+    def own_cluster(self) -> bool:
+        """A run pins its cluster's scheduler and DPP workers off the trainer's core and grows the cluster
+        to the DPP workers it offers: neither is done to a cluster other runs share, so with no cluster
+        named it starts its own rather than the server's warm one."""
+        return True
 
     def used_columns(self) -> list[str]:
         if self.features:

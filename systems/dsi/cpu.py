@@ -157,9 +157,10 @@ def helper_pins(trainer: dict, scheduler: dict, workers: dict[str, dict], traine
     return pins, "the run's embedded cluster: its scheduler, nannies and the workers other than the trainer's"
 
 
-def dpp_workers_wanted(max_workers: int, trainer: list[int], dpp: list[int]) -> int:
-    """DPP worker processes worth running: one per DPP core (single-threaded preprocessing), at most
-    ``max_workers``; 1 when the trainer and DPP share the cores (more would add no CPU)."""
+def dpp_workers_wanted(max_workers: int, trainer: list[int], dpp: list[int], per_core: int = 1) -> int:
+    """DPP worker processes to offer: ``per_core`` per DPP core (preprocessing is single-threaded, so
+    one per core is what adds CPU; more give the controller workers to add, sharing their core), at
+    most ``max_workers``; 1 when the trainer and DPP share the cores (more would run on the trainer's)."""
     if set(dpp) == set(trainer):
         return 1
-    return max(1, min(max_workers, len(dpp)))
+    return max(1, min(max_workers, per_core * len(dpp)))

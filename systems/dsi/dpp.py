@@ -10,7 +10,9 @@ DPP runs on any :class:`Executor` (the flow adapts a Dask client; tests use thre
   the trainer's core (handles without callbacks fall back to a 5 ms poll);
 - the controller adds a worker when the trainer's stall fraction over the last interval is
   above ``stall_high`` and removes one when it is below ``stall_low`` with a nearly full queue,
-  within ``min_workers`` and ``min(max_workers, live workers)``.
+  within ``min_workers`` and ``min(max_workers, live workers)``. It decides every ``control_interval_s``
+  and once on an event: when the first item's result arrives (the start-up, during which the trainer
+  has had nothing to train on). The stall it reads counts a wait still in progress.
 """
 from __future__ import annotations
 
@@ -227,6 +229,7 @@ class Master:
     tries: dict[int, int] = field(default_factory=dict)
     acked: set[int] = field(default_factory=set)
     delivered: list[int] = field(default_factory=list)
+    by_worker: dict[str, int] = field(default_factory=dict)  # items delivered, per worker that ran them
     reissued: int = 0
     duplicates: int = 0
     bytes_read: float = 0.0
@@ -243,6 +246,17 @@ class Master:
         self.wake = threading.Event()  # set by an attempt's done callback
         self.polling = False           # a handle without callbacks: poll every 5 ms instead
         self.wakeups = 0
+        self._start = self._last = time.perf_counter()  # run() resets them when the loop starts
+        self._last_stall = 0.0
+
+    def decide(self, now: float) -> int:
+        """One controller decision on the trainer's stall fraction since the last one (the stall counts
+        a wait still in progress) and the queue's fill; returns the target."""
+        stall = self.stall()
+        fraction = min(1.0, max(0.0, (stall - self._last_stall) / max(now - self._last, 1e-9)))
+        self._last, self._last_stall = now, stall
+        return self.controller.decide(now - self._start, fraction, self.out.qsize() / self.p.queue_depth,
+                                      len(self.live_workers(now)))
 
     def live_workers(self, now: float) -> list[str]:
         if now - self._live_at > 0.2:  # asking the scheduler on every loop would flood it
@@ -300,10 +314,15 @@ class Master:
                     if item_id in self.acked:
                         self.duplicates += 1  # a late copy of a re-issued item: never delivered twice
                         continue
+                    if not self.delivered:
+                        # the start-up decision, on an event rather than a tick: until this first result the
+                        # trainer has had nothing to train on, so the stall since the start is all of it
+                        self.decide(now)
                     if not self._deliver(batches):
                         return
                     self.acked.add(item_id)
                     self.delivered.append(item_id)
+                    self.by_worker[a.worker] = self.by_worker.get(a.worker, 0) + 1
                     for other in atts:
                         other.handle.cancel()
                     atts.clear()
@@ -333,8 +352,8 @@ class Master:
             load[worker] += 1
 
     def run(self) -> None:
-        start = last = time.perf_counter()
-        last_stall = self.stall()
+        self._start = self._last = time.perf_counter()
+        self._last_stall = self.stall()
         self.controller.history.append((0.0, self.controller.target))
         no_worker_since = None
         try:
@@ -348,12 +367,9 @@ class Master:
                         raise DPPError(f"no DPP worker alive for {self.p.lease_s:.0f} s")
                 else:
                     no_worker_since = None
-                if now - last >= self.p.control_interval_s:
-                    stall = self.stall()
-                    self.controller.decide(now - start, (stall - last_stall) / (now - last),
-                                           self.out.qsize() / self.p.queue_depth, len(self.live_workers(now)))
-                    last, last_stall = now, stall
-                due = last + self.p.control_interval_s - time.perf_counter()
+                if now - self._last >= self.p.control_interval_s:
+                    self.decide(now)
+                due = self._last + self.p.control_interval_s - time.perf_counter()
                 if self.polling:
                     time.sleep(0.005)
                 elif self.wake.wait(timeout=max(0.001, min(0.2, due))):  # 0.2 s: liveness and leases
@@ -369,16 +385,24 @@ def run_dpp(items: list[WorkItem], executor: Executor, used: list[str], p: Param
     trainer = Trainer(p, used, device, passes=passes)
     out: queue.Queue[Batch] = queue.Queue(maxsize=p.queue_depth)
     stall = [0.0]
+    waiting: list[float | None] = [None]  # when the trainer's current wait for a batch began
+
+    def stalled() -> float:  # the controller sees a wait as it happens, not only once its batch arrives
+        since = waiting[0]
+        return stall[0] + (time.perf_counter() - since if since is not None else 0.0)
+
     controller = Controller(p)
-    master = Master(items, executor, p, controller, out, stall=lambda: stall[0])
+    master = Master(items, executor, p, controller, out, stall=stalled)
     thread = threading.Thread(target=master.run, name="dpp-master", daemon=True)
     expected = num_batches(items, p.batch_size)
     consumed: list[tuple[int, int]] = []
     t_start = time.perf_counter()
+    waiting[0] = t_start  # the trainer waits for its first batch from before the master starts
     thread.start()
     try:
         while len(consumed) < expected:
-            t0 = time.perf_counter()
+            t0 = waiting[0] if waiting[0] is not None else time.perf_counter()
+            waiting[0] = t0
             while True:
                 try:
                     b = out.get(timeout=0.1)
@@ -390,6 +414,7 @@ def run_dpp(items: list[WorkItem], executor: Executor, used: list[str], p: Param
                         raise DPPError(f"the master stopped after {len(consumed)} of {expected} batches")
                     if time.perf_counter() - t0 > 2 * p.lease_s:
                         raise DPPError(f"no batch for {2 * p.lease_s:.0f} s after {len(consumed)} of {expected}")
+            waiting[0] = None  # cleared first: a reader in between under-counts this wait, never twice
             stall[0] += time.perf_counter() - t0
             trainer.step(b)
             consumed.append((b.item, b.index))
@@ -406,7 +431,8 @@ def run_dpp(items: list[WorkItem], executor: Executor, used: list[str], p: Param
                "wall_s": total, **trainer.loss_metric(), **trainer.step_metric(), "workers_mean": area / total,
                "workers_max": float(max(w for _, w in hist)), "reissued_items": float(master.reissued),
                "duplicates_dropped": float(master.duplicates)}
-    details = {"workers_over_time": hist, "consumed": consumed, "delivered_items": master.delivered}
+    details = {"workers_over_time": hist, "consumed": consumed, "delivered_items": master.delivered,
+               "items_by_worker": dict(master.by_worker)}
     return metrics, details
 
 

@@ -43,6 +43,18 @@ def build_result(p: Any, data: dict, cpu: dict, runs: dict[str, list[dict]], swe
                     x_label="extra_preprocess (trainer steps per batch)", y_label="trainer samples/s",
                     series={v: (xr, [sweep["points"][x][v] for x in xr]) for v in sweep["points"][xr[0]]})]
     m = dpp["metrics"]
+    changes = [(t, w) for i, (t, w) in enumerate(hist) if i == 0 or w != hist[i - 1][1]]
+    decisions = ", ".join(f"{t:.2f} s: {w}" for t, w in changes)
+    if len(changes) == 1:
+        decisions += " (no change)"
+    by_worker = ", ".join(f"{w}: {n}" for w, n in sorted(dpp.get("items_by_worker", {}).items())) or "none recorded"
+    if set(cpu["dpp_cores"]) == set(cpu["trainer_cores"]):
+        shared = "; one core for everything, so one DPP worker"
+    elif want > len(cpu["dpp_cores"]):
+        shared = ("; the workers beyond one per core share that core's CPU: adding one grows the controller's pool, "
+                  "not the CPU DPP has")
+    else:
+        shared = ""
     if emulated:
         step = (f"Trainer step: a real DLRM step on {dpp['device']} padded with a sleep to {p.step_ms:g} ms (an "
                 "emulated accelerator step; the host CPU is free meanwhile): every timed metric and the regime's "
@@ -63,15 +75,18 @@ def build_result(p: Any, data: dict, cpu: dict, runs: dict[str, list[dict]], swe
         f"model uses {len(p.used_columns())} columns. inline and DPP read the used columns only, with coalesced "
         "range reads (pyarrow pre-buffering); inline_full_rows reads full rows (every column chunk, one read each).",
         step + ".",
-        f"DPP workers: mean {m['workers_mean']:.2f}, max {m['workers_max']:.0f} (cap: min(max_workers={p.max_workers}, "
-        f"live Dask workers other than the trainer's: {workers - 1} of {workers} here, one per DPP core wanted: "
-        f"{want})); re-issued items {m['reissued_items']:.0f}, late duplicates dropped {m['duplicates_dropped']:.0f}.",
+        f"DPP workers: mean {m['workers_mean']:.2f}, max {m['workers_max']:.0f}, started at {p.start_workers} "
+        f"(cap: min(max_workers={p.max_workers}, live Dask workers other than the trainer's: {workers - 1} of "
+        f"{workers} here; offered: {want}, {p.workers_per_dpp_core} per DPP core on {len(cpu['dpp_cores'])} DPP "
+        f"core(s){shared}); controller decisions (seconds, target): {decisions}; work items per DPP worker in the "
+        f"first run: {by_worker}; re-issued items {m['reissued_items']:.0f}, late duplicates dropped "
+        f"{m['duplicates_dropped']:.0f}.",
         f"Pinning (whole processes, every thread, for each timed run of every variant, restored after it): trainer "
         f"(pid {pins['trainer']['pid']}): core(s) {','.join(map(str, pins['trainer']['cores']))}; {pinned} "
         f"({pins['note']}).",
         "The paper's 56% throughput loss comes from production transforms far heavier than these; here the ratio "
         "depends on how long a row group takes to read and transform against the step time on one core.",
-        f"Preprocessing cost: extra_preprocess={p.extra_preprocess:g} trainer steps per batch ({cpu['rounds']} round(s) "
+        f"Preprocessing cost: extra_preprocess={cpu['extra_preprocess']:g} trainer steps per batch ({cpu['rounds']} round(s) "
         "of derived features per item: bigram crosses hashed, dense features bucketized, computed and dropped); one "
         f"round costs {cpu['round_ms']:.3f} ms per batch on the trainer's core, the step "
         f"{cpu['step_cpu_ms']:.1f} ms (both calibrated there).",
@@ -86,7 +101,9 @@ def build_result(p: Any, data: dict, cpu: dict, runs: dict[str, list[dict]], swe
     ]
     # exactly-once delivery keeps the sample count fixed; bytes read grow when a lost item is re-issued
     result = SystemResult(variants=variants, samples=samples, curves=curves, notes=notes,
-                          deterministic={"samples"}, regime=regime, regime_headline_value=p.extra_preprocess)
+                          deterministic={"samples"}, regime=regime,
+                          # the point the calibrated rounds of every timed run were computed for (dsi-cpu-budget)
+                          regime_headline_value=cpu["extra_preprocess"])
     if emulated:
         what = f"the accelerator's step time: each DLRM step on {dpp['device']} padded with a sleep to step_ms"
         result.kinds = {metric: "emulated" for metric in TIMED}

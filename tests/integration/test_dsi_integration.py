@@ -1,9 +1,13 @@
 """DSI/DPP against real processes and servers: a Dask worker process SIGKILLed mid-run loses and
-duplicates no work item; the DSI flow runs over S3 on the real SeaweedFS server."""
+duplicates no work item; the DSI flow runs over S3 on the real SeaweedFS server; a `dask worker` process
+started on loopback in the flow's cluster (one the run did not start) becomes a second DPP worker that
+the controller adds and gives work items."""
 from __future__ import annotations
 
 import os
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +71,50 @@ def test_dsi_flow_over_s3(s3_storage, dask_cluster, prefect_api):
     parquet = [k for k in s3_storage.list(f"runs/dsi/{report.run_id}") if k.endswith(".parquet")]
     assert len(parquet) == Params.for_scale("smoke").files
     assert s3_storage.read_json(f"reports/dsi/{report.run_id}.json")["headline"]["metric"] == "trainer_samples_per_s"
+
+
+def test_dpp_uses_a_worker_started_on_loopback_in_the_flows_cluster(prefect_api, dask_cluster, local_storage,
+                                                                      tmp_path):
+    """A cluster the run did not start (``address=``) keeps its size, so the controller's pool is the workers
+    there are: this test adds one, a real `dask worker` process bound to 127.0.0.1 and pinned to the DPP
+    cores (never the trainer's), and DPP's controller goes from one worker to two and gives it work items.
+    Which worker a Prefect task lands on is Dask's choice: wherever the trainer runs, the extra worker runs
+    DPP work items (in the pool of the other workers, both used from the start-up decision on, or as the
+    trainer's own worker in the co-located ablation); ``regime_items`` covers every item so the sweep's DPP
+    runs use both pool workers too."""
+    from distributed import Client, get_task_stream
+    from prefect.settings import PREFECT_API_URL
+
+    from mlsys_flows.flows.dsi import dsi
+    from mlsys_flows.platform.procs import Proc
+    from mlsys_flows.systems.dsi.cpu import HAS_AFFINITY, available_cores, pin_process, split_cores
+
+    if not HAS_AFFINITY or len(available_cores()) < 2:
+        pytest.skip("needs two cores and sched_setaffinity: the extra worker goes on a core other than the trainer's")
+    _, dpp_cores, _ = split_cores(available_cores())
+    address = dask_cluster.address
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    with Client(address, timeout=60) as client:
+        before = set(client.scheduler_info(n_workers=-1)["workers"])
+        dask = str(Path(sys.executable).parent / "dask")
+        extra = Proc("dpp-extra", [dask, "worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+                                   "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--name", "dpp-extra"],
+                     env=env, log=tmp_path / "dpp-extra.log")
+        try:
+            pin_process(extra.pid, dpp_cores)  # its threads started from here on inherit the mask
+            client.wait_for_workers(len(before) + 1, timeout=90)
+            added = set(client.scheduler_info(n_workers=-1)["workers"]) - before
+            assert len(added) == 1 and next(iter(added)).startswith("tcp://127.0.0.1:"), added
+            extra_addr = next(iter(added))
+            with get_task_stream(client) as stream:
+                report = dsi(scale="smoke", overrides={"regime_items": 6}, cluster=dask_cluster,
+                             storage=local_storage)
+            assert os.sched_getaffinity(extra.pid) == set(dpp_cores)  # any pin the run made was undone
+        finally:
+            extra.stop(grace_s=5)
+    ran_dpp = {r["worker"] for r in stream.data if str(r["key"]).startswith("dpp-")}
+    assert extra_addr in ran_dpp, (extra_addr, ran_dpp)
+    workers = next(n for n in report["notes"] if n.startswith("DPP workers"))
+    assert f"other than the trainer's: {len(before)} of {len(before) + 1} here" in workers, workers
+    assert report["variants"]["dpp"]["workers_max"] == 2 and "(no change)" not in workers, workers
+    assert report["regime"]["headline_value"] == report["regime"]["paper_value"]

@@ -98,6 +98,11 @@ def test_one_dpp_worker_per_dpp_core_up_to_max_workers():
     assert dpp_workers_wanted(4, [0], list(range(1, 16))) == 4
     assert dpp_workers_wanted(8, [0], [1]) == 1
     assert dpp_workers_wanted(8, [0], [0]) == 1      # one core shared: more processes add no CPU
+    # more than one per DPP core: the controller gets workers to add (sharing their core), never on the trainer's
+    assert dpp_workers_wanted(8, [0], [1], per_core=2) == 2
+    assert dpp_workers_wanted(3, [0], [1, 2], per_core=2) == 3
+    assert dpp_workers_wanted(8, [0], [0], per_core=2) == 1
+    assert dpp_workers_wanted(8, [0], [1], per_core=Params.for_scale("quick").workers_per_dpp_core) == 2  # 2 cores
 
 
 def test_the_controller_scales_up_while_the_stall_stays_high_and_back_down():
@@ -131,6 +136,24 @@ def test_the_master_gives_the_controller_every_live_worker(dataset, monkeypatch)
     monkeypatch.setattr(Controller, "decide", record)
     run_dpp(items, Four(storage, p), p.used_columns(), p)
     assert seen and set(seen) == {4}
+
+
+def test_the_controller_adds_a_worker_at_start_up_and_the_master_uses_it(dataset):
+    """Event-driven, no clock threshold: no tick falls inside the run (a control interval of ten minutes), so
+    the only decision is the one taken when the first result arrives. Until then the trainer has waited the
+    whole time (its wait in progress counts), so the stall is above stall_high and the pool grows from
+    start_workers=1 to the second worker, which then runs work items (the smoke dataset has more items than
+    the first worker's prefetch). On the old master the stall read 0 until a batch arrived, and no tick came."""
+    from test_dsi_v3 import _Pool
+
+    p, storage, items = dataset
+    p = p.model_copy(update={"control_interval_s": 600.0, "start_workers": 1, "max_workers": 2, "prefetch": 2})
+    assert len(items) > p.prefetch
+    metrics, details = run_dpp(items, _Pool(storage, p), p.used_columns(), p)
+    hist = details["workers_over_time"]
+    assert [w for _, w in hist] == [1, 2, 2] and metrics["workers_max"] == 2    # start, start-up decision, end
+    assert set(details["items_by_worker"]) == {"w0", "w1"} and sum(details["items_by_worker"].values()) == len(items)
+    assert sorted(details["delivered_items"]) == [it.id for it in items]
 
 
 def test_the_full_preset_fits_a_64_gb_disk():

@@ -28,7 +28,8 @@ def _outputs(device: str):
             "dpp_colocated": [dict(dpp, metrics=_metrics(95.0))]}
     sweep = {"points": {x: {"inline": 100.0, "dpp": 110.0, "dpp_colocated": 95.0} for x in p.regime_extra_preprocess},
              "rounds": {x: 1 for x in p.regime_extra_preprocess}}
-    cpu = {"note": "one core", "passes": 2, "pass_ms": 2.5, "rounds": 0, "round_ms": 0.1, "step_cpu_ms": 5.0}
+    cpu = {"note": "one core", "passes": 2, "pass_ms": 2.5, "rounds": 0, "round_ms": 0.1, "step_cpu_ms": 5.0,
+           "trainer_cores": [0], "dpp_cores": [1], "extra_preprocess": p.extra_preprocess}
     data = {"items": list(range(6)), "prefix": "data", "stored_bytes": 1e6}
     return p, data, cpu, runs, sweep
 
@@ -63,3 +64,27 @@ def test_the_headline_sits_at_the_papers_point():
 
     assert SPEC.regime.paper_value == 1.27 and not SPEC.regime.operating_point_reason
     assert all(Params.for_scale(s).extra_preprocess == SPEC.regime.paper_value for s in ("smoke", "quick", "full"))
+
+
+def test_the_headline_point_is_the_one_the_timed_runs_were_calibrated_for():
+    """The regime's headline value comes from the CPU budget every timed run used (its rounds), not from
+    a parameter read again: a budget calibrated off the paper's point is refused by the harness."""
+    p, data, cpu, runs, sweep = _outputs("cpu")
+    assert _report(build_result(p, data, cpu, runs, sweep, workers=3, want=2), p).regime.headline_value == 1.27
+    off = dict(cpu, extra_preprocess=0.0)
+    with pytest.raises(ContractError, match="extra_preprocess = 0.0"):
+        _report(build_result(p, data, off, runs, sweep, workers=3, want=2), p)
+
+
+def test_the_notes_show_the_controllers_decisions_and_say_when_workers_share_a_core():
+    p, data, cpu, runs, sweep = _outputs("cpu")
+    runs["dpp"][0] = dict(runs["dpp"][0], workers_over_time=[(0.0, 1), (0.05, 2), (0.9, 2), (1.0, 2)],
+                          items_by_worker={"tcp://b": 2, "tcp://c": 4})
+    notes = build_result(p, data, cpu, runs, sweep, workers=3, want=2).notes
+    note = next(n for n in notes if n.startswith("DPP workers"))
+    assert "0.00 s: 1, 0.05 s: 2;" in note and "tcp://b: 2, tcp://c: 4" in note
+    assert "share that core's CPU" in note and "offered: 2, 2 per DPP core on 1 DPP core(s)" in note
+    runs["dpp"][0] = dict(runs["dpp"][0], workers_over_time=[(0.0, 1), (1.0, 1)])
+    note = next(n for n in build_result(p, data, cpu, runs, sweep, workers=2, want=1).notes
+                if n.startswith("DPP workers"))
+    assert "(no change)" in note and "share" not in note
