@@ -320,6 +320,8 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
             logger.info("resolved parameters: %s", params.model_dump(mode="json"))
             store = resolve_storage(storage).check()
             dask_cluster = resolve_cluster(cluster, shared=not params.own_cluster())
+            if not cluster and dask_cluster.mode == "local" and params.embedded_workers():
+                dask_cluster = dask_cluster.model_copy(update={"n_workers": params.embedded_workers()})
             try:  # remote workers that cannot report to the API would fail only mid-run
                 dask_cluster.check_api_reachable(PREFECT_API_URL.value())
             except ValueError as exc:

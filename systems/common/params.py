@@ -73,6 +73,11 @@ class SystemParams(BaseModel):
         cluster's processes (pins or grows them)."""
         return self.kills_workers()
 
+    def embedded_workers(self) -> int | None:
+        """Workers the run's embedded cluster starts with, when the run starts one (no cluster named); None:
+        the ``DaskCluster`` default. Starting them together is quicker than growing the cluster later."""
+        return None
+
     @classmethod
     def preset(cls, scale: str) -> dict[str, Any]:
         """The values ``scale`` sets: every system's (``_SCALE_DEFAULTS``), then this system's ``PRESETS``."""

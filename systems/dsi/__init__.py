@@ -132,6 +132,14 @@ class Params(SystemParams):
         named it starts its own rather than the server's warm one."""
         return True
 
+    def embedded_workers(self) -> int:
+        """The trainer's worker and the DPP workers the run offers (``cpu.dpp_workers_wanted`` on this
+        machine's cores), started with the embedded cluster rather than added to it one by one later."""
+        from .cpu import available_cores, dpp_workers_wanted, split_cores
+
+        trainer, dpp, _ = split_cores(available_cores())
+        return min(256, 1 + dpp_workers_wanted(self.max_workers, trainer, dpp, self.workers_per_dpp_core))
+
     def used_columns(self) -> list[str]:
         if self.features:
             return list(self.features)
