@@ -219,3 +219,17 @@ def test_only_the_runs_own_cluster_grows_to_one_dpp_worker_per_dpp_core():
     assert grow_for_dpp(Client(), True, 15) == 16      # the trainer's worker and 15 DPP workers
     assert grow_for_dpp(Client(), True, 1) == 2        # 2 cores: already there
     assert grow_for_dpp(Client(), False, 15) == 2      # a cluster started elsewhere keeps its size
+
+
+def test_a_dsi_run_starts_its_own_cluster_with_the_offered_dpp_workers():
+    from mlsys_flows.systems.common.params import SystemParams
+    from mlsys_flows.systems.dsi.cpu import available_cores, split_cores
+
+    p = Params.for_scale("quick")
+    trainer, dpp, _ = split_cores(available_cores())
+    assert p.embedded_workers() == 1 + dpp_workers_wanted(p.max_workers, trainer, dpp, p.workers_per_dpp_core)
+    if len(available_cores()) == 2:
+        assert p.embedded_workers() == 3                    # the trainer's worker and two DPP workers on one core
+    assert p.own_cluster()                                  # never the server's warm cluster, which it would pin
+    base = SystemParams()
+    assert base.own_cluster() is False and base.embedded_workers() is None
