@@ -510,7 +510,7 @@ def reference_run(name: str, overrides: dict[str, Any] | None = None) -> tuple[d
         atexit.register(shutil.rmtree, folder, True)
         storage = ObjectStorage(url=Path(folder).as_uri())
         spec = registry.get(name)
-        own = name in OWN_CLUSTER or spec.params_model().for_scale("smoke", **(overrides or {})).kills_workers()
+        own = name in OWN_CLUSTER or spec.params_model().for_scale("smoke", **(overrides or {})).own_cluster()
         report = spec.load_flow()(scale="smoke", storage=storage, run_key=REFERENCE_RUN_KEY, overrides=overrides,
                                   cluster=None if own else warm_cluster())
         _REFERENCES[ref] = (report, storage)
