@@ -38,15 +38,12 @@ run: setup
 lint: setup
 	$(PY) .ci/lint_imports.py
 
-# The whole suite, in two pytests side by side: the unit layer (pure code, no servers) and BESIDE,
-# self-contained integration files (each brings its own venv, platform, copy of the project or killed
-# process, none shares the session's server), in one; the flow and integration layers in the other. The
-# first's output is held in a file and printed whole when it ends. On 2 cores with one of them busy the
-# flow and integration layers alone took ~25 min of tests and the unit layer ~9 beside them, so BESIDE
-# moves ~9 min of integration tests across to end the two near the same time. With PYTEST_ARGS, one
-# pytest runs them all in order.
-BESIDE := $(addprefix tests/integration/,test_airflow_dags.py test_wheel.py test_standalone.py \
-          test_checkpoint_kill.py test_flow_crash_resume.py test_embedded_api.py test_dsi_integration.py)
+# The whole suite, in two pytests side by side: the unit layer (pure code, no servers) and BESIDE, three
+# self-contained integration files (each brings its own venv, platform or copy of the project), in one;
+# the flow and integration layers in the other. The first's output is held in a file and printed whole
+# when it ends. On 2 cores with one of them busy the flow and integration layers alone took ~25 min of
+# tests, the unit layer ~9 beside them. With PYTEST_ARGS, one pytest runs them all in order.
+BESIDE := tests/integration/test_airflow_dags.py tests/integration/test_wheel.py tests/integration/test_standalone.py
 test: setup system-deps airflow-venv lint
 	@if [ -n "$(PYTEST_ARGS)" ]; then exec $(PY) -m pytest -q --durations=20 $(PYTEST_ARGS); fi; \
 	start=$$SECONDS; unit_log=$$(mktemp); \
