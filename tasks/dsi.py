@@ -39,6 +39,17 @@ def dpp_work(item: d.WorkItem, storage: ObjectStorage, used: list[str], p: Param
     return d.process_item(item, storage.open_input, used, p, projected=True, rounds=rounds)
 
 
+def warm_workers(executor: "DaskExecutor", item: d.WorkItem) -> None:
+    """Outside the clock: every DPP worker the run may use runs :func:`dpp_work` on one item first, so no
+    worker pays first-use costs (imports, pyarrow, the first read) inside a timed run; every run starts
+    its own cluster, so its workers start cold."""
+    futures = [executor.client.submit(dpp_work, item, executor.storage, executor.used, executor.p, executor.rounds,
+                                      workers=[w], allow_other_workers=False, pure=False,
+                                      key=f"dpp-warm-{executor.run}-{i}")
+               for i, w in enumerate(executor.workers())]
+    executor.client.gather(futures)
+
+
 @contextmanager
 def off_trainer(client, me: str, cpu: dict):
     """For one timed run: the run's embedded cluster's other processes (scheduler, nannies, the workers
@@ -197,6 +208,7 @@ def _dpp(p: Params, storage: ObjectStorage, items: list[d.WorkItem], device: str
         executor = DaskExecutor(client, storage, p.used_columns(), p, only=me, rounds=rounds)
     else:
         executor = DaskExecutor(client, storage, p.used_columns(), p, exclude=me, rounds=rounds)
+    warm_workers(executor, items[0])
     with off_trainer(client, me, cpu) as pins, pinned(cpu["trainer_cores"]), torch_threads(len(cpu["trainer_cores"])):
         m, details = run_dpp(items, executor, p.used_columns(), p, device=device, passes=cpu["passes"])
     return m, details, pins
@@ -219,7 +231,8 @@ def train_dpp(p: Params, storage: ObjectStorage, data: dict, pool: ResourcePool,
              " (co-located on the trainer's core)" if colocated else "", m["trainer_samples_per_s"],
              100 * m["stall_fraction"], m["bytes_read"] / 1e6, m["workers_mean"], m["workers_max"],
              m["reissued_items"], pins)
-    return {"metrics": m, "workers_over_time": details["workers_over_time"], "device": device, "pinning": pins,
+    return {"metrics": m, "workers_over_time": details["workers_over_time"], "decisions": details["decisions"],
+            "device": device, "pinning": pins,
             "trainer_worker": me, "items_by_worker": details["items_by_worker"]}
 
 

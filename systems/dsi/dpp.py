@@ -193,8 +193,13 @@ class Controller:
         self.p = p
         self.target = p.start_workers
         self.history: list[tuple[float, int]] = []
+        # every decision: when, what triggered it ("start-up": the first result's event; "regular": a tick),
+        # the stall fraction and queue fill it read, and the target before and after
+        self.decisions: list[dict[str, Any]] = []
 
-    def decide(self, now: float, stall_fraction: float, queue_fill: float, live: int) -> int:
+    def decide(self, now: float, stall_fraction: float, queue_fill: float, live: int,
+               trigger: str = "regular") -> int:
+        before = self.target
         cap = max(1, min(self.p.max_workers, live))
         if stall_fraction > self.p.stall_high and self.target < cap:
             self.target += 1
@@ -202,6 +207,8 @@ class Controller:
             self.target -= 1
         self.target = max(min(self.target, cap), min(self.p.min_workers, cap))
         self.history.append((now, self.target))
+        self.decisions.append({"t": now, "trigger": trigger, "stall_fraction": stall_fraction,
+                               "queue_fill": queue_fill, "before": before, "target": self.target})
         return self.target
 
 
@@ -249,14 +256,15 @@ class Master:
         self._start = self._last = time.perf_counter()  # run() resets them when the loop starts
         self._last_stall = 0.0
 
-    def decide(self, now: float) -> int:
+    def decide(self, now: float, trigger: str = "regular") -> int:
         """One controller decision on the trainer's stall fraction since the last one (the stall counts
-        a wait still in progress) and the queue's fill; returns the target."""
+        a wait still in progress) and the queue's fill; returns the target. ``trigger``: "start-up" (the
+        first result's event) or "regular" (a tick), recorded with the decision."""
         stall = self.stall()
         fraction = min(1.0, max(0.0, (stall - self._last_stall) / max(now - self._last, 1e-9)))
         self._last, self._last_stall = now, stall
         return self.controller.decide(now - self._start, fraction, self.out.qsize() / self.p.queue_depth,
-                                      len(self.live_workers(now)))
+                                      len(self.live_workers(now)), trigger=trigger)
 
     def live_workers(self, now: float) -> list[str]:
         if now - self._live_at > 0.2:  # asking the scheduler on every loop would flood it
@@ -317,7 +325,7 @@ class Master:
                     if not self.delivered:
                         # the start-up decision, on an event rather than a tick: until this first result the
                         # trainer has had nothing to train on, so the stall since the start is all of it
-                        self.decide(now)
+                        self.decide(now, trigger="start-up")
                     if not self._deliver(batches):
                         return
                     self.acked.add(item_id)
@@ -431,7 +439,7 @@ def run_dpp(items: list[WorkItem], executor: Executor, used: list[str], p: Param
                "wall_s": total, **trainer.loss_metric(), **trainer.step_metric(), "workers_mean": area / total,
                "workers_max": float(max(w for _, w in hist)), "reissued_items": float(master.reissued),
                "duplicates_dropped": float(master.duplicates)}
-    details = {"workers_over_time": hist, "consumed": consumed, "delivered_items": master.delivered,
+    details = {"workers_over_time": hist, "decisions": controller.decisions, "consumed": consumed, "delivered_items": master.delivered,
                "items_by_worker": dict(master.by_worker)}
     return metrics, details
 

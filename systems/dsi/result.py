@@ -2,6 +2,7 @@
 worker curve, the preprocessing regime, and which timings rest on an emulated accelerator step."""
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from mlsys_flows.systems.common.report import Assumption, Curve, RegimeSample, SystemResult
@@ -15,6 +16,27 @@ def emulated_step(device: str) -> bool:
     """On a GPU the trainer's step is one real DLRM step padded with a sleep to ``step_ms`` (the
     accelerator's time stands in); on CPU it is ``passes`` real DLRM passes, no sleep (dpp.Trainer)."""
     return device.startswith("cuda")
+
+
+def controller_decisions(decisions: list[dict]) -> str:
+    """Every decision of the first DPP run, with its trigger and the stall fraction it read, and plainly
+    whether the start-up event made the only change."""
+    if not decisions:
+        return "no decision recorded"
+    each = ", ".join(f"{x['t']:.2f} s {x['trigger']} stall {x['stall_fraction']:.2f} fill {x['queue_fill']:.2f}: "
+                     f"{x['before']}->{x['target']}" for x in decisions)
+    changed = [x for x in decisions if x["target"] != x["before"]]
+    regular = [x for x in decisions if x["trigger"] == "regular"]
+    if len(changed) == 1 and changed[0]["trigger"] == "start-up":
+        verdict = (f"the one change was the start-up event; the {len(regular)} regular decision(s) kept the count "
+                   "at the stall they read" if regular else "the one change was the start-up event; no regular "
+                   "decision came before the run ended")
+    elif not changed:
+        verdict = "no decision changed the count"
+    else:
+        verdict = (f"{sum(x['trigger'] == 'regular' for x in changed)} regular and "
+                   f"{sum(x['trigger'] == 'start-up' for x in changed)} start-up decision(s) changed the count")
+    return f"every decision (seconds, trigger, stall fraction read, queue fill, count): {each}; {verdict}"
 
 
 def build_result(p: Any, data: dict, cpu: dict, runs: dict[str, list[dict]], sweep: dict, *, workers: int,
@@ -47,6 +69,7 @@ def build_result(p: Any, data: dict, cpu: dict, runs: dict[str, list[dict]], swe
     decisions = ", ".join(f"{t:.2f} s: {w}" for t, w in changes)
     if len(changes) == 1:
         decisions += " (no change)"
+    decisions += "; " + controller_decisions(dpp.get("decisions", []))
     by_worker = ", ".join(f"{w}: {n}" for w, n in sorted(dpp.get("items_by_worker", {}).items())) or "none recorded"
     if set(cpu["dpp_cores"]) == set(cpu["trainer_cores"]):
         shared = "; one core for everything, so one DPP worker"
@@ -99,6 +122,16 @@ def build_result(p: Any, data: dict, cpu: dict, runs: dict[str, list[dict]], swe
         "headline's, so its point at the headline's setting is noisier); inline_full_rows, which does the same work "
         "and reads full rows, is left out of the sweep. The paper's point (1.27) is derived from its 56% loss.",
     ]
+    if not emulated and cpu.get("passes") is not None:
+        per_batch = cpu["step_cpu_ms"] + cpu["rounds"] * cpu["round_ms"]
+        limit = 1e3 * p.batch_size / per_batch
+        got = statistics.median(samples["inline"]["trainer_samples_per_s"])
+        notes.append(
+            f"Inline's loader_threads={p.loader_threads} is not tuned, and on one core it needs no tuning: the step and "
+            "the preprocessing share the trainer's core, so inline can train at most batch_size / (step + "
+            f"preprocessing per batch) = {p.batch_size} / ({cpu['step_cpu_ms']:.1f} + {cpu['rounds']} x "
+            f"{cpu['round_ms']:.3f}) ms = {limit:.0f} samples/s (reading and parsing not counted); its median was "
+            f"{got:.0f} samples/s ({got / limit:.0%} of that limit). More loader threads add no CPU on one core.")
     # exactly-once delivery keeps the sample count fixed; bytes read grow when a lost item is re-issued
     result = SystemResult(variants=variants, samples=samples, curves=curves, notes=notes,
                           deterministic={"samples"}, regime=regime,

@@ -100,6 +100,18 @@ def test_dpp_uses_a_worker_started_on_loopback_in_the_flows_cluster(prefect_api,
         extra = Proc("dpp-extra", [dask, "worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
                                    "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--name", "dpp-extra"],
                      env=env, log=tmp_path / "dpp-extra.log")
+        def pin_me(cores):  # runs in a worker: its whole process to ``cores``; returns its old mask
+            old = os.sched_getaffinity(0)
+            pin_process(os.getpid(), cores)
+            return sorted(old)
+
+        def restore_me(masks):
+            from distributed import get_worker
+            pin_process(os.getpid(), masks[get_worker().address])
+
+        # the fixture's workers too: whichever the trainer lands on pins itself to the trainer's core for
+        # its runs, every other one (DPP's pool) stays off that core
+        fixture_masks = client.run(pin_me, dpp_cores)
         try:
             pin_process(extra.pid, dpp_cores)  # its threads started from here on inherit the mask
             client.wait_for_workers(len(before) + 1, timeout=90)
@@ -110,8 +122,12 @@ def test_dpp_uses_a_worker_started_on_loopback_in_the_flows_cluster(prefect_api,
                 report = dsi(scale="smoke", overrides={"regime_items": 6}, cluster=dask_cluster,
                              storage=local_storage)
             assert os.sched_getaffinity(extra.pid) == set(dpp_cores)  # any pin the run made was undone
+            trainer_cores = set(available_cores()) - set(dpp_cores)
+            masks = client.run(lambda: sorted(os.sched_getaffinity(0)))
+            assert all(not set(m) & trainer_cores for m in masks.values()), masks  # no DPP worker on its core
         finally:
             extra.stop(grace_s=5)
+            client.run(restore_me, fixture_masks, workers=list(fixture_masks))
     ran_dpp = {r["worker"] for r in stream.data if str(r["key"]).startswith("dpp-")}
     assert extra_addr in ran_dpp, (extra_addr, ran_dpp)
     workers = next(n for n in report["notes"] if n.startswith("DPP workers"))

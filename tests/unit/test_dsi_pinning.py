@@ -125,9 +125,9 @@ def test_the_master_gives_the_controller_every_live_worker(dataset, monkeypatch)
     seen = []
     original = Controller.decide
 
-    def record(self, now, stall, fill, live):
+    def record(self, now, stall, fill, live, **kw):
         seen.append(live)
-        return original(self, now, stall, fill, live)
+        return original(self, now, stall, fill, live, **kw)
 
     class Four(_Pool):
         def workers(self):

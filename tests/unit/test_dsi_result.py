@@ -88,3 +88,17 @@ def test_the_notes_show_the_controllers_decisions_and_say_when_workers_share_a_c
     note = next(n for n in build_result(p, data, cpu, runs, sweep, workers=2, want=1).notes
                 if n.startswith("DPP workers"))
     assert "(no change)" in note and "share" not in note
+
+
+def test_the_notes_list_every_decision_with_its_trigger_and_argue_inlines_one_core_limit():
+    p, data, cpu, runs, sweep = _outputs("cpu")
+    runs["dpp"][0] = dict(runs["dpp"][0], workers_over_time=[(0.0, 1), (0.05, 2), (1.0, 2)], decisions=[
+        {"t": 0.05, "trigger": "start-up", "stall_fraction": 1.0, "queue_fill": 0.0, "before": 1, "target": 2},
+        {"t": 0.55, "trigger": "regular", "stall_fraction": 0.3, "queue_fill": 0.0, "before": 2, "target": 2}])
+    notes = build_result(p, data, cpu, runs, sweep, workers=3, want=2).notes
+    note = next(n for n in notes if n.startswith("DPP workers"))
+    assert "0.05 s start-up stall 1.00 fill 0.00: 1->2, 0.55 s regular stall 0.30 fill 0.00: 2->2" in note
+    assert "the one change was the start-up event; the 1 regular decision(s) kept the count at the stall" in note
+    limit = next(n for n in notes if n.startswith("Inline's loader_threads"))
+    # step 5.0 ms + 0 rounds: at most batch_size / 5 ms; inline's median 100 samples/s
+    assert f"= {1e3 * p.batch_size / 5.0:.0f} samples/s" in limit and "its median was 100 samples/s" in limit
