@@ -105,10 +105,6 @@ def test_dpp_uses_a_worker_started_on_loopback_in_the_flows_cluster(prefect_api,
             pin_process(os.getpid(), cores)
             return sorted(old)
 
-        def restore_me(masks):
-            from distributed import get_worker
-            pin_process(os.getpid(), masks[get_worker().address])
-
         # the fixture's workers too: whichever the trainer lands on pins itself to the trainer's core for
         # its runs, every other one (DPP's pool) stays off that core
         fixture_masks = client.run(pin_me, dpp_cores)
@@ -127,7 +123,8 @@ def test_dpp_uses_a_worker_started_on_loopback_in_the_flows_cluster(prefect_api,
             assert all(not set(m) & trainer_cores for m in masks.values()), masks  # no DPP worker on its core
         finally:
             extra.stop(grace_s=5)
-            client.run(restore_me, fixture_masks, workers=list(fixture_masks))
+            for worker, mask in fixture_masks.items():  # the fixture's workers as they were
+                client.run(pin_me, mask, workers=[worker])
     ran_dpp = {r["worker"] for r in stream.data if str(r["key"]).startswith("dpp-")}
     assert extra_addr in ran_dpp, (extra_addr, ran_dpp)
     workers = next(n for n in report["notes"] if n.startswith("DPP workers"))
