@@ -35,7 +35,7 @@ from mlsys_flows.runtime import quick_exit, shared_api, warm_workers
 from mlsys_flows.settings import warm_cluster_address
 from mlsys_flows.systems.common.environment import capture, load_average
 from mlsys_flows.systems.common.params import ParamsError, SystemParams
-from mlsys_flows.rendering import ratio_label
+from mlsys_flows.rendering import ratio_label, verdict_text
 from mlsys_flows.systems.common.report import SystemResult, build_report
 from mlsys_flows.systems.common.spec import SystemSpec
 from mlsys_flows.tasks.common import publish_report, report_artifacts, with_policy
@@ -355,9 +355,11 @@ def system_flow(name: str) -> Callable[[Callable[[RunContext], SystemResult]], A
                 png = publish_report.submit(report, store).result()
             report_artifacts(report, png, store)  # artifacts of the flow run itself
             h = report.headline
-            logger.info("%s headline %s: %s vs %s = %s (paper %s); vs strongest (%s): %s", name, h.metric,
+            # the verdict (median of the paired ratios with their interval), not the ratio of medians beside
+            # the paired interval: the two can differ and a reader pairs a number with the interval printed by it
+            logger.info("%s headline %s: %s vs %s = %s (paper %s); verdict: %s", name, h.metric,
                         h.technique, h.baseline, ratio_label(h), f"{h.paper:.2f}x" if h.paper else "n/a",
-                        h.vs_strongest.baseline, ratio_label(h.vs_strongest))
+                        verdict_text(report.model_dump(mode="json")))
             return report.model_dump(mode="json")
 
         run.__name__ = name
