@@ -43,9 +43,14 @@ lint: setup
 # the flow and integration layers in the other. The first's output is held in a file and printed whole
 # when it ends. On 2 cores with one of them busy the flow and integration layers alone took ~25 min of
 # tests, the unit layer ~9 beside them. With PYTEST_ARGS, one pytest runs them all in order.
+# One OpenMP/BLAS thread per process (these tests only, never the benchmarks): the two pytests, their
+# flow and CLI subprocesses and servers already fill both cores, and torch's default of one OpenMP thread
+# per core then oversubscribes them: a SmolLM2 unit test used 8.7-9.4 s of CPU at one thread against
+# 10.3-10.6 s at the default two, on the busy machine. Dask's nannies set the same for their workers.
 BESIDE := tests/integration/test_airflow_dags.py tests/integration/test_wheel.py tests/integration/test_standalone.py
 test: setup system-deps airflow-venv lint
-	@if [ -n "$(PYTEST_ARGS)" ]; then exec $(PY) -m pytest -q --durations=20 $(PYTEST_ARGS); fi; \
+	@export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1; \
+	if [ -n "$(PYTEST_ARGS)" ]; then exec $(PY) -m pytest -q --durations=20 $(PYTEST_ARGS); fi; \
 	start=$$SECONDS; unit_log=$$(mktemp); \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/unit $(BESIDE) > $$unit_log 2>&1 & unit=$$!; \
 	trap 'kill $$unit 2>/dev/null; rm -f $$unit_log' EXIT; \

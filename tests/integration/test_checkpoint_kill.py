@@ -26,16 +26,20 @@ from mlsys_flows.systems.checkpoint.train import build, digest, load_state, trai
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-# a larger model than smoke's so each flush (~50 MB) lasts long enough to be caught in flight
-OVERRIDES = {"width": 1024, "steps": 10, "every": 2}
+# a larger model than smoke's so each flush (~50 MB) lasts long enough to be caught in flight; the regime
+# sweep (nothing here checks it) at a small width beside the headline's, whose runs the bench already made
+OVERRIDES = {"width": 1024, "steps": 10, "every": 2, "regime_widths": [256, 1024]}
+# the killed run's embedded cluster has one worker: it dies in its first task, the resumable training, and a
+# second worker would only import the flow (seconds of CPU) to die idle
 RUNNER = """
 import json, sys
 if __name__ == "__main__":
     from mlsys_flows import registry
-    from mlsys_flows.blocks import ObjectStorage
+    from mlsys_flows.blocks import DaskCluster, ObjectStorage
     url, run_key, overrides = sys.argv[1:4]
     registry.get("checkpoint").load_flow()(scale="smoke", overrides=json.loads(overrides),
-                                           storage=ObjectStorage(url=url), run_key=run_key)
+                                           storage=ObjectStorage(url=url), run_key=run_key,
+                                           cluster=DaskCluster(n_workers=1))
 """
 BLOB = re.compile(r"^(?:\.tmp-[0-9a-f]+-)?step-(\d+)\.pt$")
 

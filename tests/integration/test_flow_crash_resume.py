@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from faultkit import (REFERENCE_RUN_KEY, deterministic_view, fault_systems, implemented, kill_process_group, leaf_diff,
-                      reference_run, wait_until)
+from faultkit import (OWN_CLUSTER, REFERENCE_RUN_KEY, deterministic_view, fault_systems, implemented,
+                      kill_process_group, leaf_diff, reference_run, wait_until, warm_cluster)
 
 from mlsys_flows import registry
 from mlsys_flows.blocks import CheckpointStore, ObjectStorage
@@ -22,13 +22,18 @@ from mlsys_flows.blocks import CheckpointStore, ObjectStorage
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
+# The killed run's embedded cluster starts one worker (or the workers the system asks for): it is killed
+# in its first training task, and a second worker would only import the flow (seconds of CPU) to die idle.
 RUNNER = """
 import sys
 if __name__ == "__main__":
     from mlsys_flows import registry
-    from mlsys_flows.blocks import ObjectStorage
+    from mlsys_flows.blocks import DaskCluster, ObjectStorage
     name, url, run_key = sys.argv[1:4]
-    registry.get(name).load_flow()(scale="smoke", storage=ObjectStorage(url=url), run_key=run_key)
+    spec = registry.get(name)
+    workers = spec.params_model().for_scale("smoke").embedded_workers() or 1
+    spec.load_flow()(scale="smoke", storage=ObjectStorage(url=url), run_key=run_key,
+                     cluster=DaskCluster(n_workers=workers))
 """
 
 
@@ -70,7 +75,11 @@ def test_sigkill_flow_process_then_resume_with_same_run_key(name, prefect_api, t
     last = checkpoints.latest(run_key)
     assert last is not None and last["step"] < ref_steps[-1], "killed too late: nothing left to resume"
 
-    resumed = registry.get(name).load_flow()(scale="smoke", storage=storage, run_key=run_key)
+    # the rerun on the cluster the reference ran on (the session's warm one, unless the system needs its own):
+    # the killed run's cluster went with its process, and a fresh embedded one costs two worker starts
+    own = name in OWN_CLUSTER or registry.get(name).params_model().for_scale("smoke").own_cluster()
+    resumed = registry.get(name).load_flow()(scale="smoke", storage=storage, run_key=run_key,
+                                             cluster=None if own else warm_cluster())
 
     # resumed exactly once, from the last checkpoint complete at the crash
     assert [r["step"] for r in checkpoints.resumes(run_key)] == [last["step"]]

@@ -83,12 +83,19 @@ def test_run_and_bench_in_an_empty_folder(wheel_venv, prefect_api):
     run is test_standalone's, and each command here would boot one (about 7 s each)."""
     from prefect.settings import PREFECT_API_URL
 
+    from mlsys_flows.blocks import DaskCluster
+
     venv, work, env = wheel_venv
     env = {**env, "PREFECT_API_URL": PREFECT_API_URL.value()}
     cli = str(venv / "bin" / "mlsys-flows")
-    _run([cli, "run", SYSTEM, "--scale", "smoke", "--json", "run.json"], cwd=work, env=env)
+    # each command's embedded cluster (started by the wheel's code) with one worker, named as a user names a
+    # saved block: the default's second worker would cost each command a worker start (torch, Prefect and
+    # the flow imported) on a loaded machine, and `run`'s default cluster is test_standalone's
+    DaskCluster(n_workers=1).save("wheel-one-worker", overwrite=True)
+    one = ["--cluster", "wheel-one-worker"]
+    _run([cli, "run", SYSTEM, "--scale", "smoke", *one, "--json", "run.json"], cwd=work, env=env)
     assert json.loads((work / "run.json").read_text())["system"] == SYSTEM
-    _run([cli, "bench", SYSTEM, "--scale", "smoke", "--json", "bench.json"], cwd=work, env=env)
+    _run([cli, "bench", SYSTEM, "--scale", "smoke", *one, "--json", "bench.json"], cwd=work, env=env)
     assert (work / "bench.json").exists()
 
 
