@@ -78,7 +78,7 @@ def test_batched_prefill_matches_one_at_a_time_prefill(smollm2):
         if together:
             batch.prefill(seqs)
             first = [s.output[0] for s in seqs]
-            logits = smollm2.prefill_batch(KVPool(smollm2.cfg, 256), [(s.prompt, 0, torch.arange(len(s.prompt)))
+            logits = smollm2.prefill_batch(KVPool(smollm2.cfg, 256), [(s.prompt, 0, s.slots[:len(s.prompt)])
                                                                      for s in seqs])
         else:
             for s in seqs:
