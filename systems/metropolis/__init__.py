@@ -29,7 +29,9 @@ class Params(SystemParams):
         "smoke": dict(agents=10, steps=8, map_size=24, llm_slots=4, latency_median_s=0.012, overhead_probe_tasks=2,
                       slot_sweep=False, regime_radius=[1, 6], prompt_tokens=8, tokens_median=2, max_new_tokens=8),
         # six repeats: the fewest paired runs that can decide a verdict (contract v4)
-        "quick": dict(agents=40, steps=30, map_size=64, llm_slots=16, latency_median_s=0.03, repeats=6),
+        # SmolLM2 costs several times all-MiniLM-L6-v2 per token: short calls and twenty steps keep a quick
+        # run near its MiniLM length (issue 46)
+        "quick": dict(agents=40, steps=20, map_size=64, llm_slots=16, latency_median_s=0.03, repeats=6),
         "full": dict(agents=200, steps=100, map_size=140, hotspots=24, llm_slots=64, latency_median_s=0.2,
                      repeats=6),
     }
@@ -56,7 +58,7 @@ class Params(SystemParams):
         "forward; the model radix serves) behind a continuous-batching server of llm_slots concurrent requests (the "
         "serving family's batching core, the one radix's engine runs); 'sleep' sleeps the call's latency holding one "
         "of llm_slots slots (a real-time replay of the simulated workload). The simulated clock always uses the latencies.")
-    prompt_tokens: int = Field(16, ge=1, le=8191, description="llm=smollm2: prompt tokens prefilled per call (ordinary "
+    prompt_tokens: int = Field(8, ge=1, le=8191, description="llm=smollm2: prompt tokens prefilled per call (ordinary "
                                "BPE tokens drawn from the call's key).")
     tokens_median: int = Field(2, ge=1, le=128, description="llm=smollm2: output tokens of a call with the median "
                                "latency; a call's tokens scale with its drawn latency (the same lognormal shape).")
