@@ -27,7 +27,7 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "metropolis"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(agents=10, steps=8, map_size=24, llm_slots=4, latency_median_s=0.012, overhead_probe_tasks=2,
-                      slot_sweep=False, regime_radius=[1, 6], prompt_tokens=8, tokens_median=2, max_new_tokens=8),
+                      slot_sweep=False, regime_radius=[1, 6], prompt_tokens=4, tokens_median=1, max_new_tokens=4),
         # six repeats: the fewest paired runs that can decide a verdict (contract v4)
         # SmolLM2 costs several times all-MiniLM-L6-v2 per token: short calls and twenty steps keep a quick
         # run near its MiniLM length (issue 46)
