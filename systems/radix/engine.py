@@ -11,9 +11,11 @@ metropolis's model server runs too; what is here is the cache and the admission 
 
 Prefilling the newcomers of a round together would lose reuse between two of them that share a
 prefix the cache does not hold yet (neither is cached before both are computed). As SGLang's
-in-batch prefix check does, a candidate whose prompt shares more with a request admitted in the
-same round than the cache gives it waits for that round's prefill (which caches the earlier one's
-prompt) and is matched again: every request reuses exactly what it would reuse admitted alone.
+in-batch prefix check does, a candidate that would match more once a request admitted in the
+same round is cached (the shared tokens in the tree, only the whole blocks among them in the
+block cache: the cache says, ``would_match``) than the cache gives it now waits for that round's
+prefill (which caches the earlier one's prompt) and is matched again: every request reuses exactly
+what it would reuse admitted alone, and no cache waits for what it could not gain.
 """
 from __future__ import annotations
 
@@ -188,11 +190,14 @@ class Engine:
     @staticmethod
     def _shares_uncached(prompt: list[int], pending: list[_Running], tree) -> bool:
         """Would ``prompt`` reuse more once the round's pending requests are cached? (SGLang's
-        in-batch prefix check.) Without a cache nothing is reused: never."""
+        in-batch prefix check.) What waiting gains is what the cache would match of the longest
+        prefix shared with a pending prompt (``would_match``: every shared token in the tree, the
+        whole blocks among them in the block cache), compared with what it matches now. Without a
+        cache nothing is reused: never."""
         if tree is None:
             return False
         shared = max(common_prefix_len(prompt[:-1], r.seq.prompt) for r in pending)
-        return shared > 0 and shared > len(tree.match_prefix(prompt[:-1])[0])
+        return tree.would_match(shared) > len(tree.match_prefix(prompt[:-1])[0])
 
     def _reserve(self, req: Request, prompt: list[int], pool: KVPool, tree, st: ServeStats) -> _Running | None:
         """Match the cached prefix, lock it, and allocate the rest (evicting if the pool is short)."""

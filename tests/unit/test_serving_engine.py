@@ -251,3 +251,53 @@ def test_radix_reuse_is_unchanged_by_batched_prefill(tiny, workload):
         fewer |= many.prefill_calls < one.prefill_calls
         assert many.logit_check is not None and many.logit_check < LOGIT_REL_BOUND and many.logit_checked >= 1
     assert fewer   # somewhere the round's newcomers really were prefilled together
+
+
+def _waits_only_for_a_gain(prompt, pending, tree) -> bool:
+    """The in-batch check by brute force: cache the round's pending prompts in a fresh cache of the
+    same kind (and block size) and match the candidate there; wait only when that beats what the
+    real cache matches now (a prefix cache's match over the union of two contents is the larger of
+    the two matches, so this is exactly what waiting for the round's prefill would gain)."""
+    if tree is None:
+        return False
+    from mlsys_flows.systems.radix.block_cache import BlockPrefixCache
+    from mlsys_flows.systems.radix.tree import RadixCache
+
+    fresh = BlockPrefixCache(tree.block_size) if isinstance(tree, BlockPrefixCache) else RadixCache()
+    slot = 0
+    for r in pending:
+        n = len(r.seq.prompt)
+        fresh.insert(r.seq.prompt, list(range(slot, slot + n)))
+        slot += n
+    return len(fresh.match_prefix(prompt[:-1])[0]) > len(tree.match_prefix(prompt[:-1])[0])
+
+
+@pytest.mark.parametrize("workload", ["chat", "tot", "share0.75"])
+def test_each_cache_waits_in_a_round_only_for_what_it_can_gain(tiny, workload, monkeypatch):
+    """At quick sizes, every cached variant makes exactly the prefill calls of a brute-force
+    in-batch check (a candidate waits for the round's prefill only when the pending prompts, once
+    cached, would give it more than the cache gives now: whole blocks for the block cache), with the
+    same reuse. A check that waits for a shared prefix the block cache cannot hold (a partial
+    block), or that always waits, makes more calls; one that never waits reuses less."""
+    from mlsys_flows.systems.radix import Params
+    from mlsys_flows.systems.radix.engine import Engine
+    from mlsys_flows.systems.radix.run import VARIANTS, make_requests, variants_of
+
+    p = Params.for_scale("quick")
+    reqs = make_requests(p, workload)
+    engine = Engine(tiny)
+    names = [v for v in (variants_of(workload) if not workload.startswith("share") else ("radix", "block_cache"))
+             if VARIANTS[v][0]]
+    assert "block_cache" in names and "radix" in names
+    got = {}
+    for v in names:
+        cache, policy, kind = VARIANTS[v]
+        kw = dict(kv_slots=p.kv_slots, max_running=p.max_running, cache=cache, policy=policy, cache_kind=kind,
+                  block_size=p.block_size)
+        got[v] = engine.serve(reqs, **kw)
+        with monkeypatch.context() as m:
+            m.setattr(Engine, "_shares_uncached", staticmethod(_waits_only_for_a_gain))
+            want = engine.serve(reqs, **kw)
+        assert (got[v].prefill_calls, got[v].prefill_tokens) == (want.prefill_calls, want.prefill_tokens), v
+        assert got[v].prefill_calls < got[v].requests, v   # the round's newcomers were packed somewhere
+    assert got["block_cache"].prefill_tokens >= got["radix"].prefill_tokens
