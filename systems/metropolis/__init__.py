@@ -29,8 +29,9 @@ class Params(SystemParams):
         "smoke": dict(agents=10, steps=8, map_size=24, llm_slots=4, latency_median_s=0.012, overhead_probe_tasks=2,
                       slot_sweep=False, regime_radius=[1, 6], prompt_tokens=4, tokens_median=1, max_new_tokens=4),
         # six repeats: the fewest paired runs that can decide a verdict (contract v4)
-        # SmolLM2 costs several times all-MiniLM-L6-v2 per token: short calls and twenty steps keep a quick
-        # run near its MiniLM length (issue 46)
+        # SmolLM2 costs several times all-MiniLM-L6-v2 per token: short calls (8-token prompts, 2 tokens at
+        # the median) and twenty steps keep the quick run within about 1.4x its MiniLM length, not near it
+        # (issue 46: 895 s against 661 s on the bench machine, each makespan 44-56 s against 33-43 s)
         "quick": dict(agents=40, steps=20, map_size=64, llm_slots=16, latency_median_s=0.03, repeats=6),
         "full": dict(agents=200, steps=100, map_size=140, hotspots=24, llm_slots=64, latency_median_s=0.2,
                      repeats=6),

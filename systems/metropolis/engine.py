@@ -370,7 +370,7 @@ def execute_model(policy: str, cfg: Config, llm_slots: int, serve_cfg, truth: di
     try:
         ex = ModelExecutor(llm_slots, max(2, cfg.agents), cfg.latency_median_s, serve_cfg, seed=cfg.seed)
         out = run(policy, cfg, ex, truth)
-        check = ex.server.check_logits()   # after the clock: raises past the bound
+        check, checked = ex.server.check_logits()   # after the clock: raises past the bound or when none was checked
     finally:
         torch.set_num_threads(threads)
     srv = ex.server
@@ -379,7 +379,8 @@ def execute_model(policy: str, cfg: Config, llm_slots: int, serve_cfg, truth: di
     return out, {"decode_steps": srv.steps, "prefills": srv.prefills, "tokens": srv.tokens,
                  "mean_batch": (srv.tokens - srv.prefills) / max(1, srv.steps), "step_fixed_s": a, "step_per_request_s": b,
                  "prefill_s": srv.prefill_s, "decode_s": srv.decode_s, "prefill_calls": srv.prefill_calls,
-                 "lane_moves": srv.batch.kv.moves, "logit_check": check}
+                 "lane_moves": srv.batch.kv.moves, "logit_check": check,
+                 "logit_checked": checked}
 
 
 def utilization(busy_call_s: float, llm_slots: int, makespan_s: float) -> float:

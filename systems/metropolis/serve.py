@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mlsys_flows.systems.llm_serving.engine import Batch, Sampler, Seq, check_logits
+from mlsys_flows.systems.llm_serving.engine import Batch, LogitCheckError, Sampler, Seq, check_logits
 from mlsys_flows.systems.llm_serving.kv_pool import KVPool
 from mlsys_flows.systems.llm_serving.model_card import SMOLLM2_TOKEN_IDS
 
@@ -40,7 +40,8 @@ class ServeConfig:
     temperature: float = 0.7      # 0: greedy
     top_k: int = 50               # 0: the whole vocabulary
     seed: int = 0                 # the run's sampling seed (with each call's key)
-    check: int = 2                # calls whose last logits are recomputed without pool or batch after the run
+    check: int = 2                # the run's first calls of more than one token whose last logits are recomputed
+                                  # without pool or batch after the run (one admitted into the largest batch besides)
 
     def new_tokens(self, latency: float, latency_median: float) -> int:
         return int(min(self.max_new_tokens, max(1, round(self.tokens_median * latency / latency_median))))
@@ -81,7 +82,8 @@ class ModelServer:
         self._cond = threading.Condition()
         self._closed = False
         self._error: BaseException | None = None
-        self._kept: list[Seq] = []   # the calls whose logits the check recomputes
+        self._kept: list[Seq] = []   # the run's first calls whose logits the check recomputes
+        self._largest: tuple[int, Seq | None] = (0, None)   # (batch size, call): one admitted into the largest batch
         # counters: decode steps, prefills, tokens generated, slot-seconds busy (active x step time)
         self.steps = self.prefills = self.prefill_calls = self.tokens = 0
         self.busy_slot_s = 0.0
@@ -117,11 +119,18 @@ class ModelServer:
             self._cond.notify_all()
         self._thread.join()
 
-    def check_logits(self) -> float:
-        """After the run (untimed): the kept calls' last served logits against a full causal pass over
-        each call's whole sequence without pool or batch (max |difference| / scale); raises
-        ``LogitCheckError`` past the bound. 0.0 when no call was kept."""
-        return check_logits(self.model, self._kept, "metropolis model server")
+    def check_logits(self) -> tuple[float, int]:
+        """After the run (untimed): the kept calls' last served logits (the run's first ``check``
+        calls of more than one token and one admitted in the step that first reached the run's largest batch)
+        against a full causal pass over each call's whole sequence without pool or batch; returns
+        (max |difference| / scale, calls checked). Raises ``LogitCheckError`` past the bound, and
+        also when no call was checked (no call of the run had a decode step): a check of nothing
+        must not pass."""
+        seqs = list({id(s): s for s in self._kept + [self._largest[1]] if s is not None and s.done}.values())
+        if not seqs:
+            raise LogitCheckError("metropolis model server: no call had more than one token, so no served decode "
+                                  "logits were checked (raise tokens_median or the run's length)")
+        return check_logits(self.model, seqs, "metropolis model server"), len(seqs)
 
     # --- the server thread -----------------------------------------------------------------------
     def _serve(self) -> None:
@@ -137,7 +146,7 @@ class ModelServer:
                 t0 = time.perf_counter()
                 active += admitted   # before the prefills: a failure must wake these callers too
                 if admitted:
-                    self._prefill(admitted)
+                    self._prefill(admitted, len(active))
                 self.prefill_s += time.perf_counter() - t0
                 active = self._retire(active)
                 if active:
@@ -157,19 +166,28 @@ class ModelServer:
             for req in stranded:
                 req.done.set()
 
-    def _prefill(self, admitted: list[_Request]) -> None:
-        seqs = []
+    def _prefill(self, admitted: list[_Request], batch: int) -> None:
+        """Prefill the step's newcomers (``batch``: the requests active with them) in one packed call."""
+        seqs, largest = [], None
         for req in admitted:
             slots = self.pool.alloc(len(req.prompt) + req.new_tokens - 1)   # the last token is never fed back
             if slots is None:
                 raise RuntimeError(f"the KV pool ({self.pool.size} slots) cannot hold a request of "
                                    f"{len(req.prompt)} + {req.new_tokens} tokens")
-            keep = req.new_tokens > 1 and len(self._kept) < self.cfg.check   # a decode step's logits are checked
+            first = req.new_tokens > 1 and len(self._kept) < self.cfg.check   # a decode step's logits are checked
             req.run = Seq(key=req.key, prompt=req.prompt, max_new=req.new_tokens,
-                          slots=torch.tensor(slots, dtype=torch.long), keep_logits=keep)
-            if keep:
+                          slots=torch.tensor(slots, dtype=torch.long), keep_logits=first)
+            if first:
                 self._kept.append(req.run)
+            elif req.new_tokens > 1:
+                largest = req.run
             seqs.append(req.run)
+        if largest is not None and batch > self._largest[0]:
+            old = self._largest[1]   # no longer the largest batch's call: stop keeping its logits
+            if old is not None:
+                old.keep_logits, old.last_logits = False, None
+            largest.keep_logits = True
+            self._largest = (batch, largest)
         self.batch.admit(seqs)
         self.prefills += len(seqs)
         self.prefill_calls += 1

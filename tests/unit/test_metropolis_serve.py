@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from mlsys_flows.systems.llm_serving.engine import LOGIT_REL_BOUND
+from mlsys_flows.systems.llm_serving.engine import LOGIT_REL_BOUND, LogitCheckError
 from mlsys_flows.systems.llm_serving.model_card import SMOLLM2_TOKEN_IDS
 from mlsys_flows.systems.llm_serving.smollm2 import pretrained
 from mlsys_flows.systems.metropolis import Params, execute_model, simulate
@@ -58,7 +58,8 @@ def test_batched_generation_matches_each_request_alone():
     assert server.tokens == sum(n for _, n in jobs) and server.prefills == len(jobs)
     assert server.prefill_calls < len(jobs)   # newcomers were prefilled together
     assert server.pool.free == server.pool.size  # every slot released
-    assert server.check_logits() < LOGIT_REL_BOUND
+    worst, checked = server.check_logits()
+    assert worst < LOGIT_REL_BOUND and checked >= 2   # the first call of more than one token and the largest batch's
 
 
 def test_sampled_generation_reproduces_and_calls_differ():
@@ -101,6 +102,25 @@ def test_lagging_calls_are_admitted_first():
     assert order == [1, 3, 5]
 
 
+def test_the_logit_check_keeps_the_largest_batchs_call_and_fails_on_nothing_checked():
+    """check=0: no first calls are kept, yet the call admitted into the run's largest batch is checked;
+    a run whose calls all have one token (no decode step) checked nothing and fails."""
+    server = ModelServer(3, ServeConfig(prompt_tokens=4, tokens_median=2, max_new_tokens=3, temperature=0.0, check=0))
+    try:
+        _serve_all(server, [(server.prompt_for(k), n) for k, n in [(1, 3), (2, 1), (3, 2), (4, 3)]])
+        worst, checked = server.check_logits()
+    finally:
+        server.close()
+    assert worst < LOGIT_REL_BOUND and checked == 1
+    server = ModelServer(2, ServeConfig(prompt_tokens=4, tokens_median=1, max_new_tokens=1, temperature=0.0))
+    try:
+        _serve_all(server, [(server.prompt_for(k), 1) for k in range(3)])
+        with pytest.raises(LogitCheckError, match="no call"):
+            server.check_logits()
+    finally:
+        server.close()
+
+
 def test_a_failing_model_wakes_every_caller_with_an_error():
     class Broken:
         cfg = pretrained().cfg
@@ -138,4 +158,4 @@ def test_a_simulation_on_the_model_ends_in_the_same_world():
     assert served["prefills"] == ref.llm_calls and served["tokens"] >= served["prefills"]
     assert 1 <= served["mean_batch"] <= p.llm_slots
     assert served["prefill_calls"] <= served["prefills"]
-    assert 0 <= served["logit_check"] < LOGIT_REL_BOUND
+    assert 0 <= served["logit_check"] < LOGIT_REL_BOUND and served["logit_checked"] >= 1
