@@ -64,8 +64,8 @@ def _projection(p: Params, sim_med: dict, runs: dict) -> tuple[Projection, str]:
                         for n, (pf, dc, mk) in busy.items())
             + f". A decode step cost {a * 1e3:.2f} ms + {b * 1e3:.2f} ms per request in the batch (least-squares "
             f"fit over every step of every run, median over runs): a batch of {p.llm_slots} costs "
-            f"{(a + b * p.llm_slots) / (a + b):.2f}x a batch of one, so this server's decode step is already close to "
-            "flat. Packed prefill forwards per run (counted, median): "
+            f"{(a + b * p.llm_slots) / (a + b):.2f}x a batch of one (modelled from the fit; a step proportional to "
+            f"the batch would cost {p.llm_slots}x, a flat one 1x). Packed prefill forwards per run (counted, median): "
             + ", ".join(f"{n} {c:.0f}" for n, c in calls.items())
             + "; each is one forward over a step's newcomers whose cost is mostly fixed, so a schedule that admits more "
             "newcomers per server step makes fewer of them: the measured ratio is fewer prefill forwards and fuller "
