@@ -27,7 +27,8 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "metropolis"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(agents=10, steps=8, map_size=24, llm_slots=4, latency_median_s=0.012, overhead_probe_tasks=2,
-                      slot_sweep=False, regime_radius=[1, 6], prompt_tokens=4, tokens_median=1, max_new_tokens=4),
+                      slot_sweep=False, regime_radius=[1, 6], prompt_tokens=4, tokens_median=1, max_new_tokens=4,
+                      warmup_steps=0),
         # six repeats: the fewest paired runs that can decide a verdict (contract v4)
         # SmolLM2 costs several times all-MiniLM-L6-v2 per token: short calls (8-token prompts, 2 tokens at
         # the median) and twenty steps keep the quick run within about 1.4x its MiniLM length, not near it
@@ -73,6 +74,7 @@ class Params(SystemParams):
                                      description="Regime: interaction radii at which every policy is simulated (simulated clock, the rest of the town as configured).")
     # measurement
     slot_sweep: bool = Field(True, description="Also simulate every policy with llm_slots / 4, / 2, x 2 and x 4 (simulated clock, a curve).")
+    warmup_steps: int = Field(5, ge=0, le=2000, description="llm=smollm2: steps of one untimed run on a town no repeat evaluates, before the timed runs (0: none); the first timed run of a fresh worker was the slowest of its policy.")
     overhead_probe_tasks: int = Field(4, ge=1, le=100, description="No-op Prefect tasks timed to measure the per-task dispatch cost (why cluster steps are not Prefect tasks).")
 
     @model_validator(mode="after")

@@ -49,6 +49,18 @@ def llm_note(p: Params, runs: dict) -> str:
             "schedule on a discrete-event clock with the drawn latencies (simulated), not the model's." + check)
 
 
+def _split_sentence(busy: dict[str, tuple[float, float, float]]) -> str:
+    """Which part of the server's time the policies differ in, from this run's medians (prefill, decode,
+    makespan per policy): a prefill ratio within 5% of 1 is no part of the gain."""
+    pre = busy["global_sync"][0] / busy["out_of_order"][0]
+    dec = busy["global_sync"][1] / busy["out_of_order"][1]
+    where = ("the decode steps (fuller batches), not the prefill forwards" if abs(pre - 1) <= 0.05 else
+             "fewer prefill forwards and fuller decode steps together" if pre > 1 else
+             "the decode steps, against more prefill time")
+    return (f"Decode time alone global_sync / out_of_order {dec:.2f}x, prefill time alone {pre:.2f}x (measured): "
+            f"the measured ratio comes from {where}.")
+
+
 def _projection(p: Params, sim_med: dict, runs: dict) -> tuple[Projection, str]:
     """The same schedules' decode steps on an engine whose decode step is flat in the batch up to K
     (decode only: the prefill forwards are left out), and the note on where the model server's time
@@ -67,13 +79,10 @@ def _projection(p: Params, sim_med: dict, runs: dict) -> tuple[Projection, str]:
             f"{(a + b * p.llm_slots) / (a + b):.2f}x a batch of one (modelled from the fit; a step proportional to "
             f"the batch would cost {p.llm_slots}x, a flat one 1x). Packed prefill forwards per run (counted, median): "
             + ", ".join(f"{n} {c:.0f}" for n, c in calls.items())
-            + "; each is one forward over a step's newcomers whose cost is mostly fixed, so a schedule that admits more "
-            "newcomers per server step makes fewer of them: the measured ratio is fewer prefill forwards and fuller "
-            "decode steps together (decode time alone global_sync / out_of_order "
-            f"{busy['global_sync'][1] / busy['out_of_order'][1]:.2f}x, prefill time alone "
-            f"{busy['global_sync'][0] / busy['out_of_order'][0]:.2f}x, measured). The projection (modelled) is decode "
-            "steps only, prefill left out: the same schedules' calls on an engine whose decode step stays flat in the "
-            "batch up to K.")
+            + "; each is one forward over a server step's newcomers, its cost growing with the newcomers it packs. "
+            + _split_sentence(busy)
+            + " The projection (modelled) is decode steps only, prefill left out: the same schedules' calls on an "
+            "engine whose decode step stays flat in the batch up to K.")
     step = a + b   # one request's step: on a flat engine, every step of a batch up to K costs this
     scale = step * p.tokens_median / p.latency_median_s
     proj = {n: sim_med[n]["sim_makespan_s"] * scale for n in ("global_sync", "out_of_order")}
