@@ -28,6 +28,12 @@ def metropolis(ctx: RunContext):
         t.noop.submit(i).result()
         probe.append(time.perf_counter() - t0)
 
+    # an untimed warm-up on a town no repeat evaluates (its own cache key): the first timed run in a fresh
+    # worker was the slowest of its policy in both of the branch's quick runs
+    if p.llm == "smollm2" and p.warmup_steps:
+        warm = p.model_copy(update={"steps": p.warmup_steps})
+        t.run_schedule.submit(warm, POLICIES[0], ctx.storage, truth_keys[0], ctx.repeats).result()
+
     # the timed runs, one at a time, the policies' order rotating every repeat
     runs: dict[str, list[dict]] = {name: [] for name in POLICIES}
     for r in range(ctx.repeats):

@@ -60,12 +60,12 @@ def plan(p: Params, storage: ObjectStorage, truth_key: str, repeat: int) -> dict
 @task(name="metropolis-run")
 def run_schedule(p: Params, policy: str, storage: ObjectStorage, truth_key: str, repeat: int) -> dict:
     """One simulation of repeat ``repeat``'s town under ``policy`` with real threads: every LLM call generates its tokens on the real
-    model's batching server (llm=minilm) or sleeps its latency holding one of the K slots (llm=sleep);
+    model's batching server (llm=smollm2) or sleeps its latency holding one of the K slots (llm=sleep);
     the makespan is the wall clock of the whole simulation."""
     log = get_run_logger()
     truth = _truth_from_json(storage.read_bytes(truth_key)) if policy == "oracle" else None
     served = {}
-    if p.llm == "minilm":
+    if p.llm == "smollm2":
         out, served = execute_model(policy, p.config(repeat=repeat), p.llm_slots, p.serve_config(), truth=truth)
     else:
         out = execute(policy, p.config(repeat=repeat), p.llm_slots, truth=truth)

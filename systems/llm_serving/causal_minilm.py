@@ -44,6 +44,11 @@ class ModelConfig:
         return self.d_model // self.heads
 
     @property
+    def kv_heads(self) -> int:
+        """K/V heads: every query head has its own (no grouping)."""
+        return self.heads
+
+    @property
     def kv_dim(self) -> int:
         """Width of one token's K (or V) row in the pool: every head has its own K/V."""
         return self.d_model
@@ -174,6 +179,14 @@ class CausalMiniLM(torch.nn.Module):
             att = F.scaled_dot_product_attention(self._heads(q).transpose(0, 1)[None], keys, vals, attn_mask=mask)
             x = self._finish_block(blk, x, att[0].transpose(0, 1).flatten(-2))
         return self.logits(x[-1])
+
+    @torch.inference_mode()
+    def prefill_batch(self, pool: KVPool, items: list[tuple[list[int], int, torch.Tensor]]) -> torch.Tensor:
+        """``prefill`` of each (tokens, start, slots) in turn (the serving interface's batched call; this
+        model packs nothing). Returns the logits of each request's last token, [len(items), vocab]."""
+        if not items:
+            raise ValueError("prefill_batch needs at least one request")
+        return torch.stack([self.prefill(pool, toks, start, slots) for toks, start, slots in items])
 
     @torch.inference_mode()
     def gather_batch(self, pool: KVPool, slot_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

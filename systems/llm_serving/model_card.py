@@ -1,6 +1,7 @@
 """The served models' limits, stated here so parameters are checked without importing torch; unit
-tests check them against the packages' files: all-MiniLM-L6-v2 run causally (``causal_minilm``,
-what metropolis serves) and SmolLM2-135M-Instruct (``smollm2``, what radix serves)."""
+tests check them against the packages' files: all-MiniLM-L6-v2 run causally (``causal_minilm``, a
+second model with the serving interface, used by the engine's logic tests) and SmolLM2-135M-Instruct
+(``smollm2``, what radix and metropolis serve)."""
 MODEL_NAME = "all-MiniLM-L6-v2"
 MODEL_POSITIONS = 512      # max_position_embeddings: a request chain's prompt + output must fit
 MODEL_VOCAB = 30522

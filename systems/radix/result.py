@@ -57,7 +57,12 @@ def build_result(p: Params, results: dict[str, dict], sweep: dict[float, dict[st
         "project's own forward over the slot-indexed KV pool (its logits equal transformers' on the same file: "
         "tests/unit/test_smollm2.py), greedy decoding, prompts of random ordinary tokens, "
         f"served on the CPU with {p.torch_threads} torch thread(s): continuous batching of up to {p.max_running} "
-        "requests over a token-slot KV pool, one prompt prefilled at a time; with a cache a request computes K/V only "
+        "requests over a token-slot KV pool (the serving family's batching core, llm_serving/engine.py, shared with metropolis): "
+        "the newcomers of an admission round prefilled together in one packed call (a newcomer that would match more once "
+        "one admitted in the same round is cached than the cache gives it now waits for that round to be cached, "
+        "SGLang's in-batch prefix check; the block cache counts only the whole blocks it would gain, so no cache waits "
+        "for what it cannot hold; reuse equals one-at-a-time admission), the running batch's K/V kept in lanes across steps "
+        "(a newcomer gathered into a free lane, a leaving request's lane refilled by the last lane); with a cache a request computes K/V only "
         "for the prompt tokens after its longest cached prefix and attends over the cached slots. requests_per_s is "
         f"requests served / wall clock of the whole pass ({len(results[HEADLINE]['rates']['radix'])} passes per "
         f"variant on the headline's multi-turn chat, {p.repeats} on the other workloads, variants interleaved with a "
@@ -115,6 +120,17 @@ def build_result(p: Params, results: dict[str, dict], sweep: dict[float, dict[st
         f"<= {p.max_running} and the prompts are short, so the ratio depends on the prompt/output lengths chosen "
         "(docs/radix.md); the paper measured 7B-70B models on GPUs with SGLang's full runtime.",
     ]
+    checks = [(w, v, c) for w, res in results.items() for v, c in res.get("logit_check", {}).items() if c["max_rel"] is not None]
+    if checks:
+        worst = max(c["max_rel"] for _, _, c in checks)
+        notes.append(
+            "Logit check (after each variant's first timed pass, untimed): the last logits served to "
+            f"{sum(c['requests'] for _, _, c in checks)} requests (per variant and workload, the one that reused the "
+            "longest cached prefix and the last to finish) against a full causal pass over the request's whole "
+            f"sequence without pool, cache or batch: worst max |difference| over the logits' scale {worst:.2e} "
+            "(a run fails past 1e-3); packed prefill calls on the headline's chat, radix: "
+            f"{results[HEADLINE]['logit_check']['radix']['prefill_calls']} for "
+            f"{variants['radix']['requests']:.0f} requests (counted).")
     reps = results[HEADLINE].get("repeats")
     if reps and reps["maximum"] > reps["minimum"]:
         notes.append(repeats_note(reps, "the multi-turn chat's passes"))

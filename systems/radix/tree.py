@@ -81,6 +81,11 @@ class RadixCache:
                 break
         return slots, node
 
+    def would_match(self, shared: int) -> int:
+        """Positions a prompt would match once a sequence sharing its first ``shared`` tokens is
+        cached: all of them (the tree caches any prefix, token by token)."""
+        return shared
+
     def _split(self, child: Node, n: int) -> Node:
         """Split ``child``'s edge after ``n`` tokens; returns the new upper node (covering them)."""
         parent = child.parent

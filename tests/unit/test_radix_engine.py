@@ -1,4 +1,4 @@
-"""The causal MiniLM (the package's pretrained weights run causally, what metropolis serves) reuses its
+"""The causal MiniLM (the package's pretrained weights run causally, a second model with the serving interface) reuses its
 cached K/V exactly, and the engine (model-agnostic; radix serves SmolLM2, tests/unit/test_smollm2.py)
 really reuses cached K/V: served outputs are identical with and without the radix cache and the
 block-hash cache, the caches save the prefill they should (the block cache recomputes the partial
