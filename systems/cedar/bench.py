@@ -1,10 +1,13 @@
-"""Measure one pipeline three ways on the same data (pure): torch DataLoader at each candidate
-``num_workers``, cedar as written, cedar optimized. The DataLoader baseline's ``num_workers`` is
-chosen on a calibration split (the first few source items, timed apart, before the evaluated runs:
-what a careful user does); the best ``num_workers`` in the evaluated runs themselves is kept beside
-it as an oracle (chosen in hindsight). Runs are interleaved; each run is ``epochs`` full passes. The DataLoader run builds one DataLoader and
-keeps its (persistent) workers across the epochs; the optimized run's time includes profiling,
-optimizing, its trials, starting workers and writing its cache (a fresh cache every run). After
+"""Measure one pipeline four ways on the same data (pure): torch DataLoader at each candidate
+``num_workers``, the caching DataLoader (the same loader keeping the outputs of the pipeline's
+deterministic prefix in memory after the first epoch, tf.data's ``.cache()`` placed by a careful
+user), cedar as written, cedar optimized. Each DataLoader baseline's ``num_workers`` is chosen on a
+calibration split (the first few source items, timed apart, before the evaluated runs: what a
+careful user does); the plain loader's best ``num_workers`` in the evaluated runs themselves is kept
+beside it as an oracle (chosen in hindsight). Runs are interleaved; each run is ``epochs`` full
+passes. A DataLoader run builds one DataLoader and keeps its (persistent) workers, and the caching
+one its cache, across the epochs; the optimized run's time includes profiling, optimizing, its
+trials, starting workers and writing its cache (a fresh cache every run, for both caches). After
 timing, every variant's outputs are checked against cedar as written: a difference fails the run."""
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Any, Callable
 
 from mlsys_flows.errors import MlsysError
 from mlsys_flows.systems.cedar.api import Pipeline
-from mlsys_flows.systems.cedar.pipeline import Cache, DirStore, Plan, Stage, store_label
+from mlsys_flows.systems.cedar.pipeline import Cache, DirStore, Plan, Stage, deterministic_prefix, store_label
 from mlsys_flows.systems.cedar.workloads import TorchLoader, count, multiset
 from mlsys_flows.systems.common.timing import interleaved, median
 
@@ -63,22 +66,24 @@ def _epochs(batches_of_epoch: Callable[[int], Any], epochs: int) -> tuple[float,
     return time.perf_counter() - t0, n
 
 
-def _loader_epochs(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int) -> tuple[float, int]:
-    """One DataLoader for all epochs; its construction and worker start-up are timed too."""
+def _loader_epochs(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int,
+                   cache: bool = False) -> tuple[float, int]:
+    """One DataLoader for all epochs (``cache``: the caching one, a fresh cache every run); its
+    construction and worker start-up are timed too."""
     n = 0
     t0 = time.perf_counter()
-    with TorchLoader(pipe, workers, prefetch_factor) as loader:
+    with TorchLoader(pipe, workers, prefetch_factor, cache=cache) as loader:
         for _ in range(epochs):
             for b in loader.epoch():
                 n += count(b)
     return time.perf_counter() - t0, n
 
 
-def _steady_loader_s(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int) -> float:
+def _steady_loader_s(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int, cache: bool = False) -> float:
     """Seconds of one DataLoader's epochs after the first (the first starts its workers: on a small
     calibration split that start-up would dominate, while the evaluated runs amortize it over the
     whole data); with one epoch, that epoch."""
-    with TorchLoader(pipe, workers, prefetch_factor) as loader:
+    with TorchLoader(pipe, workers, prefetch_factor, cache=cache) as loader:
         t0 = time.perf_counter()
         for e in range(epochs):
             if e == 1:
@@ -94,6 +99,21 @@ def calibrate_workers(pipe: Pipeline, workers_grid: list[int], epochs: int,
     ``pipe`` (a calibration split) and timed at its steady rate (the epochs after the first), the
     fastest chosen."""
     times = {w: _steady_loader_s(pipe, w, epochs, prefetch_factor) for w in workers_grid}
+    return min(times, key=times.get), times
+
+
+def calibrate_cached_workers(pipe: Pipeline, workers_grid: list[int], epochs: int, prefetch_factor: int,
+                             plain: dict[int, float]) -> tuple[int, dict[int, float]]:
+    """(num_workers, estimated seconds per candidate) of the caching DataLoader on the calibration
+    split ``pipe``: its first epoch computes everything, as the plain DataLoader does (``plain``: the
+    plain candidates' steady seconds over the epochs after the first, from ``calibrate_workers``),
+    and its later epochs are served from its cache, timed here at their steady rate (a fresh cached
+    loader per candidate). The estimate is one plain epoch plus the cached epochs; the fastest is
+    chosen. With one epoch there is nothing to cache and the plain choice stands."""
+    if epochs <= 1:
+        return min(plain, key=plain.get), dict(plain)
+    times = {w: plain[w] / (epochs - 1) + _steady_loader_s(pipe, w, epochs, prefetch_factor, cache=True)
+             for w in workers_grid}
     return min(times, key=times.get), times
 
 
@@ -129,10 +149,13 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     calib = build(calibrate_items)
     try:
         calibrated_w, calib_times = calibrate_workers(calib, workers_grid, epochs, prefetch_factor)
+        cached_w, cached_times = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, calib_times)
     finally:
         calib.close()
     log("DataLoader calibration on " + f"{calibrate_items} source items: "
         + ", ".join(f"num_workers={w} {t:.2f} s" for w, t in calib_times.items()) + f" -> {calibrated_w}")
+    log("caching DataLoader calibration (one plain epoch + cached epochs): "
+        + ", ".join(f"num_workers={w} {t:.2f} s" for w, t in cached_times.items()) + f" -> {cached_w}")
     pipe = build(None)
     own_dir = None
     if cache is None:
@@ -150,6 +173,9 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     def run_dataloader(w: int) -> Callable[[], float]:
         return lambda: note(f"dataloader_w{w}", _loader_epochs(pipe, w, epochs, prefetch_factor))
 
+    def run_cached() -> float:
+        return note("dataloader_cached", _loader_epochs(pipe, cached_w, epochs, prefetch_factor, cache=True))
+
     def run_cedar() -> float:
         return note("cedar", _epochs(pipe.iterate, epochs))
 
@@ -163,7 +189,7 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
         return note("cedar_optimized", (t_opt + t, n))
 
     variants = {f"dataloader_w{w}": run_dataloader(w) for w in workers_grid}
-    variants |= {"cedar": run_cedar, "cedar_optimized": run_optimized}
+    variants |= {"dataloader_cached": run_cached, "cedar": run_cedar, "cedar_optimized": run_optimized}
     try:
         times = interleaved(variants, repeats)
         sizes = {n for c in counts.values() for n in c}
@@ -182,9 +208,12 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     out = {k: {"samples_per_s": samples / s, "seconds": s} for k, s in med.items()}
     out["dataloader"] = dict(out[f"dataloader_w{calibrated_w}"], num_workers=float(calibrated_w))
     out["dataloader_oracle"] = dict(out[f"dataloader_w{best_w}"], num_workers=float(best_w))
+    out["dataloader_cached"]["num_workers"] = float(cached_w)
     return {"variants": out, "samples": samples, "epochs": epochs, "best_num_workers": best_w,
             "calibrated_num_workers": calibrated_w, "calibration_s": {str(w): t for w, t in calib_times.items()},
             "calibrate_items": calibrate_items,
+            "cached_num_workers": cached_w, "cached_calibration_s": {str(w): t for w, t in cached_times.items()},
+            "cached_ops": [op.name for op in pipe.ops[:deterministic_prefix(pipe.ops[:-1])]],
             "plan": plans[-1], "plan_as_written": pipe.explain(), "decisions": decisions[-1],
             "offloads": offload_choices(timed_plans), "verified": checked, "times": times}
 
@@ -218,10 +247,11 @@ def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, pro
            remote_workers: int = 0) -> list[str]:
     """Check that every variant yields the same multiset of samples as cedar as written, on the
     first ``items`` source items, in epochs 0 and 1 (so cached plans also serve from their cache
-    and random operators are redrawn): the DataLoader at each ``num_workers`` (one loader across
-    both epochs, as timed), cedar optimized with every legal rewrite (``mode="always"``) and
-    each optimized plan in ``plans`` (those the timed runs used). With a ``remote`` executor, also
-    cedar optimized with every rewrite offloading to it. Returns the variants checked; raises
+    and random operators are redrawn): the DataLoader and the caching DataLoader at each
+    ``num_workers`` (one loader across both epochs, as timed; the caching one serves epoch 1 from its
+    cache), cedar optimized with every legal rewrite (``mode="always"``) and each optimized plan in
+    ``plans`` (those the timed runs used). With a ``remote`` executor, also cedar optimized with every
+    rewrite offloading to it. Returns the variants checked; raises
     OutputsDiffer naming each variant and epoch that differs."""
     pipe = build(items)
     stores = [PrefixedStore(cache, f"verify-{uuid.uuid4().hex[:8]}") for _ in range(2 + len(plans))]
@@ -241,6 +271,9 @@ def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, pro
         for w in workers_grid:
             with TorchLoader(pipe, w, prefetch_factor) as loader:
                 check(f"dataloader_w{w}", [multiset(loader.epoch()) for _ in range(2)])
+        for w in workers_grid:  # the caching DataLoader: epoch 1 comes from its cache
+            with TorchLoader(pipe, w, prefetch_factor, cache=True) as loader:
+                check(f"dataloader_cached_w{w}", [multiset(loader.epoch()) for _ in range(2)])
         with pipe.optimize(epochs=max(2, epochs), sample=min(profile_samples, items), cache=stores[0],
                            mode="always") as opt:
             check("cedar_optimized (every rewrite)", [multiset(opt.iterate(e)) for e in range(2)])
@@ -271,7 +304,7 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-KINDS = ("dataloader", "dataloader_oracle", "cedar", "cedar_optimized")
+KINDS = ("dataloader", "dataloader_cached", "dataloader_oracle", "cedar", "cedar_optimized")
 
 
 def aggregate(results: dict[str, dict]) -> dict[str, dict[str, list[float]]]:
@@ -313,6 +346,7 @@ def summarize(results: dict[str, dict]):
             variants[f"{name}/{kind}"] = {}
         variants[f"{name}/dataloader"] = {"num_workers": float(r["calibrated_num_workers"])}
         variants[f"{name}/dataloader_oracle"] = {"num_workers": float(r["best_num_workers"])}
+        variants[f"{name}/dataloader_cached"] = {"num_workers": float(r["cached_num_workers"])}
     curves = [Curve(title="DataLoader num_workers sweep (evaluated runs; the fastest is the oracle)", x_label="num_workers",
                     y_label="samples/s",
                     series={name: ([float(k.rsplit("w", 1)[1]) for k in r["variants"] if k.startswith("dataloader_w")],
@@ -323,7 +357,7 @@ def summarize(results: dict[str, dict]):
                     series={kind: (list(range(len(results))), [r["variants"][kind]["samples_per_s"]
                                                                 for r in results.values()]) for kind in KINDS})]
     notes = [
-        f"Aggregate variants (dataloader, dataloader_oracle, cedar, cedar_optimized): geomean_samples_per_s is, per repeat, the "
+        f"Aggregate variants ({', '.join(KINDS)}): geomean_samples_per_s is, per repeat, the "
         f"geometric mean over the {len(results)} pipelines ({', '.join(results)}) of each pipeline's samples/s, so "
         f"the headline ratio is the geometric mean of the per-pipeline ratios (the paper averages its pipelines' "
         f"speedups); seconds is the summed run time.",
@@ -338,6 +372,11 @@ def summarize(results: dict[str, dict]):
             f"{r['calibrate_items']} source items (" + ", ".join(f"{w}: {t:.2f} s" for w, t in r['calibration_s'].items())
             + f"), the deployable baseline; best in the evaluated runs num_workers={r['best_num_workers']} ({sweep}), "
             "the oracle; "
+            f"caching DataLoader (the same loader with the outputs of its deterministic prefix, "
+            f"{' -> '.join(r['cached_ops']) or 'no operator'}, kept in memory after the first epoch, as tf.data's "
+            f".cache() there) {v['dataloader_cached']['samples_per_s']:.0f}/s at num_workers="
+            f"{r['cached_num_workers']}, chosen on the same split (one plain epoch plus its cached epochs: "
+            + ", ".join(f"{w}: {t:.2f} s" for w, t in r['cached_calibration_s'].items()) + "), deployable; "
             f"cedar as written {v['cedar']['samples_per_s']:.0f}/s; cedar optimized {v['cedar_optimized']['samples_per_s']:.0f}/s "
             f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache). "
             + (f"Where its stages ran and how results came back, per distinct timed plan: {' | '.join(r['offloads'])} "
@@ -350,17 +389,19 @@ def summarize(results: dict[str, dict]):
 
 
 # ----- the regime: per-sample CPU cost ------------------------------------------------------------
-REGIME_VARIANTS = ("dataloader", "cedar", "cedar_optimized")
+REGIME_VARIANTS = ("dataloader", "dataloader_cached", "cedar", "cedar_optimized")
 
 
 def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipeline], *, epochs: int,
                workers_grid: list[int], profile_samples: int, calibrate_items: int, prefetch_factor: int = 4,
-               cache: Any = None, remote: Any = None, remote_workers: int = 0) -> dict[float, dict[str, Any]]:
+               repeats: int = 1, cache: Any = None, remote: Any = None,
+               remote_workers: int = 0) -> dict[float, dict[str, Any]]:
     """The regime sweep over the per-sample CPU cost: at each cost ``us`` (``build(us, limit)`` makes the
-    pipeline, ``limit`` source items or all), the DataLoader at the num_workers chosen on a calibration
-    split of ``calibrate_items`` items, cedar as written and cedar optimized, one run of ``epochs`` each,
-    rotating which goes first. Returns {us: {variant: samples/s, "num_workers": chosen, "applied":
-    the optimizer's applied rewrites}}."""
+    pipeline, ``limit`` source items or all), the DataLoader and the caching DataLoader, each at the
+    num_workers chosen on a calibration split of ``calibrate_items`` items, cedar as written and cedar
+    optimized, ``repeats`` runs of ``epochs`` each, interleaved, rotating which goes first. Returns
+    {us: {variant: [samples/s per repeat], "num_workers": the DataLoader's, "cached_num_workers": the
+    caching DataLoader's, "applied": the optimizer's applied rewrites (its last run)}}."""
     own_dir = None
     if cache is None:
         own_dir = tempfile.mkdtemp(prefix="cedar-regime-")
@@ -370,12 +411,15 @@ def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipe
         for i, us in enumerate(values_us):
             calib = build(us, calibrate_items)
             try:
-                w, _ = calibrate_workers(calib, workers_grid, epochs, prefetch_factor)
+                w, plain = calibrate_workers(calib, workers_grid, epochs, prefetch_factor)
+                cw, _ = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, plain)
             finally:
                 calib.close()
             pipe = build(us, None)
-            point: dict[str, Any] = {"num_workers": float(w)}
+            point: dict[str, Any] = {"num_workers": float(w), "cached_num_workers": float(cw),
+                                     **{v: [] for v in REGIME_VARIANTS}}
             runs = {"dataloader": lambda: _loader_epochs(pipe, w, epochs, prefetch_factor),
+                    "dataloader_cached": lambda: _loader_epochs(pipe, cw, epochs, prefetch_factor, cache=True),
                     "cedar": lambda: _epochs(pipe.iterate, epochs)}
 
             def optimized():
@@ -385,13 +429,16 @@ def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipe
                 return t_opt + t, n
 
             runs["cedar_optimized"] = optimized
-            order = REGIME_VARIANTS[i % 3:] + REGIME_VARIANTS[:i % 3]
             counts = set()
-            for v in order:
-                t, n = runs[v]()
-                counts.add(n)
-                point[v] = n / t
-            pipe.close()
+            try:
+                for r in range(repeats):
+                    k = (i + r) % len(REGIME_VARIANTS)
+                    for v in REGIME_VARIANTS[k:] + REGIME_VARIANTS[:k]:
+                        t, n = runs[v]()
+                        counts.add(n)
+                        point[v].append(n / t)
+            finally:
+                pipe.close()
             if len(counts) != 1:
                 raise OutputsDiffer(f"regime point {us:g} us: variants delivered different sample counts {counts}")
             out[us] = point

@@ -15,7 +15,7 @@ def build_result(p: Any, results: dict[str, dict], sweep: dict) -> SystemResult:
     variants, samples, curves, notes = summarize(results)
     points = sweep["points"]
     # every regime run is timed end to end (the optimizer's warm-up hold included: cedar really pays it)
-    regime = [RegimeSample(value=us, samples={v: [pt[v]] for v in REGIME_VARIANTS}, kind="measured")
+    regime = [RegimeSample(value=us, samples={v: list(pt[v]) for v in REGIME_VARIANTS}, kind="measured")
               for us, pt in points.items()]
     # where the headline's pipelines sit: their CPU cost per sample as written (one process, no rewrite)
     cost_us = 1e6 / statistics.median(samples["cedar"][GEOMEAN])
@@ -23,10 +23,12 @@ def build_result(p: Any, results: dict[str, dict], sweep: dict) -> SystemResult:
         "Regime: a synthetic pipeline of " + f"{p.regime_items} samples (deterministic featurize of a chosen CPU cost, "
         f"{sweep['round_us']:.2f} us per round measured on the worker; cheap random jitter; batches of {p.batch_size}; "
         f"{p.epochs} epochs) at per_sample_cpu_us = " + ", ".join(
-            f"{us:g} ({sweep['rounds'][us]} rounds; DataLoader num_workers={pt['num_workers']:.0f}; optimizer: "
-            + (", ".join(pt["applied"]) or "no rewrite") + ")" for us, pt in points.items())
-        + "; one run each of the DataLoader (num_workers chosen on a calibration split), cedar as written and cedar "
-        "optimized, its outputs not re-verified (the headline's pipelines are). The headline's value is the "
+            f"{us:g} ({sweep['rounds'][us]} rounds; DataLoader num_workers={pt['num_workers']:.0f}, caching DataLoader "
+            f"num_workers={pt['cached_num_workers']:.0f}; optimizer: " + (", ".join(pt.get("applied", [])) or "no rewrite")
+            + ")" for us, pt in points.items())
+        + f"; {p.regime_repeats} interleaved run(s) of each of the DataLoader and the caching DataLoader (num_workers "
+        "chosen on a calibration split), cedar as written and cedar optimized per point, the first variant rotating; "
+        "outputs not re-verified (the headline's pipelines are). The headline's value is the "
         f"geometric mean of its pipelines' cost per sample as written, {cost_us:.0f} us (1e6 / cedar's geomean "
         "samples/s).")
     # DataLoader's num_workers is chosen by timing the candidates, so nothing here is deterministic
