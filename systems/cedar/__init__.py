@@ -36,19 +36,19 @@ class Params(SystemParams):
                  "regime_items": 20000, "regime_cost_us": [20.0, 200.0, 1000.0, 4000.0]},
     }
 
-    n_images: int = Field(400, ge=8, le=1_000_000, description="PNG images generated for the image pipeline.")
+    n_images: int = Field(336, ge=8, le=1_000_000, description="PNG images generated for the image pipeline.")
     image_size: int = Field(128, ge=16, le=2048, description="Side of the generated square images, pixels.")
     crop_size: int = Field(112, ge=8, le=2048, description="Side of the random crop, pixels (<= image_size).")
     unlabelled_fraction: float = Field(0.3, ge=0.0, le=0.9, description="Fraction of images without a label "
                                        "(label -1), dropped by the pipeline's filter.")
-    n_docs: int = Field(4000, ge=8, le=10_000_000, description="Documents in the text pipeline's parquet file.")
+    n_docs: int = Field(3000, ge=8, le=10_000_000, description="Documents in the text pipeline's parquet file.")
     doc_words: int = Field(90, ge=2, le=4096, description="Mean words per document (log-normal lengths).")
     vocab_size: int = Field(8000, ge=16, le=1_000_000, description="Distinct words of the synthetic corpus.")
     min_tokens: int = Field(16, ge=1, le=8192, description="Documents with fewer tokens are filtered out.")
     max_tokens: int = Field(160, ge=2, le=8192, description="Documents with more tokens are filtered out; "
                             "the rest are padded to this length.")
     row_group_rows: int = Field(256, ge=1, le=1_000_000, description="Rows per parquet row group.")
-    n_clips: int = Field(300, ge=8, le=1_000_000, description="WAV clips generated for the audio pipeline.")
+    n_clips: int = Field(256, ge=8, le=1_000_000, description="WAV clips generated for the audio pipeline.")
     clip_seconds: float = Field(0.7, ge=0.1, le=60.0, description="Mean clip duration, seconds (each clip "
                                 "lasts 0.75-1.25 times this).")
     source_rate: int = Field(44100, ge=8000, le=192000, description="Sample rate of the generated clips, Hz.")
