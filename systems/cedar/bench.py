@@ -94,22 +94,29 @@ def _steady_loader_s(pipe: Pipeline, workers: int, epochs: int, prefetch_factor:
 
 
 def calibrate_workers(pipe: Pipeline, workers_grid: list[int], epochs: int,
-                      prefetch_factor: int = 4) -> tuple[int, dict[int, float]]:
+                      prefetch_factor: int = 4, startup: bool = False) -> tuple[int, dict[int, float]]:
     """(num_workers, seconds per candidate): each candidate DataLoader run once over ``epochs`` on
     ``pipe`` (a calibration split) and timed at its steady rate (the epochs after the first), the
-    fastest chosen."""
-    times = {w: _steady_loader_s(pipe, w, epochs, prefetch_factor) for w in workers_grid}
+    fastest chosen. ``startup``: time each candidate's whole run instead, worker start-up included
+    (for a split that is a sizeable share of the evaluated data)."""
+    if startup:
+        times = {w: _loader_epochs(pipe, w, epochs, prefetch_factor)[0] for w in workers_grid}
+    else:
+        times = {w: _steady_loader_s(pipe, w, epochs, prefetch_factor) for w in workers_grid}
     return min(times, key=times.get), times
 
 
 def calibrate_cached_workers(pipe: Pipeline, workers_grid: list[int], epochs: int, prefetch_factor: int,
-                             plain: dict[int, float]) -> tuple[int, dict[int, float]]:
+                             plain: dict[int, float], startup: bool = False) -> tuple[int, dict[int, float]]:
     """(num_workers, estimated seconds per candidate) of the caching DataLoader on the calibration
     split ``pipe``: its first epoch computes everything, as the plain DataLoader does (``plain``: the
     plain candidates' steady seconds over the epochs after the first, from ``calibrate_workers``),
     and its later epochs are served from its cache, timed here at their steady rate (a fresh cached
     loader per candidate). The estimate is one plain epoch plus the cached epochs; the fastest is
     chosen. With one epoch there is nothing to cache and the plain choice stands."""
+    if startup:  # each candidate's whole cached run, start-up and cache fill included
+        times = {w: _loader_epochs(pipe, w, epochs, prefetch_factor, cache=True)[0] for w in workers_grid}
+        return min(times, key=times.get), times
     if epochs <= 1:
         return min(plain, key=plain.get), dict(plain)
     times = {w: plain[w] / (epochs - 1) + _steady_loader_s(pipe, w, epochs, prefetch_factor, cache=True)
@@ -165,6 +172,7 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     plans: list[str] = []
     decisions: list[list[dict]] = []
     timed_plans: list = []
+    opt_shares: list[float] = []
 
     def note(name: str, t_n: tuple[float, int]) -> float:
         counts.setdefault(name, set()).add(t_n[1])
@@ -185,13 +193,14 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
         timed_plans.append(opt.plan)
         decisions.append([{"rule": d.rule, "applied": d.applied, "detail": d.detail, "est_gain_s": d.est_gain_s,
                            "transfer": d.transfer} for d in opt.plan.decisions])
+        opt_shares.append(t_opt / (t_opt + t))
         log(f"cedar_optimized: optimize {t_opt:.2f} s + {epochs} epochs {t:.2f} s")
         return note("cedar_optimized", (t_opt + t, n))
 
     variants = {f"dataloader_w{w}": run_dataloader(w) for w in workers_grid}
     variants |= {"dataloader_cached": run_cached, "cedar": run_cedar, "cedar_optimized": run_optimized}
     try:
-        times = interleaved(variants, repeats)
+        times = rotated(variants, repeats)
         sizes = {n for c in counts.values() for n in c}
         if len(sizes) != 1:
             raise OutputsDiffer(f"variants delivered different sample counts per run: {counts}")
@@ -213,9 +222,22 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
             "calibrated_num_workers": calibrated_w, "calibration_s": {str(w): t for w, t in calib_times.items()},
             "calibrate_items": calibrate_items,
             "cached_num_workers": cached_w, "cached_calibration_s": {str(w): t for w, t in cached_times.items()},
+            "optimize_share": median(opt_shares),
             "cached_ops": [op.name for op in pipe.ops[:deterministic_prefix(pipe.ops[:-1])]],
             "plan": plans[-1], "plan_as_written": pipe.explain(), "decisions": decisions[-1],
             "offloads": offload_choices(timed_plans), "verified": checked, "times": times}
+
+
+def rotated(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """``interleaved``, with the first variant rotating from one repeat to the next (no variant
+    always follows the same one)."""
+    names = list(variants)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        k = r % len(names)
+        for n, ts in interleaved({n: variants[n] for n in names[k:] + names[:k]}, 1).items():
+            out[n] += ts
+    return out
 
 
 def offload_choices(plans: list[Plan]) -> list[str]:
@@ -347,6 +369,8 @@ def summarize(results: dict[str, dict]):
         variants[f"{name}/dataloader"] = {"num_workers": float(r["calibrated_num_workers"])}
         variants[f"{name}/dataloader_oracle"] = {"num_workers": float(r["best_num_workers"])}
         variants[f"{name}/dataloader_cached"] = {"num_workers": float(r["cached_num_workers"])}
+        if "optimize_share" in r:  # median over the repeats of optimize()'s seconds / cedar optimized's run
+            variants["cedar_optimized"][f"optimize_share_{name}"] = float(r["optimize_share"])
     curves = [Curve(title="DataLoader num_workers sweep (evaluated runs; the fastest is the oracle)", x_label="num_workers",
                     y_label="samples/s",
                     series={name: ([float(k.rsplit("w", 1)[1]) for k in r["variants"] if k.startswith("dataloader_w")],
@@ -378,7 +402,9 @@ def summarize(results: dict[str, dict]):
             f"{r['cached_num_workers']}, chosen on the same split (one plain epoch plus its cached epochs: "
             + ", ".join(f"{w}: {t:.2f} s" for w, t in r['cached_calibration_s'].items()) + "), deployable; "
             f"cedar as written {v['cedar']['samples_per_s']:.0f}/s; cedar optimized {v['cedar_optimized']['samples_per_s']:.0f}/s "
-            f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache). "
+            f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache"
+            + (f"; optimize() is {r['optimize_share']:.0%} of its run, median over the repeats" if "optimize_share" in r
+               else "") + "). "
             + (f"Where its stages ran and how results came back, per distinct timed plan: {' | '.join(r['offloads'])} "
                f"(process: local worker processes, shared_memory: large arrays through shared memory, pickle: through "
                f"the pool's pipes; Dask: the cluster's other workers, {r.get('remote_workers', 0)} worker thread(s) "
@@ -394,12 +420,14 @@ REGIME_VARIANTS = ("dataloader", "dataloader_cached", "cedar", "cedar_optimized"
 
 def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipeline], *, epochs: int,
                workers_grid: list[int], profile_samples: int, calibrate_items: int, prefetch_factor: int = 4,
-               repeats: int = 1, cache: Any = None, remote: Any = None,
-               remote_workers: int = 0) -> dict[float, dict[str, Any]]:
+               repeats: int = 1, cache: Any = None, remote: Any = None, remote_workers: int = 0,
+               calibrate_build: Callable[[float], Pipeline] | None = None) -> dict[float, dict[str, Any]]:
     """The regime sweep over the per-sample CPU cost: at each cost ``us`` (``build(us, limit)`` makes the
     pipeline, ``limit`` source items or all), the DataLoader and the caching DataLoader, each at the
     num_workers chosen on a calibration split of ``calibrate_items`` items, cedar as written and cedar
-    optimized, ``repeats`` runs of ``epochs`` each, interleaved, rotating which goes first. Returns
+    optimized, ``repeats`` runs of ``epochs`` each, interleaved, rotating which goes first.
+    ``calibrate_build(us)``: the calibration split instead (data the evaluated runs never see, e.g. another
+    seed), each candidate timed over its whole run, worker start-up and cache fill included. Returns
     {us: {variant: [samples/s per repeat], "num_workers": the DataLoader's, "cached_num_workers": the
     caching DataLoader's, "applied": the optimizer's applied rewrites (its last run)}}."""
     own_dir = None
@@ -409,10 +437,11 @@ def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipe
     out: dict[float, dict[str, Any]] = {}
     try:
         for i, us in enumerate(values_us):
-            calib = build(us, calibrate_items)
+            calib = calibrate_build(us) if calibrate_build else build(us, calibrate_items)
+            startup = calibrate_build is not None
             try:
-                w, plain = calibrate_workers(calib, workers_grid, epochs, prefetch_factor)
-                cw, _ = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, plain)
+                w, plain = calibrate_workers(calib, workers_grid, epochs, prefetch_factor, startup=startup)
+                cw, _ = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, plain, startup=startup)
             finally:
                 calib.close()
             pipe = build(us, None)

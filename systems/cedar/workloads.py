@@ -395,10 +395,10 @@ def featurize_round_us(repeats: int = 5) -> float:
     return 1e6 * sorted(times)[len(times) // 2]
 
 
-def cost_pipeline(n: int, rounds: int, batch: int, seed: int) -> Pipeline:
-    """``n`` samples: a deterministic featurize of ``rounds`` rounds (the cacheable, offloadable
-    per-sample CPU cost), a cheap random jitter, batches."""
-    return (Pipeline.from_list([{"id": i} for i in range(n)], seed=seed)
+def cost_pipeline(n: int, rounds: int, batch: int, seed: int, first: int = 0) -> Pipeline:
+    """``n`` samples (ids ``first`` onwards): a deterministic featurize of ``rounds`` rounds (the
+    cacheable, offloadable per-sample CPU cost), a cheap random jitter, batches."""
+    return (Pipeline.from_list([{"id": i} for i in range(first, first + n)], seed=seed)
             .map(Featurize(rounds), name="featurize", reads=("id",), writes=("id", "x", "label"))
             .map(jitter, name="jitter", random=True, reads=("x",), writes=("x",))
             .batch(batch))
