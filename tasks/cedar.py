@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.cedar import Params, make_workload as _make_workload, pipelines, regime_items_at
+from mlsys_flows.systems.cedar import Params, make_workload as _make_workload, pipelines, regime_builders
 from mlsys_flows.systems.cedar.bench import PrefixedStore, bench_pipeline, sweep_cost
-from mlsys_flows.systems.cedar.workloads import cost_pipeline, featurize_round_us
+from mlsys_flows.systems.cedar.workloads import featurize_round_us
 
 
 @task(name="cedar-workload")
@@ -108,22 +108,21 @@ def regime(p: Params, storage: ObjectStorage, cache_prefix: str) -> dict:
     cache = PrefixedStore(storage, cache_prefix) if p.cache == "storage" else None
     t0 = time.perf_counter()
     with _children_allowed(), _dask_workers(p) as (remote, remote_workers):
-        points = sweep_cost(list(p.regime_cost_us),
-                            lambda us, limit: cost_pipeline(limit or regime_items_at(p, us), rounds[us], p.batch_size,
-                                                            p.seed),
+        build, calibrate = regime_builders(p, rounds)
+        points = sweep_cost(list(p.regime_cost_us), build,
                             epochs=p.epochs, workers_grid=list(p.workers_grid), profile_samples=p.profile_samples,
                             calibrate_items=min(p.calibrate_items, p.regime_items), prefetch_factor=p.prefetch_factor,
                             repeats=p.regime_repeats, cache=cache, remote=remote, remote_workers=remote_workers,
                             # half the point's size, other samples (ids past the evaluated ones) and another
                             # seed: worker start-up weighs about as it will in the evaluated runs
-                            calibrate_build=lambda us: cost_pipeline(max(p.batch_size, regime_items_at(p, us) // 2),
-                                                                     rounds[us], p.batch_size, p.seed + 1,
-                                                                     first=regime_items_at(p, us)))
+                            calibrate_build=calibrate, calibrate_trials=p.regime_calibrate_trials)
     for us, pt in points.items():
         log.info("cedar regime %g us/sample (%d rounds), median samples/s: dataloader (num_workers=%d) %.0f, caching "
-                 "dataloader (num_workers=%d) %.0f, cedar %.0f, optimized %.0f (%s)", us, rounds[us],
+                 "dataloader (num_workers=%d) %.0f, cedar %.0f, optimized %.0f (%s; optimize() %.0f%% of its run)", us,
+                 rounds[us],
                  pt["num_workers"], statistics.median(pt["dataloader"]), pt["cached_num_workers"],
                  statistics.median(pt["dataloader_cached"]), statistics.median(pt["cedar"]),
-                 statistics.median(pt["cedar_optimized"]), ", ".join(pt.get("applied", [])) or "no rewrite")
+                 statistics.median(pt["cedar_optimized"]), ", ".join(pt.get("applied", [])) or "no rewrite",
+                 100 * statistics.median(pt["optimize_share"]))
     log.info("cedar regime: %.1f s", time.perf_counter() - t0)
     return {"points": points, "round_us": round_us, "rounds": rounds}

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 
 from mlsys_flows.systems.common.lazy import lazy_exports
 from mlsys_flows.systems.common.params import SystemParams
-from mlsys_flows.systems.common.spec import Claim, Mechanism, Regime, SystemSpec
+from mlsys_flows.systems.common.spec import DIAGNOSTIC, Claim, Mechanism, Regime, SystemSpec
 
 # the engine (numpy, pyarrow, worker processes) loads on first use, not with the spec
 lazy_exports(__name__, {".api": ("Pipeline",), ".pipeline": ("DirStore", "OperatorError", "WorkerDied")})
@@ -30,9 +30,13 @@ class Params(SystemParams):
         "smoke": {"n_images": 32, "image_size": 64, "crop_size": 48, "n_docs": 200, "n_clips": 24, "epochs": 2,
                   "profile_samples": 12, "workers_grid": [0, 1], "calibrate_items": 8,
                   "regime_cost_us": [20.0, 1000.0], "regime_items": 32, "regime_repeats": 1,
-                  "regime_work_ms": 5.0},
-        # a loss against the strongest of three deployable baselines needs 7 pairs; the time for them comes from
-        # num_workers=1, which no quick run chose (0 or 2 on 2 cores), not from smaller pipelines
+                  "regime_work_ms": 5.0, "regime_calibrate_trials": 1},
+        # a loss against the strongest of three deployable baselines needs 7 pairs (6 cannot decide it: the
+        # Bonferroni level over 3 baselines needs every one of 7 pairs on one side); the time for them comes from
+        # num_workers=1, which no quick run chose (0 or 2 on 2 cores). The pipelines (the defaults) are sized so
+        # that optimize(), a fixed cost, is under a fifth of cedar optimized's run at 3 epochs (more epochs
+        # would cost more: the epochs served from a cache are cheap for cedar and costly for the uncached
+        # baselines, so a fifth needs fewer sample-epochs with more samples than with more epochs)
         "quick": {"repeats": 7, "workers_grid": [0, 2]},
         "full": {"n_images": 20000, "image_size": 256, "crop_size": 224, "n_docs": 200000, "n_clips": 20000,
                  "epochs": 5, "profile_samples": 128, "repeats": 7,
@@ -40,19 +44,19 @@ class Params(SystemParams):
                  "regime_cost_us": [20.0, 200.0, 1000.0, 4000.0]},
     }
 
-    n_images: int = Field(720, ge=8, le=1_000_000, description="PNG images generated for the image pipeline.")
+    n_images: int = Field(1600, ge=8, le=1_000_000, description="PNG images generated for the image pipeline.")
     image_size: int = Field(160, ge=16, le=2048, description="Side of the generated square images, pixels.")
     crop_size: int = Field(128, ge=8, le=2048, description="Side of the random crop, pixels (<= image_size).")
     unlabelled_fraction: float = Field(0.3, ge=0.0, le=0.9, description="Fraction of images without a label "
                                        "(label -1), dropped by the pipeline's filter.")
-    n_docs: int = Field(10000, ge=8, le=10_000_000, description="Documents in the text pipeline's parquet file.")
+    n_docs: int = Field(20000, ge=8, le=10_000_000, description="Documents in the text pipeline's parquet file.")
     doc_words: int = Field(90, ge=2, le=4096, description="Mean words per document (log-normal lengths).")
     vocab_size: int = Field(8000, ge=16, le=1_000_000, description="Distinct words of the synthetic corpus.")
     min_tokens: int = Field(16, ge=1, le=8192, description="Documents with fewer tokens are filtered out.")
     max_tokens: int = Field(160, ge=2, le=8192, description="Documents with more tokens are filtered out; "
                             "the rest are padded to this length.")
     row_group_rows: int = Field(256, ge=1, le=1_000_000, description="Rows per parquet row group.")
-    n_clips: int = Field(540, ge=8, le=1_000_000, description="WAV clips generated for the audio pipeline.")
+    n_clips: int = Field(1600, ge=8, le=1_000_000, description="WAV clips generated for the audio pipeline.")
     clip_seconds: float = Field(1.0, ge=0.1, le=60.0, description="Mean clip duration, seconds (each clip "
                                 "lasts 0.75-1.25 times this).")
     source_rate: int = Field(44100, ge=8000, le=192000, description="Sample rate of the generated clips, Hz.")
@@ -78,11 +82,16 @@ class Params(SystemParams):
                                         "`regime_repeats` interleaved runs each.")
     regime_items: int = Field(2000, ge=8, le=1_000_000, description="Most samples of the regime sweep's pipeline "
                               "(at a cheap point; see regime_work_ms).")
-    regime_work_ms: float = Field(600.0, ge=1.0, le=1e7, description="Featurize CPU time per epoch the regime "
+    regime_work_ms: float = Field(750.0, ge=1.0, le=1e7, description="Featurize CPU time per epoch the regime "
                                   "aims at: each point runs min(regime_items, regime_work_ms / cost) samples (at "
-                                  "least two batches), so a costly point is not a longer run than a cheap one.")
+                                  "least two batches), so a costly point is not a longer run than a cheap one. A point "
+                                  "where optimize() is over a fifth of cedar optimized's run (median over the "
+                                  "repeats) has no verdict: fixed-cost dominated.")
     regime_repeats: int = Field(7, ge=1, le=50, description="Interleaved runs of every variant at each regime "
                                 "point (the first variant rotates).")
+    regime_calibrate_trials: int = Field(3, ge=1, le=15, description="Whole runs of each num_workers candidate "
+                                         "(plain and caching DataLoader) on a regime point's calibration split; the "
+                                         "median is compared.")
     prefetch_factor: int = Field(4, ge=1, le=64, description="DataLoader batches each worker keeps ready "
                                  "(its workers persist across epochs).")
     cache: Literal["local", "storage"] = Field("local", description="Where cedar caches a deterministic prefix: "
@@ -112,6 +121,24 @@ def regime_items_at(p: Params, us: float) -> int:
     """Samples of the regime's pipeline at per-sample cost ``us``: about ``regime_work_ms`` of featurize
     per epoch, at most ``regime_items``, at least two batches."""
     return min(p.regime_items, max(2 * p.batch_size, round(p.regime_work_ms * 1e3 / us)))
+
+
+def regime_builders(p: Params, rounds: dict[float, int]) -> tuple[Any, Any]:
+    """(build(us, limit), calibrate(us)) of the regime's synthetic pipeline at per-sample cost ``us``
+    (``rounds[us]`` featurize rounds): the evaluated pipeline, ``regime_items_at`` samples from id 0 with the
+    run's seed; its calibration split, half as many other samples (ids from ``regime_items_at`` on) with
+    another seed (seed + 1), so the loaders' num_workers is chosen on data the evaluated runs never see
+    while worker start-up weighs about as it will there."""
+    from mlsys_flows.systems.cedar.workloads import cost_pipeline
+
+    def build(us: float, limit: int | None):
+        return cost_pipeline(limit or regime_items_at(p, us), rounds[us], p.batch_size, p.seed)
+
+    def calibrate(us: float):
+        n = regime_items_at(p, us)
+        return cost_pipeline(max(p.batch_size, n // 2), rounds[us], p.batch_size, p.seed + 1, first=n)
+
+    return build, calibrate
 
 
 def make_workload(p: Params, store: Any, prefix: str) -> dict:
@@ -173,7 +200,7 @@ def pipelines(p: Params, store: Any, manifest: dict) -> dict:
 
 
 __all__ = ["Params", "Pipeline", "DirStore", "OperatorError", "WorkerDied", "make_workload", "pipelines",
-           "regime_items_at"]
+           "regime_builders", "regime_items_at"]
 
 
 PIPELINES = ("image", "text", "audio")
@@ -181,6 +208,10 @@ PIPELINES = ("image", "text", "audio")
 # mean over PIPELINES of each pipeline's samples/s; a ratio of two such means is exactly the
 # geometric mean of the per-pipeline ratios, the way the paper averages its pipelines.
 GEOMEAN = "geomean_samples_per_s"
+# cedar optimized's epochs without its optimize() (same runs, the fixed cost left out): a diagnostic variant, never
+# a baseline nor deployable; its claim's statement starts with DIAGNOSTIC (the generated pages print it beside the
+# headline's verdict)
+OPTIMIZED_EPOCHS = "cedar_optimized_epochs"
 
 
 def _per_pipeline(name: str) -> tuple[Claim, ...]:
@@ -230,5 +261,11 @@ SPEC = SystemSpec(
             Claim(GEOMEAN, "dataloader_cached", "cedar_optimized", "higher",
                   statement="vs the caching DataLoader (its deterministic prefix cached in memory after the first "
                             "epoch, as tf.data's .cache()), geometric mean over the pipelines"),
+            # diagnostic only (not deployable: a real job pays optimize()): cedar optimized's epochs alone, paired
+            # by repeat with the caching DataLoader's whole runs; what the verdict would be without the fixed cost
+            Claim(GEOMEAN, "dataloader_cached", OPTIMIZED_EPOCHS, "higher",
+                  statement=f"{DIAGNOSTIC}: cedar optimized's epochs without optimize() (its profiling, trials and "
+                            "worker start-up left out) vs the caching DataLoader's whole run, geometric mean over "
+                            "the pipelines"),
             *(c for name in PIPELINES for c in _per_pipeline(name))),
 )

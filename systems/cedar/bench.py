@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from mlsys_flows.errors import MlsysError
+from mlsys_flows.systems.cedar import OPTIMIZED_EPOCHS
 from mlsys_flows.systems.cedar.api import Pipeline
 from mlsys_flows.systems.cedar.pipeline import Cache, DirStore, Plan, Stage, deterministic_prefix, store_label
 from mlsys_flows.systems.cedar.workloads import TorchLoader, count, multiset
@@ -93,29 +94,41 @@ def _steady_loader_s(pipe: Pipeline, workers: int, epochs: int, prefetch_factor:
         return time.perf_counter() - t0
 
 
+def _whole_runs(pipe: Pipeline, workers_grid: list[int], epochs: int, prefetch_factor: int, cache: bool,
+                trials: int) -> dict[int, float]:
+    """Per candidate num_workers, the median of ``trials`` whole timed runs (start-up and, caching, the cache
+    fill included), the candidates interleaved trial by trial (one slow moment does not pick the choice)."""
+    runs: dict[int, list[float]] = {w: [] for w in workers_grid}
+    for _ in range(max(1, trials)):
+        for w in workers_grid:
+            runs[w].append(_loader_epochs(pipe, w, epochs, prefetch_factor, cache=cache)[0])
+    return {w: median(ts) for w, ts in runs.items()}
+
+
 def calibrate_workers(pipe: Pipeline, workers_grid: list[int], epochs: int,
-                      prefetch_factor: int = 4, startup: bool = False) -> tuple[int, dict[int, float]]:
+                      prefetch_factor: int = 4, startup: bool = False, trials: int = 1) -> tuple[int, dict[int, float]]:
     """(num_workers, seconds per candidate): each candidate DataLoader run once over ``epochs`` on
     ``pipe`` (a calibration split) and timed at its steady rate (the epochs after the first), the
     fastest chosen. ``startup``: time each candidate's whole run instead, worker start-up included
-    (for a split that is a sizeable share of the evaluated data)."""
+    (for a split that is a sizeable share of the evaluated data), the median of ``trials`` runs each."""
     if startup:
-        times = {w: _loader_epochs(pipe, w, epochs, prefetch_factor)[0] for w in workers_grid}
+        times = _whole_runs(pipe, workers_grid, epochs, prefetch_factor, False, trials)
     else:
         times = {w: _steady_loader_s(pipe, w, epochs, prefetch_factor) for w in workers_grid}
     return min(times, key=times.get), times
 
 
 def calibrate_cached_workers(pipe: Pipeline, workers_grid: list[int], epochs: int, prefetch_factor: int,
-                             plain: dict[int, float], startup: bool = False) -> tuple[int, dict[int, float]]:
+                             plain: dict[int, float], startup: bool = False,
+                             trials: int = 1) -> tuple[int, dict[int, float]]:
     """(num_workers, estimated seconds per candidate) of the caching DataLoader on the calibration
     split ``pipe``: its first epoch computes everything, as the plain DataLoader does (``plain``: the
     plain candidates' steady seconds over the epochs after the first, from ``calibrate_workers``),
     and its later epochs are served from its cache, timed here at their steady rate (a fresh cached
     loader per candidate). The estimate is one plain epoch plus the cached epochs; the fastest is
     chosen. With one epoch there is nothing to cache and the plain choice stands."""
-    if startup:  # each candidate's whole cached run, start-up and cache fill included
-        times = {w: _loader_epochs(pipe, w, epochs, prefetch_factor, cache=True)[0] for w in workers_grid}
+    if startup:  # each candidate's whole cached run, start-up and cache fill included (median of ``trials``)
+        times = _whole_runs(pipe, workers_grid, epochs, prefetch_factor, True, trials)
         return min(times, key=times.get), times
     if epochs <= 1:
         return min(plain, key=plain.get), dict(plain)
@@ -173,6 +186,7 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     decisions: list[list[dict]] = []
     timed_plans: list = []
     opt_shares: list[float] = []
+    epochs_only: list[float] = []
 
     def note(name: str, t_n: tuple[float, int]) -> float:
         counts.setdefault(name, set()).add(t_n[1])
@@ -193,7 +207,8 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
         timed_plans.append(opt.plan)
         decisions.append([{"rule": d.rule, "applied": d.applied, "detail": d.detail, "est_gain_s": d.est_gain_s,
                            "transfer": d.transfer} for d in opt.plan.decisions])
-        opt_shares.append(t_opt / (t_opt + t))
+        opt_shares.append(optimize_share(t_opt, t))
+        epochs_only.append(t)  # the same run without its fixed cost (diagnostic: not deployable)
         log(f"cedar_optimized: optimize {t_opt:.2f} s + {epochs} epochs {t:.2f} s")
         return note("cedar_optimized", (t_opt + t, n))
 
@@ -201,6 +216,7 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     variants |= {"dataloader_cached": run_cached, "cedar": run_cedar, "cedar_optimized": run_optimized}
     try:
         times = rotated(variants, repeats)
+        times[OPTIMIZED_EPOCHS] = epochs_only  # paired by repeat with every variant's runs
         sizes = {n for c in counts.values() for n in c}
         if len(sizes) != 1:
             raise OutputsDiffer(f"variants delivered different sample counts per run: {counts}")
@@ -226,6 +242,22 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
             "cached_ops": [op.name for op in pipe.ops[:deterministic_prefix(pipe.ops[:-1])]],
             "plan": plans[-1], "plan_as_written": pipe.explain(), "decisions": decisions[-1],
             "offloads": offload_choices(timed_plans), "verified": checked, "times": times}
+
+
+def _split_of(pipe: Pipeline) -> dict[str, int] | None:
+    """The calibration split's first sample id, its size and seed (a list source of {"id": ...} items), else None."""
+    refs = getattr(pipe.source, "refs", None)
+    if not refs or not isinstance(refs[0], dict) or "id" not in refs[0]:
+        return None
+    return {"first": int(refs[0]["id"]), "items": len(refs), "seed": int(pipe.seed)}
+
+
+def optimize_share(t_opt: float, t_epochs: float) -> float:
+    """optimize()'s share of one cedar optimized run: its seconds (profiling, trials, worker start-up) over the
+    whole run's, optimize() plus the epochs."""
+    if t_opt < 0 or t_epochs < 0 or t_opt + t_epochs <= 0:
+        raise ValueError(f"optimize share needs non-negative times, not both 0 (got {t_opt}, {t_epochs})")
+    return t_opt / (t_opt + t_epochs)
 
 
 def rotated(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
@@ -326,7 +358,7 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-KINDS = ("dataloader", "dataloader_cached", "dataloader_oracle", "cedar", "cedar_optimized")
+KINDS = ("dataloader", "dataloader_cached", "dataloader_oracle", "cedar", "cedar_optimized", OPTIMIZED_EPOCHS)
 
 
 def aggregate(results: dict[str, dict]) -> dict[str, dict[str, list[float]]]:
@@ -360,9 +392,10 @@ def summarize(results: dict[str, dict]):
     from mlsys_flows.systems.common.report import Curve
 
     samples = aggregate(results)
-    variants: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
+    kinds = KINDS
+    variants: dict[str, dict[str, float]] = {kind: {} for kind in kinds}
     for name, r in results.items():
-        for kind in KINDS:
+        for kind in kinds:
             ts = _times(r, kind)
             samples[f"{name}/{kind}"] = {"seconds": list(ts), "samples_per_s": [r["samples"] / s for s in ts]}
             variants[f"{name}/{kind}"] = {}
@@ -379,9 +412,9 @@ def summarize(results: dict[str, dict]):
               Curve(title="throughput per pipeline", y_label="samples/s",
                     x_label="pipeline (" + ", ".join(f"{i}: {n}" for i, n in enumerate(results)) + ")",
                     series={kind: (list(range(len(results))), [r["variants"][kind]["samples_per_s"]
-                                                                for r in results.values()]) for kind in KINDS})]
+                                                                for r in results.values()]) for kind in kinds})]
     notes = [
-        f"Aggregate variants ({', '.join(KINDS)}): geomean_samples_per_s is, per repeat, the "
+        f"Aggregate variants ({', '.join(kinds)}): geomean_samples_per_s is, per repeat, the "
         f"geometric mean over the {len(results)} pipelines ({', '.join(results)}) of each pipeline's samples/s, so "
         f"the headline ratio is the geometric mean of the per-pipeline ratios (the paper averages its pipelines' "
         f"speedups); seconds is the summed run time.",
@@ -404,7 +437,9 @@ def summarize(results: dict[str, dict]):
             f"cedar as written {v['cedar']['samples_per_s']:.0f}/s; cedar optimized {v['cedar_optimized']['samples_per_s']:.0f}/s "
             f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache"
             + (f"; optimize() is {r['optimize_share']:.0%} of its run, median over the repeats" if "optimize_share" in r
-               else "") + "). "
+               else "")
+            + (f"; its epochs alone, without optimize(), {v[OPTIMIZED_EPOCHS]['samples_per_s']:.0f}/s (diagnostic, not "
+               "deployable)" if OPTIMIZED_EPOCHS in v else "") + "). "
             + (f"Where its stages ran and how results came back, per distinct timed plan: {' | '.join(r['offloads'])} "
                f"(process: local worker processes, shared_memory: large arrays through shared memory, pickle: through "
                f"the pool's pipes; Dask: the cluster's other workers, {r.get('remote_workers', 0)} worker thread(s) "
@@ -421,15 +456,17 @@ REGIME_VARIANTS = ("dataloader", "dataloader_cached", "cedar", "cedar_optimized"
 def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipeline], *, epochs: int,
                workers_grid: list[int], profile_samples: int, calibrate_items: int, prefetch_factor: int = 4,
                repeats: int = 1, cache: Any = None, remote: Any = None, remote_workers: int = 0,
-               calibrate_build: Callable[[float], Pipeline] | None = None) -> dict[float, dict[str, Any]]:
+               calibrate_build: Callable[[float], Pipeline] | None = None,
+               calibrate_trials: int = 1) -> dict[float, dict[str, Any]]:
     """The regime sweep over the per-sample CPU cost: at each cost ``us`` (``build(us, limit)`` makes the
     pipeline, ``limit`` source items or all), the DataLoader and the caching DataLoader, each at the
     num_workers chosen on a calibration split of ``calibrate_items`` items, cedar as written and cedar
     optimized, ``repeats`` runs of ``epochs`` each, interleaved, rotating which goes first.
     ``calibrate_build(us)``: the calibration split instead (data the evaluated runs never see, e.g. another
-    seed), each candidate timed over its whole run, worker start-up and cache fill included. Returns
-    {us: {variant: [samples/s per repeat], "num_workers": the DataLoader's, "cached_num_workers": the
-    caching DataLoader's, "applied": the optimizer's applied rewrites (its last run)}}."""
+    seed), each candidate timed over its whole run, worker start-up and cache fill included, the median of
+    ``calibrate_trials`` runs each. Returns {us: {variant: [samples/s per repeat], "num_workers": the
+    DataLoader's, "cached_num_workers": the caching DataLoader's, "optimize_share": [optimize()'s share of
+    each cedar optimized run], "applied": the optimizer's applied rewrites (its last run)}}."""
     own_dir = None
     if cache is None:
         own_dir = tempfile.mkdtemp(prefix="cedar-regime-")
@@ -439,14 +476,19 @@ def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipe
         for i, us in enumerate(values_us):
             calib = calibrate_build(us) if calibrate_build else build(us, calibrate_items)
             startup = calibrate_build is not None
+            split = _split_of(calib) if startup else None
             try:
-                w, plain = calibrate_workers(calib, workers_grid, epochs, prefetch_factor, startup=startup)
-                cw, _ = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, plain, startup=startup)
+                w, plain = calibrate_workers(calib, workers_grid, epochs, prefetch_factor, startup=startup,
+                                             trials=calibrate_trials)
+                cw, _ = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, plain, startup=startup,
+                                                 trials=calibrate_trials)
             finally:
                 calib.close()
             pipe = build(us, None)
             point: dict[str, Any] = {"num_workers": float(w), "cached_num_workers": float(cw),
-                                     **{v: [] for v in REGIME_VARIANTS}}
+                                     **{v: [] for v in REGIME_VARIANTS}, "optimize_share": []}
+            if split:
+                point["calibration_split"] = split
             runs = {"dataloader": lambda: _loader_epochs(pipe, w, epochs, prefetch_factor),
                     "dataloader_cached": lambda: _loader_epochs(pipe, cw, epochs, prefetch_factor, cache=True),
                     "cedar": lambda: _epochs(pipe.iterate, epochs)}
@@ -455,6 +497,7 @@ def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipe
                 t_opt, t, n, opt = optimized_epochs(build(us, None), epochs, profile_samples, cache, remote,
                                                     remote_workers)
                 point["applied"] = [d.rule for d in opt.plan.decisions if d.applied]
+                point["optimize_share"].append(optimize_share(t_opt, t))
                 return t_opt + t, n
 
             runs["cedar_optimized"] = optimized

@@ -47,6 +47,17 @@ def test_cedar_flow_smoke(prefect_api):
     assert all(pt["kind"] == "measured" and pt["baseline"] in ("dataloader", "dataloader_cached", "cedar")
                for pt in g["points"])
     assert g["headline_value"] > 0 and "Regime: a synthetic pipeline" in notes
+    # the regime's calibration split is the task's own: other ids (from the point's size on) and another seed;
+    # each point records optimize()'s share of cedar optimized's run
+    from mlsys_flows.systems.cedar import Params, regime_items_at
+    p = Params(**{k: v for k, v in report["parameters"].items() if k in Params.model_fields})
+    for us in (20.0, 1000.0):
+        n = regime_items_at(p, us)
+        assert f"calibrated on {max(p.batch_size, n // 2)} samples from id {n}, seed {p.seed + 1}" in notes
+    assert notes.count("of its run") >= 5  # three pipelines and both regime points
+    # the diagnostic (not deployable): cedar optimized's epochs without optimize() vs the caching DataLoader
+    diag = [r for r in report["ratios"] if r["technique"] == "cedar_optimized_epochs"]
+    assert len(diag) == 1 and diag[0]["baseline"] == "dataloader_cached" and "cedar_optimized_epochs" not in report["roles"]
     assert storage.exists(f"reports/cedar/{report['run_id']}.json")
     assert storage.exists(f"runs/cedar/{report['run_id']}/data/text/corpus.parquet")
     assert storage.exists(f"runs/cedar/{report['run_id']}/data/audio/000000.wav")

@@ -23,7 +23,8 @@ def fake_result(samples: int, times: dict[str, list[float]], best_w: int, calibr
     ``calibrated_w``, by default the evaluated runs' best, and ``cached_w`` for the caching loader;
     without times of its own, the caching DataLoader takes 0.9 of the plain one's at ``calibrated_w``)."""
     calibrated_w = best_w if calibrated_w is None else calibrated_w
-    times = {"dataloader_cached": [0.9 * t for t in times[f"dataloader_w{calibrated_w}"]], **times}
+    times = {"dataloader_cached": [0.9 * t for t in times[f"dataloader_w{calibrated_w}"]],
+             "cedar_optimized_epochs": [0.8 * t for t in times["cedar_optimized"]], **times}
     med = {k: statistics.median(v) for k, v in times.items()}
     variants = {k: {"samples_per_s": samples / s, "seconds": s} for k, s in med.items()}
     variants["dataloader"] = dict(variants[f"dataloader_w{calibrated_w}"], num_workers=float(calibrated_w))
@@ -146,6 +147,11 @@ def test_correct_pipeline_passes_and_lists_what_was_checked():
     assert result["variants"]["dataloader_cached"]["num_workers"] == result["cached_num_workers"]
     assert len(result["times"]["dataloader_cached"]) == 1
     assert result["samples"] == 2 * 24
+    # optimize()'s share, computed in the run from its two timings: the diagnostic epochs-only time is the
+    # same run less optimize(), so the share is 1 - epochs / whole run
+    (whole,), (epochs_only,) = result["times"]["cedar_optimized"], result["times"]["cedar_optimized_epochs"]
+    assert 0 < epochs_only < whole and result["optimize_share"] == pytest.approx(1 - epochs_only / whole)
+    assert result["variants"]["cedar_optimized_epochs"]["samples_per_s"] == pytest.approx(2 * 24 / epochs_only)
 
 
 def test_misdeclared_operator_makes_the_run_fail():
@@ -208,6 +214,8 @@ def test_the_cost_sweep_runs_every_variant_on_the_same_samples():
         assert all(len(pt[v]) == 2 and min(pt[v]) > 0 for v in REGIME_VARIANTS) and pt["num_workers"] == 0.0
         assert pt["cached_num_workers"] == 0.0 and "dataloader_cached" in REGIME_VARIANTS
         assert isinstance(pt["applied"], list)
+        # optimize()'s share of each cedar optimized run, computed from its timings (the fixed-cost rule reads it)
+        assert len(pt["optimize_share"]) == 2 and all(0 < s < 1 for s in pt["optimize_share"])
         assert (us, 8) in built and (us, None) in built  # a calibration split, then the evaluated pipeline
 
 
