@@ -1,5 +1,6 @@
 """cedar flow: an image, a text and an audio pipeline, each run with torch DataLoader (its best
-num_workers, persistent workers), cedar as written and cedar optimized on the same data. A pipeline
+num_workers, persistent workers), the caching DataLoader (its deterministic prefix cached in memory),
+cedar as written and cedar optimized on the same data. A pipeline
 whose variants' outputs differ fails the run (the benchmark task raises OutputsDiffer)."""
 from __future__ import annotations
 

@@ -39,6 +39,16 @@ def verdict_text(report: dict) -> str:
     return f"{verdict_of(report).label()} vs {vs['baseline']}"
 
 
+def diagnostic_text(report: dict) -> str:
+    """The report's diagnostic comparisons (a claim whose statement starts with ``spec.DIAGNOSTIC``: a variant
+    no user could deploy), each with its verdict, e.g. 'diagnostic, not deployable: x_epochs wins 1.10x
+    (1.02-1.20x, 7 pairs) vs y'; '' where it has none. Printed beside the headline's verdict, never as it."""
+    from mlsys_flows.systems.common.spec import DIAGNOSTIC
+
+    return "; ".join(f"{DIAGNOSTIC}: {r['technique']} {verdict_of(report, r).label()} vs {r['baseline']}"
+                     for r in report.get("ratios", []) if str(r.get("statement", "")).startswith(DIAGNOSTIC))
+
+
 def constraint_text(report: dict) -> str:
     """The constraint the verdict's comparison is held to and who broke it (a report as JSON; issue 47):
     the deployable baselines left out of the strongest, a fallback, the technique breaking it; '' where
@@ -68,10 +78,12 @@ def regime_phrase(regime: dict | None) -> str:
     if wins == "undecided" or len(valid) < 2:
         if len(valid) < 2:
             return f"undecided over {param}: fewer than 2 points where both sides met their constraint{left_out}"
-        decided = sum((p.get("verdict") or {}).get("outcome", "ties") != "ties" for p in valid)
+        verdicts = [p.get("verdict") or {} for p in valid]
+        decided = sum(v.get("outcome", "ties") != "ties" for v in verdicts)
         lo, hi = valid[0]["value"], valid[-1]["value"]
+        how = f"{_outcomes(verdicts)}; " if decided else ""
         return (f"undecided over {param} {fmt.number(lo)}-{fmt.number(hi)}{unit}: {decided} of {len(valid)} points "
-                f"decided (a crossover needs 2; the ratios are on the curve){left_out}")
+                f"decided{_no_verdict(verdicts)} ({how}a crossover needs 2; the ratios are on the curve){left_out}")
     if wins in ("everywhere", "nowhere"):
         lo, hi = valid[0]["value"], valid[-1]["value"]
         span = f"{param} {fmt.number(lo)}-{fmt.number(hi)}{unit}"
@@ -85,8 +97,24 @@ def regime_phrase(regime: dict | None) -> str:
     verdicts = [p["verdict"] for p in valid if p.get("verdict")]
     if verdicts and len(verdicts) == len(valid):
         decided = sum(v["outcome"] != "ties" for v in verdicts)
-        core += f" ({decided} of {len(valid)} points decided)" if decided else " (every point a tie)"
+        nv = _no_verdict(verdicts)
+        core += (f" ({decided} of {len(valid)} points decided: {_outcomes(verdicts)}{nv})" if decided else
+                 f" (no point decided{nv})" if nv else " (every point a tie)")
     return core + left_out
+
+
+def _no_verdict(verdicts: list[dict]) -> str:
+    """', 2 with no verdict' where the run marked points as deciding nothing (e.g. fixed-cost dominated), else ''."""
+    n = sum(str(v.get("why", "")).startswith("undecidable: ") for v in verdicts)
+    return f", {n} with no verdict" if n else ""
+
+
+def _outcomes(verdicts: list[dict]) -> str:
+    """How the decided points fell, e.g. '1 win, 2 losses' (a ratio above or below 1 is not yet either)."""
+    wins = sum(v.get("outcome") == "wins" for v in verdicts)
+    losses = sum(v.get("outcome") == "loses" for v in verdicts)
+    return ", ".join(f"{n} {word if n == 1 else plural}" for n, word, plural in
+                     ((wins, "win", "wins"), (losses, "loss", "losses")) if n)
 
 
 def v3_cells(report: dict) -> dict[str, str]:

@@ -3,15 +3,16 @@ sweep the per-sample CPU cost (the regime)."""
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import time
 from contextlib import contextmanager
 
 from prefect import get_run_logger, task
 
 from mlsys_flows.blocks import ObjectStorage
-from mlsys_flows.systems.cedar import Params, make_workload as _make_workload, pipelines
+from mlsys_flows.systems.cedar import Params, make_workload as _make_workload, pipelines, regime_builders
 from mlsys_flows.systems.cedar.bench import PrefixedStore, bench_pipeline, sweep_cost
-from mlsys_flows.systems.cedar.workloads import cost_pipeline, featurize_round_us
+from mlsys_flows.systems.cedar.workloads import featurize_round_us
 
 
 @task(name="cedar-workload")
@@ -73,7 +74,8 @@ def _dask_workers(p: Params):
 
 @task(name="cedar-benchmark")
 def benchmark(p: Params, storage: ObjectStorage, manifest: dict, pipeline: str, cache_prefix: str) -> dict:
-    """DataLoader (each num_workers), cedar as written and cedar optimized on one pipeline, interleaved;
+    """DataLoader (each num_workers), the caching DataLoader (num_workers calibrated), cedar as written and
+    cedar optimized on one pipeline, interleaved;
     fails (OutputsDiffer) when a variant's outputs differ from cedar as written. cedar optimized may
     offload a stage to local worker processes (large arrays back through shared memory) or to the
     cluster's other Dask workers, whichever its cost model and a measured trial say pays."""
@@ -96,23 +98,31 @@ def benchmark(p: Params, storage: ObjectStorage, manifest: dict, pipeline: str, 
 @task(name="cedar-regime")
 def regime(p: Params, storage: ObjectStorage, cache_prefix: str) -> dict:
     """The regime sweep: a synthetic pipeline (deterministic featurize of a chosen per-sample CPU cost,
-    calibrated here; cheap random jitter) at each cost of ``regime_cost_us``, run once each by the
-    DataLoader (num_workers calibrated), cedar and cedar optimized. Returns {"points": {us: {variant:
-    samples/s, "num_workers", "applied"}}, "round_us", "rounds": {us: rounds}}."""
+    calibrated here; cheap random jitter) at each cost of ``regime_cost_us``, ``regime_repeats`` interleaved
+    runs each of the DataLoader and the caching DataLoader (num_workers calibrated), cedar and cedar
+    optimized. Returns {"points": {us: {variant: [samples/s per repeat], "num_workers", "cached_num_workers",
+    "applied"}}, "round_us", "rounds": {us: rounds}}."""
     log = get_run_logger()
     round_us = featurize_round_us()
     rounds = {us: max(1, round(us / round_us)) for us in p.regime_cost_us}
     cache = PrefixedStore(storage, cache_prefix) if p.cache == "storage" else None
     t0 = time.perf_counter()
     with _children_allowed(), _dask_workers(p) as (remote, remote_workers):
-        points = sweep_cost(list(p.regime_cost_us),
-                            lambda us, limit: cost_pipeline(limit or p.regime_items, rounds[us], p.batch_size, p.seed),
+        build, calibrate = regime_builders(p, rounds)
+        points = sweep_cost(list(p.regime_cost_us), build,
                             epochs=p.epochs, workers_grid=list(p.workers_grid), profile_samples=p.profile_samples,
                             calibrate_items=min(p.calibrate_items, p.regime_items), prefetch_factor=p.prefetch_factor,
-                            cache=cache, remote=remote, remote_workers=remote_workers)
+                            repeats=p.regime_repeats, cache=cache, remote=remote, remote_workers=remote_workers,
+                            # half the point's size, other samples (ids past the evaluated ones) and another
+                            # seed: worker start-up weighs about as it will in the evaluated runs
+                            calibrate_build=calibrate, calibrate_trials=p.regime_calibrate_trials)
     for us, pt in points.items():
-        log.info("cedar regime %g us/sample (%d rounds): dataloader (num_workers=%d) %.0f/s, cedar %.0f/s, optimized "
-                 "%.0f/s (%s)", us, rounds[us], pt["num_workers"], pt["dataloader"], pt["cedar"], pt["cedar_optimized"],
-                 ", ".join(pt["applied"]) or "no rewrite")
+        log.info("cedar regime %g us/sample (%d rounds), median samples/s: dataloader (num_workers=%d) %.0f, caching "
+                 "dataloader (num_workers=%d) %.0f, cedar %.0f, optimized %.0f (%s; optimize() %.0f%% of its run)", us,
+                 rounds[us],
+                 pt["num_workers"], statistics.median(pt["dataloader"]), pt["cached_num_workers"],
+                 statistics.median(pt["dataloader_cached"]), statistics.median(pt["cedar"]),
+                 statistics.median(pt["cedar_optimized"]), ", ".join(pt.get("applied", [])) or "no rewrite",
+                 100 * statistics.median(pt["optimize_share"]))
     log.info("cedar regime: %.1f s", time.perf_counter() - t0)
     return {"points": points, "round_us": round_us, "rounds": rounds}

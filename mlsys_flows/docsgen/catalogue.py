@@ -30,7 +30,7 @@ from markupsafe import Markup, escape
 from mlsys_flows import registry
 from mlsys_flows.settings import project_root
 from mlsys_flows.systems.common import formatting as fmt
-from mlsys_flows.rendering import (SMOKE_NOTE, claim_rows, constraint_text, v3_cells, variant_tables, verdict_of,
+from mlsys_flows.rendering import (SMOKE_NOTE, claim_rows, constraint_text, diagnostic_text, v3_cells, variant_tables, verdict_of,
                                    verdict_text)
 
 REPO = project_root()  # the checkout, or the wheel's copy of benchmarks/results (settings.py)
@@ -188,7 +188,8 @@ def rows(by: dict[str, list[Found]]) -> list[dict[str, str]]:
             r = run.report
             h, env = r["headline"], r["environment"]
             s = h.get("vs_strongest") or {}
-            row.update(verdict=verdict_text(r), outcome=OUTCOME_CLASS[verdict_of(r).outcome],
+            diag = diagnostic_text(r)
+            row.update(verdict=verdict_text(r) + (f" ({diag})" if diag else ""), outcome=OUTCOME_CLASS[verdict_of(r).outcome],
                        headline=f"{h['metric']}: {h['technique']} vs {h['baseline']}", kind=h["kind"],
                        ratio=fmt.ratio(h["ratio"]),
                        vs_strongest=f"{fmt.ratio(s['ratio'])} vs {s['baseline']}" if s else "",

@@ -12,7 +12,9 @@ A span may read another committed report of the system instead (a run with other
 
 The path walks the report's JSON: ``a.b`` for keys, ``[2]`` for a list index, ``[key=value,...]`` for
 the first list element whose fields match (``ratios[baseline=greedy].ratio``,
-``regime.points[value=6].ratio``). The format is a ``str.format`` template (``{}`` when left out).
+``regime.points[value=6].ratio``). The format is a ``str.format`` template (``{}`` when left out),
+or ``verdict`` for a recorded verdict printed as its label (``<!-- run:regime.points[value=6].verdict verdict -->``:
+outcome, ratio, interval and pairs, or 'no verdict (why)').
 
 :func:`unmarked` finds the prose numbers that do neither: a decimal ratio or percentage (``1.13x``,
 ``60.2%``), or any number in a sentence that speaks of a run (``in the committed run ...``), outside
@@ -77,6 +79,18 @@ def _same(value: Any, text: str) -> bool:
     return str(value) == text
 
 
+VERDICT = "verdict"  # a span's format that prints a verdict (a report's JSON) as its label
+
+
+def _verdict_label(value: Any) -> str:
+    """``wins 1.12x (1.05-1.20x, 8 pairs)`` or ``no verdict (...)``: a recorded verdict as the report's pages print it."""
+    from mlsys_flows.systems.common.runreport import Verdict
+
+    if not isinstance(value, dict):
+        raise TypeError(f"not a verdict: {value!r}")
+    return Verdict.model_validate(value).label()
+
+
 def render(text: str, report: dict | None, page: str = "", other=None) -> str:
     """``text`` with every span's value filled in from ``report`` (a page without spans is unchanged);
     ``other(stem)`` loads the report an ``@stem:`` span names."""
@@ -92,7 +106,7 @@ def render(text: str, report: dict | None, page: str = "", other=None) -> str:
         value = resolve(source, path)
         fmt = m.group("fmt") or "{}"
         try:
-            shown = fmt.format(value)
+            shown = _verdict_label(value) if fmt == VERDICT else fmt.format(value)
         except (ValueError, TypeError) as exc:
             raise SpanError(f"{page}: {m.group('path')!r} = {value!r} does not fit {fmt!r}: {exc}") from None
         head = f"<!-- run:{m.group('path')}" + (f" {m.group('fmt')}" if m.group("fmt") else "") + " -->"

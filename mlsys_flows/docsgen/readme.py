@@ -14,7 +14,7 @@ from mlsys_flows import registry
 from mlsys_flows.docsgen import docnumbers
 from mlsys_flows.settings import project_root
 from mlsys_flows.systems.common import formatting as fmt
-from mlsys_flows.rendering import constraint_text, v3_cells, verdict_of, verdict_text
+from mlsys_flows.rendering import constraint_text, diagnostic_text, v3_cells, verdict_of, verdict_text
 
 SECTIONS = {"systems": registry.markdown_table}
 RESULTS = Path("benchmarks/results")  # shown relative; read under the repository (REPO / an absolute path = it)
@@ -34,7 +34,8 @@ def results_table(results: Path = RESULTS) -> str:
         paper = f"{h['paper']:.2f}x" if h["paper"] else "n/a"
         spread = f" ({_spread(h['range'])})" if h["range"] else ""
         v3 = v3_cells(r)
-        lines.append(f"| [{spec.name}](docs/{spec.name}.md) | **{verdict_text(r)}** | "
+        diag = diagnostic_text(r)
+        lines.append(f"| [{spec.name}](docs/{spec.name}.md) | **{verdict_text(r)}**{f' ({diag})' if diag else ''} | "
                      f"{h['metric']} ({h['technique']} vs {h['baseline']}) | "
                      f"{h['kind']} | {_x(h['ratio'])}{spread} | {paper} | "
                      f"{v3['mechanism'] or '-'} | {v3['regime'] or '-'} | "
@@ -65,7 +66,8 @@ def system_results(name: str, results: Path = RESULTS) -> str:
     load = f", load {env['load_before'][0]:.2f} -> {env['load_after'][0]:.2f}" if env.get("load_before") else ""
     lines = [f"**Verdict: {h['technique']} {verdict_text(r)}**, the strongest deployable baseline of this run "
              "(a win or a loss only when a 95% interval over at least 6 independent pairs excludes 1, "
-             "or when the result is exact)." + (f" {constraint_text(r)}" if r.get("constraint") else ""), "",
+             "or when the result is exact)." + (f" {constraint_text(r)}" if r.get("constraint") else "")
+             + (f" Beside it, not the verdict: {diagnostic_text(r)}." if diagnostic_text(r) else ""), "",
              f"Run `{r['run_id'][:8]}` ({r['created_at'][:10]}, `{path}`) on {env['device']}, "
              f"{env.get('usable_cores') or env['cores']} usable cores{load}, headline over {_samples(h)}, "
              f"code `{env['code_hash'][:10]}`. Ratios above 1 mean the technique wins; measured ratios show their "
@@ -91,12 +93,21 @@ def system_results(name: str, results: Path = RESULTS) -> str:
         lines += ["", f"Regime over `{g['parameter']}` (against the strongest deployable baseline): {v3_cells(r)['regime']}"
                   + (f" (the paper's setting: {g['paper_value']:g}{unit}; {g['paper_source']})" if g.get("paper_value")
                      is not None else "") + ".", "",
-                  f"| {g['parameter']} | ratio vs the strongest deployable baseline | kind | that baseline |",
-                  "|---|---|---|---|",
-                  *(f"| {p['value']:g} | {_x(p['ratio'], 3)} | {p['kind']} | {p['baseline']} |" for p in g["points"])]
+                  f"| {g['parameter']} | verdict vs the strongest deployable baseline | ratio | kind | that baseline |",
+                  "|---|---|---|---|---|",
+                  *(f"| {p['value']:g} | {_point_verdict(p)} | {_x(p['ratio'], 3)} | {p['kind']} | {p['baseline']} |"
+                    for p in g["points"])]
     if r["notes"]:
         lines += ["", "Notes written by the run:", "", *(f"- {n}" for n in r["notes"])]
     return "\n".join(lines)
+
+
+def _point_verdict(p: dict) -> str:
+    """A regime point's verdict (outcome, interval, pairs; 'no verdict (why)' where the run marked it as
+    deciding nothing), '-' for a report made before verdicts."""
+    from mlsys_flows.systems.common.runreport import Verdict
+
+    return Verdict.model_validate(p["verdict"]).label() if p.get("verdict") else "-"
 
 
 def _samples(h: dict) -> str:

@@ -1,10 +1,13 @@
-"""Measure one pipeline three ways on the same data (pure): torch DataLoader at each candidate
-``num_workers``, cedar as written, cedar optimized. The DataLoader baseline's ``num_workers`` is
-chosen on a calibration split (the first few source items, timed apart, before the evaluated runs:
-what a careful user does); the best ``num_workers`` in the evaluated runs themselves is kept beside
-it as an oracle (chosen in hindsight). Runs are interleaved; each run is ``epochs`` full passes. The DataLoader run builds one DataLoader and
-keeps its (persistent) workers across the epochs; the optimized run's time includes profiling,
-optimizing, its trials, starting workers and writing its cache (a fresh cache every run). After
+"""Measure one pipeline four ways on the same data (pure): torch DataLoader at each candidate
+``num_workers``, the caching DataLoader (the same loader keeping the outputs of the pipeline's
+deterministic prefix in memory after the first epoch, tf.data's ``.cache()`` placed by a careful
+user), cedar as written, cedar optimized. Each DataLoader baseline's ``num_workers`` is chosen on a
+calibration split (the first few source items, timed apart, before the evaluated runs: what a
+careful user does); the plain loader's best ``num_workers`` in the evaluated runs themselves is kept
+beside it as an oracle (chosen in hindsight). Runs are interleaved; each run is ``epochs`` full
+passes. A DataLoader run builds one DataLoader and keeps its (persistent) workers, and the caching
+one its cache, across the epochs; the optimized run's time includes profiling, optimizing, its
+trials, starting workers and writing its cache (a fresh cache every run, for both caches). After
 timing, every variant's outputs are checked against cedar as written: a difference fails the run."""
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from mlsys_flows.errors import MlsysError
+from mlsys_flows.systems.cedar import OPTIMIZED_EPOCHS
 from mlsys_flows.systems.cedar.api import Pipeline
-from mlsys_flows.systems.cedar.pipeline import Cache, DirStore, Plan, Stage, store_label
+from mlsys_flows.systems.cedar.pipeline import Cache, DirStore, Plan, Stage, deterministic_prefix, store_label
 from mlsys_flows.systems.cedar.workloads import TorchLoader, count, multiset
 from mlsys_flows.systems.common.timing import interleaved, median
 
@@ -63,22 +67,24 @@ def _epochs(batches_of_epoch: Callable[[int], Any], epochs: int) -> tuple[float,
     return time.perf_counter() - t0, n
 
 
-def _loader_epochs(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int) -> tuple[float, int]:
-    """One DataLoader for all epochs; its construction and worker start-up are timed too."""
+def _loader_epochs(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int,
+                   cache: bool = False) -> tuple[float, int]:
+    """One DataLoader for all epochs (``cache``: the caching one, a fresh cache every run); its
+    construction and worker start-up are timed too."""
     n = 0
     t0 = time.perf_counter()
-    with TorchLoader(pipe, workers, prefetch_factor) as loader:
+    with TorchLoader(pipe, workers, prefetch_factor, cache=cache) as loader:
         for _ in range(epochs):
             for b in loader.epoch():
                 n += count(b)
     return time.perf_counter() - t0, n
 
 
-def _steady_loader_s(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int) -> float:
+def _steady_loader_s(pipe: Pipeline, workers: int, epochs: int, prefetch_factor: int, cache: bool = False) -> float:
     """Seconds of one DataLoader's epochs after the first (the first starts its workers: on a small
     calibration split that start-up would dominate, while the evaluated runs amortize it over the
     whole data); with one epoch, that epoch."""
-    with TorchLoader(pipe, workers, prefetch_factor) as loader:
+    with TorchLoader(pipe, workers, prefetch_factor, cache=cache) as loader:
         t0 = time.perf_counter()
         for e in range(epochs):
             if e == 1:
@@ -88,12 +94,46 @@ def _steady_loader_s(pipe: Pipeline, workers: int, epochs: int, prefetch_factor:
         return time.perf_counter() - t0
 
 
+def _whole_runs(pipe: Pipeline, workers_grid: list[int], epochs: int, prefetch_factor: int, cache: bool,
+                trials: int) -> dict[int, float]:
+    """Per candidate num_workers, the median of ``trials`` whole timed runs (start-up and, caching, the cache
+    fill included), the candidates interleaved trial by trial (one slow moment does not pick the choice)."""
+    runs: dict[int, list[float]] = {w: [] for w in workers_grid}
+    for _ in range(max(1, trials)):
+        for w in workers_grid:
+            runs[w].append(_loader_epochs(pipe, w, epochs, prefetch_factor, cache=cache)[0])
+    return {w: median(ts) for w, ts in runs.items()}
+
+
 def calibrate_workers(pipe: Pipeline, workers_grid: list[int], epochs: int,
-                      prefetch_factor: int = 4) -> tuple[int, dict[int, float]]:
+                      prefetch_factor: int = 4, startup: bool = False, trials: int = 1) -> tuple[int, dict[int, float]]:
     """(num_workers, seconds per candidate): each candidate DataLoader run once over ``epochs`` on
     ``pipe`` (a calibration split) and timed at its steady rate (the epochs after the first), the
-    fastest chosen."""
-    times = {w: _steady_loader_s(pipe, w, epochs, prefetch_factor) for w in workers_grid}
+    fastest chosen. ``startup``: time each candidate's whole run instead, worker start-up included
+    (for a split that is a sizeable share of the evaluated data), the median of ``trials`` runs each."""
+    if startup:
+        times = _whole_runs(pipe, workers_grid, epochs, prefetch_factor, False, trials)
+    else:
+        times = {w: _steady_loader_s(pipe, w, epochs, prefetch_factor) for w in workers_grid}
+    return min(times, key=times.get), times
+
+
+def calibrate_cached_workers(pipe: Pipeline, workers_grid: list[int], epochs: int, prefetch_factor: int,
+                             plain: dict[int, float], startup: bool = False,
+                             trials: int = 1) -> tuple[int, dict[int, float]]:
+    """(num_workers, estimated seconds per candidate) of the caching DataLoader on the calibration
+    split ``pipe``: its first epoch computes everything, as the plain DataLoader does (``plain``: the
+    plain candidates' steady seconds over the epochs after the first, from ``calibrate_workers``),
+    and its later epochs are served from its cache, timed here at their steady rate (a fresh cached
+    loader per candidate). The estimate is one plain epoch plus the cached epochs; the fastest is
+    chosen. With one epoch there is nothing to cache and the plain choice stands."""
+    if startup:  # each candidate's whole cached run, start-up and cache fill included (median of ``trials``)
+        times = _whole_runs(pipe, workers_grid, epochs, prefetch_factor, True, trials)
+        return min(times, key=times.get), times
+    if epochs <= 1:
+        return min(plain, key=plain.get), dict(plain)
+    times = {w: plain[w] / (epochs - 1) + _steady_loader_s(pipe, w, epochs, prefetch_factor, cache=True)
+             for w in workers_grid}
     return min(times, key=times.get), times
 
 
@@ -129,10 +169,13 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     calib = build(calibrate_items)
     try:
         calibrated_w, calib_times = calibrate_workers(calib, workers_grid, epochs, prefetch_factor)
+        cached_w, cached_times = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, calib_times)
     finally:
         calib.close()
     log("DataLoader calibration on " + f"{calibrate_items} source items: "
         + ", ".join(f"num_workers={w} {t:.2f} s" for w, t in calib_times.items()) + f" -> {calibrated_w}")
+    log("caching DataLoader calibration (one plain epoch + cached epochs): "
+        + ", ".join(f"num_workers={w} {t:.2f} s" for w, t in cached_times.items()) + f" -> {cached_w}")
     pipe = build(None)
     own_dir = None
     if cache is None:
@@ -142,6 +185,8 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     plans: list[str] = []
     decisions: list[list[dict]] = []
     timed_plans: list = []
+    opt_shares: list[float] = []
+    epochs_only: list[float] = []
 
     def note(name: str, t_n: tuple[float, int]) -> float:
         counts.setdefault(name, set()).add(t_n[1])
@@ -149,6 +194,9 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
 
     def run_dataloader(w: int) -> Callable[[], float]:
         return lambda: note(f"dataloader_w{w}", _loader_epochs(pipe, w, epochs, prefetch_factor))
+
+    def run_cached() -> float:
+        return note("dataloader_cached", _loader_epochs(pipe, cached_w, epochs, prefetch_factor, cache=True))
 
     def run_cedar() -> float:
         return note("cedar", _epochs(pipe.iterate, epochs))
@@ -159,13 +207,16 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
         timed_plans.append(opt.plan)
         decisions.append([{"rule": d.rule, "applied": d.applied, "detail": d.detail, "est_gain_s": d.est_gain_s,
                            "transfer": d.transfer} for d in opt.plan.decisions])
+        opt_shares.append(optimize_share(t_opt, t))
+        epochs_only.append(t)  # the same run without its fixed cost (diagnostic: not deployable)
         log(f"cedar_optimized: optimize {t_opt:.2f} s + {epochs} epochs {t:.2f} s")
         return note("cedar_optimized", (t_opt + t, n))
 
     variants = {f"dataloader_w{w}": run_dataloader(w) for w in workers_grid}
-    variants |= {"cedar": run_cedar, "cedar_optimized": run_optimized}
+    variants |= {"dataloader_cached": run_cached, "cedar": run_cedar, "cedar_optimized": run_optimized}
     try:
-        times = interleaved(variants, repeats)
+        times = rotated(variants, repeats)
+        times[OPTIMIZED_EPOCHS] = epochs_only  # paired by repeat with every variant's runs
         sizes = {n for c in counts.values() for n in c}
         if len(sizes) != 1:
             raise OutputsDiffer(f"variants delivered different sample counts per run: {counts}")
@@ -182,11 +233,43 @@ def bench_pipeline(build: Callable[[int | None], Pipeline], *, epochs: int, repe
     out = {k: {"samples_per_s": samples / s, "seconds": s} for k, s in med.items()}
     out["dataloader"] = dict(out[f"dataloader_w{calibrated_w}"], num_workers=float(calibrated_w))
     out["dataloader_oracle"] = dict(out[f"dataloader_w{best_w}"], num_workers=float(best_w))
+    out["dataloader_cached"]["num_workers"] = float(cached_w)
     return {"variants": out, "samples": samples, "epochs": epochs, "best_num_workers": best_w,
             "calibrated_num_workers": calibrated_w, "calibration_s": {str(w): t for w, t in calib_times.items()},
             "calibrate_items": calibrate_items,
+            "cached_num_workers": cached_w, "cached_calibration_s": {str(w): t for w, t in cached_times.items()},
+            "optimize_share": median(opt_shares),
+            "cached_ops": [op.name for op in pipe.ops[:deterministic_prefix(pipe.ops[:-1])]],
             "plan": plans[-1], "plan_as_written": pipe.explain(), "decisions": decisions[-1],
             "offloads": offload_choices(timed_plans), "verified": checked, "times": times}
+
+
+def _split_of(pipe: Pipeline) -> dict[str, int] | None:
+    """The calibration split's first sample id, its size and seed (a list source of {"id": ...} items), else None."""
+    refs = getattr(pipe.source, "refs", None)
+    if not refs or not isinstance(refs[0], dict) or "id" not in refs[0]:
+        return None
+    return {"first": int(refs[0]["id"]), "items": len(refs), "seed": int(pipe.seed)}
+
+
+def optimize_share(t_opt: float, t_epochs: float) -> float:
+    """optimize()'s share of one cedar optimized run: its seconds (profiling, trials, worker start-up) over the
+    whole run's, optimize() plus the epochs."""
+    if t_opt < 0 or t_epochs < 0 or t_opt + t_epochs <= 0:
+        raise ValueError(f"optimize share needs non-negative times, not both 0 (got {t_opt}, {t_epochs})")
+    return t_opt / (t_opt + t_epochs)
+
+
+def rotated(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """``interleaved``, with the first variant rotating from one repeat to the next (no variant
+    always follows the same one)."""
+    names = list(variants)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        k = r % len(names)
+        for n, ts in interleaved({n: variants[n] for n in names[k:] + names[:k]}, 1).items():
+            out[n] += ts
+    return out
 
 
 def offload_choices(plans: list[Plan]) -> list[str]:
@@ -218,10 +301,11 @@ def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, pro
            remote_workers: int = 0) -> list[str]:
     """Check that every variant yields the same multiset of samples as cedar as written, on the
     first ``items`` source items, in epochs 0 and 1 (so cached plans also serve from their cache
-    and random operators are redrawn): the DataLoader at each ``num_workers`` (one loader across
-    both epochs, as timed), cedar optimized with every legal rewrite (``mode="always"``) and
-    each optimized plan in ``plans`` (those the timed runs used). With a ``remote`` executor, also
-    cedar optimized with every rewrite offloading to it. Returns the variants checked; raises
+    and random operators are redrawn): the DataLoader and the caching DataLoader at each
+    ``num_workers`` (one loader across both epochs, as timed; the caching one serves epoch 1 from its
+    cache), cedar optimized with every legal rewrite (``mode="always"``) and each optimized plan in
+    ``plans`` (those the timed runs used). With a ``remote`` executor, also cedar optimized with every
+    rewrite offloading to it. Returns the variants checked; raises
     OutputsDiffer naming each variant and epoch that differs."""
     pipe = build(items)
     stores = [PrefixedStore(cache, f"verify-{uuid.uuid4().hex[:8]}") for _ in range(2 + len(plans))]
@@ -241,6 +325,9 @@ def verify(build: Callable[[int | None], Pipeline], items: int, epochs: int, pro
         for w in workers_grid:
             with TorchLoader(pipe, w, prefetch_factor) as loader:
                 check(f"dataloader_w{w}", [multiset(loader.epoch()) for _ in range(2)])
+        for w in workers_grid:  # the caching DataLoader: epoch 1 comes from its cache
+            with TorchLoader(pipe, w, prefetch_factor, cache=True) as loader:
+                check(f"dataloader_cached_w{w}", [multiset(loader.epoch()) for _ in range(2)])
         with pipe.optimize(epochs=max(2, epochs), sample=min(profile_samples, items), cache=stores[0],
                            mode="always") as opt:
             check("cedar_optimized (every rewrite)", [multiset(opt.iterate(e)) for e in range(2)])
@@ -271,7 +358,7 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-KINDS = ("dataloader", "dataloader_oracle", "cedar", "cedar_optimized")
+KINDS = ("dataloader", "dataloader_cached", "dataloader_oracle", "cedar", "cedar_optimized", OPTIMIZED_EPOCHS)
 
 
 def aggregate(results: dict[str, dict]) -> dict[str, dict[str, list[float]]]:
@@ -305,14 +392,18 @@ def summarize(results: dict[str, dict]):
     from mlsys_flows.systems.common.report import Curve
 
     samples = aggregate(results)
-    variants: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
+    kinds = KINDS
+    variants: dict[str, dict[str, float]] = {kind: {} for kind in kinds}
     for name, r in results.items():
-        for kind in KINDS:
+        for kind in kinds:
             ts = _times(r, kind)
             samples[f"{name}/{kind}"] = {"seconds": list(ts), "samples_per_s": [r["samples"] / s for s in ts]}
             variants[f"{name}/{kind}"] = {}
         variants[f"{name}/dataloader"] = {"num_workers": float(r["calibrated_num_workers"])}
         variants[f"{name}/dataloader_oracle"] = {"num_workers": float(r["best_num_workers"])}
+        variants[f"{name}/dataloader_cached"] = {"num_workers": float(r["cached_num_workers"])}
+        if "optimize_share" in r:  # median over the repeats of optimize()'s seconds / cedar optimized's run
+            variants["cedar_optimized"][f"optimize_share_{name}"] = float(r["optimize_share"])
     curves = [Curve(title="DataLoader num_workers sweep (evaluated runs; the fastest is the oracle)", x_label="num_workers",
                     y_label="samples/s",
                     series={name: ([float(k.rsplit("w", 1)[1]) for k in r["variants"] if k.startswith("dataloader_w")],
@@ -321,9 +412,9 @@ def summarize(results: dict[str, dict]):
               Curve(title="throughput per pipeline", y_label="samples/s",
                     x_label="pipeline (" + ", ".join(f"{i}: {n}" for i, n in enumerate(results)) + ")",
                     series={kind: (list(range(len(results))), [r["variants"][kind]["samples_per_s"]
-                                                                for r in results.values()]) for kind in KINDS})]
+                                                                for r in results.values()]) for kind in kinds})]
     notes = [
-        f"Aggregate variants (dataloader, dataloader_oracle, cedar, cedar_optimized): geomean_samples_per_s is, per repeat, the "
+        f"Aggregate variants ({', '.join(kinds)}): geomean_samples_per_s is, per repeat, the "
         f"geometric mean over the {len(results)} pipelines ({', '.join(results)}) of each pipeline's samples/s, so "
         f"the headline ratio is the geometric mean of the per-pipeline ratios (the paper averages its pipelines' "
         f"speedups); seconds is the summed run time.",
@@ -338,8 +429,17 @@ def summarize(results: dict[str, dict]):
             f"{r['calibrate_items']} source items (" + ", ".join(f"{w}: {t:.2f} s" for w, t in r['calibration_s'].items())
             + f"), the deployable baseline; best in the evaluated runs num_workers={r['best_num_workers']} ({sweep}), "
             "the oracle; "
+            f"caching DataLoader (the same loader with the outputs of its deterministic prefix, "
+            f"{' -> '.join(r['cached_ops']) or 'no operator'}, kept in memory after the first epoch, as tf.data's "
+            f".cache() there) {v['dataloader_cached']['samples_per_s']:.0f}/s at num_workers="
+            f"{r['cached_num_workers']}, chosen on the same split (one plain epoch plus its cached epochs: "
+            + ", ".join(f"{w}: {t:.2f} s" for w, t in r['cached_calibration_s'].items()) + "), deployable; "
             f"cedar as written {v['cedar']['samples_per_s']:.0f}/s; cedar optimized {v['cedar_optimized']['samples_per_s']:.0f}/s "
-            f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache). "
+            f"(its time includes profiling, optimizing, its offload trials, starting workers and writing the cache"
+            + (f"; optimize() is {r['optimize_share']:.0%} of its run, median over the repeats" if "optimize_share" in r
+               else "")
+            + (f"; its epochs alone, without optimize(), {v[OPTIMIZED_EPOCHS]['samples_per_s']:.0f}/s (diagnostic, not "
+               "deployable)" if OPTIMIZED_EPOCHS in v else "") + "). "
             + (f"Where its stages ran and how results came back, per distinct timed plan: {' | '.join(r['offloads'])} "
                f"(process: local worker processes, shared_memory: large arrays through shared memory, pickle: through "
                f"the pool's pipes; Dask: the cluster's other workers, {r.get('remote_workers', 0)} worker thread(s) "
@@ -350,17 +450,23 @@ def summarize(results: dict[str, dict]):
 
 
 # ----- the regime: per-sample CPU cost ------------------------------------------------------------
-REGIME_VARIANTS = ("dataloader", "cedar", "cedar_optimized")
+REGIME_VARIANTS = ("dataloader", "dataloader_cached", "cedar", "cedar_optimized")
 
 
 def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipeline], *, epochs: int,
                workers_grid: list[int], profile_samples: int, calibrate_items: int, prefetch_factor: int = 4,
-               cache: Any = None, remote: Any = None, remote_workers: int = 0) -> dict[float, dict[str, Any]]:
+               repeats: int = 1, cache: Any = None, remote: Any = None, remote_workers: int = 0,
+               calibrate_build: Callable[[float], Pipeline] | None = None,
+               calibrate_trials: int = 1) -> dict[float, dict[str, Any]]:
     """The regime sweep over the per-sample CPU cost: at each cost ``us`` (``build(us, limit)`` makes the
-    pipeline, ``limit`` source items or all), the DataLoader at the num_workers chosen on a calibration
-    split of ``calibrate_items`` items, cedar as written and cedar optimized, one run of ``epochs`` each,
-    rotating which goes first. Returns {us: {variant: samples/s, "num_workers": chosen, "applied":
-    the optimizer's applied rewrites}}."""
+    pipeline, ``limit`` source items or all), the DataLoader and the caching DataLoader, each at the
+    num_workers chosen on a calibration split of ``calibrate_items`` items, cedar as written and cedar
+    optimized, ``repeats`` runs of ``epochs`` each, interleaved, rotating which goes first.
+    ``calibrate_build(us)``: the calibration split instead (data the evaluated runs never see, e.g. another
+    seed), each candidate timed over its whole run, worker start-up and cache fill included, the median of
+    ``calibrate_trials`` runs each. Returns {us: {variant: [samples/s per repeat], "num_workers": the
+    DataLoader's, "cached_num_workers": the caching DataLoader's, "optimize_share": [optimize()'s share of
+    each cedar optimized run], "applied": the optimizer's applied rewrites (its last run)}}."""
     own_dir = None
     if cache is None:
         own_dir = tempfile.mkdtemp(prefix="cedar-regime-")
@@ -368,30 +474,43 @@ def sweep_cost(values_us: list[float], build: Callable[[float, int | None], Pipe
     out: dict[float, dict[str, Any]] = {}
     try:
         for i, us in enumerate(values_us):
-            calib = build(us, calibrate_items)
+            calib = calibrate_build(us) if calibrate_build else build(us, calibrate_items)
+            startup = calibrate_build is not None
+            split = _split_of(calib) if startup else None
             try:
-                w, _ = calibrate_workers(calib, workers_grid, epochs, prefetch_factor)
+                w, plain = calibrate_workers(calib, workers_grid, epochs, prefetch_factor, startup=startup,
+                                             trials=calibrate_trials)
+                cw, _ = calibrate_cached_workers(calib, workers_grid, epochs, prefetch_factor, plain, startup=startup,
+                                                 trials=calibrate_trials)
             finally:
                 calib.close()
             pipe = build(us, None)
-            point: dict[str, Any] = {"num_workers": float(w)}
+            point: dict[str, Any] = {"num_workers": float(w), "cached_num_workers": float(cw),
+                                     **{v: [] for v in REGIME_VARIANTS}, "optimize_share": []}
+            if split:
+                point["calibration_split"] = split
             runs = {"dataloader": lambda: _loader_epochs(pipe, w, epochs, prefetch_factor),
+                    "dataloader_cached": lambda: _loader_epochs(pipe, cw, epochs, prefetch_factor, cache=True),
                     "cedar": lambda: _epochs(pipe.iterate, epochs)}
 
             def optimized():
                 t_opt, t, n, opt = optimized_epochs(build(us, None), epochs, profile_samples, cache, remote,
                                                     remote_workers)
                 point["applied"] = [d.rule for d in opt.plan.decisions if d.applied]
+                point["optimize_share"].append(optimize_share(t_opt, t))
                 return t_opt + t, n
 
             runs["cedar_optimized"] = optimized
-            order = REGIME_VARIANTS[i % 3:] + REGIME_VARIANTS[:i % 3]
             counts = set()
-            for v in order:
-                t, n = runs[v]()
-                counts.add(n)
-                point[v] = n / t
-            pipe.close()
+            try:
+                for r in range(repeats):
+                    k = (i + r) % len(REGIME_VARIANTS)
+                    for v in REGIME_VARIANTS[k:] + REGIME_VARIANTS[:k]:
+                        t, n = runs[v]()
+                        counts.add(n)
+                        point[v].append(n / t)
+            finally:
+                pipe.close()
             if len(counts) != 1:
                 raise OutputsDiffer(f"regime point {us:g} us: variants delivered different sample counts {counts}")
             out[us] = point

@@ -41,7 +41,7 @@ import numpy as np
 from mlsys_flows.systems.cedar import transfer as shm
 from mlsys_flows.systems.cedar.pipeline import (WARMUP_CHUNK, Cache, ChunkJob, Decision, Op, Plan, Source, Stage,
                                                 _batches, _parallel, _run_chunk, _shuffled, _warm_chunk, apply_op,
-                                                as_store, call_op, dumps, store_label)
+                                                as_store, call_op, deterministic_prefix, dumps, store_label)
 
 
 def nbytes(x: Any) -> int:
@@ -513,7 +513,7 @@ def optimize(pipeline, *, epochs: int = 1, sample: int = 32, cache: Any = None, 
     # cache: the deterministic prefix of the first stage
     cache_ops, cache_obj, cache_read_s = 0, None, 0.0
     if groups and isinstance(groups[0], list):
-        det = list(itertools.takewhile(lambda o: o.deterministic, groups[0]))
+        det = groups[0][:deterministic_prefix(groups[0])]
         if cache is None:
             decisions.append(Decision("cache", False, "no cache location given", 0.0))
         elif not det:

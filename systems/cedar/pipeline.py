@@ -94,6 +94,18 @@ class Op:
         return f"{self.kind} {self.name!r}" + (f" [{', '.join(marks)}]" if marks else "")
 
 
+def deterministic_prefix(ops: Sequence[Op]) -> int:
+    """How many leading operators are per-sample and deterministic: the prefix whose outputs are the
+    same every epoch, so they may be computed once and cached (cedar's cache rule and the caching
+    DataLoader baseline both cut here, before the first random or order-sensitive operator)."""
+    n = 0
+    for op in ops:
+        if not (op.per_sample and op.deterministic and not op.random):
+            break
+        n += 1
+    return n
+
+
 def _rng(seed: int, epoch: int, name: str, key: Key) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, zlib.crc32(name.encode()), *key])
 
@@ -602,5 +614,6 @@ def _stage_outputs(job: ChunkJob, jobs, executor: Executor, plan: Plan, epoch: i
 
 
 __all__ = ["Op", "Source", "Stage", "Plan", "Decision", "Cache", "DirStore", "Runtime", "OperatorError",
+           "deterministic_prefix",
            "WorkerDied", "execute", "apply_op", "call_op", "run_ops", "default_collate", "fmt_key", "dumps", "as_store",
            "store_label", "StorageReader", "ParquetRowGroups", "read_local_file"]

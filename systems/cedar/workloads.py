@@ -10,7 +10,9 @@ redrawn every epoch) -> batch, shaped like the paper's speech pipeline.
 
 The DataLoader baseline runs the *same* functions in the order written inside an
 ``IterableDataset`` (round-robin shards per worker) with torch's batching and collation, one
-DataLoader kept across epochs (persistent workers), set up the way a careful user tunes it.
+DataLoader kept across epochs (persistent workers), set up the way a careful user tunes it; its
+caching variant (``cache=True``) also keeps the outputs of the deterministic prefix in memory after
+the first epoch, as tf.data's ``.cache()`` placed there.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mlsys_flows.systems.cedar.api import Pipeline
-from mlsys_flows.systems.cedar.pipeline import apply_op
+from mlsys_flows.systems.cedar.pipeline import apply_op, deterministic_prefix
 
 # ----- image data and operators ---------------------------------------------------------------
 
@@ -393,10 +395,10 @@ def featurize_round_us(repeats: int = 5) -> float:
     return 1e6 * sorted(times)[len(times) // 2]
 
 
-def cost_pipeline(n: int, rounds: int, batch: int, seed: int) -> Pipeline:
-    """``n`` samples: a deterministic featurize of ``rounds`` rounds (the cacheable, offloadable
-    per-sample CPU cost), a cheap random jitter, batches."""
-    return (Pipeline.from_list([{"id": i} for i in range(n)], seed=seed)
+def cost_pipeline(n: int, rounds: int, batch: int, seed: int, first: int = 0) -> Pipeline:
+    """``n`` samples (ids ``first`` onwards): a deterministic featurize of ``rounds`` rounds (the
+    cacheable, offloadable per-sample CPU cost), a cheap random jitter, batches."""
+    return (Pipeline.from_list([{"id": i} for i in range(first, first + n)], seed=seed)
             .map(Featurize(rounds), name="featurize", reads=("id",), writes=("id", "x", "label"))
             .map(jitter, name="jitter", random=True, reads=("x",), writes=("x",))
             .batch(batch))
@@ -411,11 +413,20 @@ def _torch_dataset_class():
         """The per-sample functions applied in the order written, on this worker's shard. The
         n-th pass over the dataset is epoch ``start_epoch + n``: with persistent workers each
         worker keeps its own copy and counts its passes, so the epoch that seeds the random
-        operators advances in every process alike without any message from the main process."""
+        operators advances in every process alike without any message from the main process.
 
-        def __init__(self, refs, ops, seed: int, start_epoch: int = 0):
+        ``cache_ops`` > 0: the outputs of the first ``cache_ops`` operators (a deterministic
+        prefix) are kept in this copy's memory once a pass over the shard completes, and later
+        passes start from them, running only the operators after the prefix: tf.data's
+        in-memory ``.cache()`` placed after the deterministic prefix. Each persistent worker
+        caches its own shard (the shards are the same every epoch). Like tf.data's cache, a pass
+        stopped early keeps nothing, and the operators after the prefix must not modify their
+        inputs in place (the cached objects are reused)."""
+
+        def __init__(self, refs, ops, seed: int, start_epoch: int = 0, cache_ops: int = 0):
             self.refs, self.ops, self.seed = refs, ops, seed
             self.start_epoch, self.passes = start_epoch, 0
+            self.cache_ops, self.cached = cache_ops, None
 
         def __iter__(self):
             epoch = self.start_epoch + self.passes
@@ -423,10 +434,24 @@ def _torch_dataset_class():
             info = get_worker_info()
             wid, nw = (info.id, info.num_workers) if info else (0, 1)
             items = (((i,), r) for i, r in enumerate(self.refs) if i % nw == wid)
-            for op in self.ops:
+            ops = self.ops
+            if self.cache_ops:
+                prefix, ops = ops[:self.cache_ops], ops[self.cache_ops:]
+                items = iter(self.cached) if self.cached is not None else self._filling(prefix, items, epoch)
+            for op in ops:
                 items = apply_op(op, items, self.seed, epoch)
             for _, x in items:
                 yield x
+
+        def _filling(self, prefix, items, epoch: int):
+            """The prefix's outputs, kept as they stream by; the cache is set when the pass completes."""
+            for op in prefix:
+                items = apply_op(op, items, self.seed, epoch)
+            kept = []
+            for item in items:
+                kept.append(item)
+                yield item
+            self.cached = kept
 
     return PipelineDataset
 
@@ -448,12 +473,19 @@ class TorchLoader:
     from intra-op threads and loses to them on a small machine). Workers fork, the Linux
     default (a Dask worker process would otherwise hand its 'spawn' setting down).
 
+    ``cache=True``: the caching DataLoader, what a careful user writes for a pipeline run over several
+    epochs (tf.data's ``.cache()`` placed after the deterministic prefix): the outputs of the
+    pipeline's deterministic prefix (``deterministic_prefix``: the operators before the first random
+    one) are kept in memory by each worker (or by the main process with ``num_workers=0``) after the
+    first epoch, and later epochs run only the operators after it. ``cache_ops`` says how many.
+
         with TorchLoader(pipe, num_workers=2) as loader:
             for epoch in range(3):
                 for batch in loader.epoch(): ...
     """
 
-    def __init__(self, pipeline: Pipeline, num_workers: int, prefetch_factor: int = 4, start_epoch: int = 0):
+    def __init__(self, pipeline: Pipeline, num_workers: int, prefetch_factor: int = 4, start_epoch: int = 0,
+                 cache: bool = False):
         import multiprocessing as mp
 
         from torch.utils.data import DataLoader
@@ -463,7 +495,8 @@ class TorchLoader:
         if batch_op.kind != "batch" or not all(o.per_sample for o in ops[:-1]):
             raise ValueError("the DataLoader baseline needs per-sample operators followed by one batch")
         self.num_workers = num_workers
-        self.dataset = _torch_dataset_class()(pipeline.source.refs, ops[:-1], pipeline.seed, start_epoch)
+        self.cache_ops = deterministic_prefix(ops[:-1]) if cache else 0
+        self.dataset = _torch_dataset_class()(pipeline.source.refs, ops[:-1], pipeline.seed, start_epoch, self.cache_ops)
         extra = {}
         if num_workers:
             extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor, "worker_init_fn": _one_thread,

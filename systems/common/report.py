@@ -124,6 +124,10 @@ class RegimeSample:
     # Contract v4: what this point's values took as an injected cost (a sleep, a replayed delay);
     # such a point is never ``measured``. Empty: none.
     emulated: str = ""
+    # Why this point decides nothing (e.g. fixed costs swamp the effect being measured): its verdict is
+    # 'no verdict (...)', never a win, a loss or a tie counted as a result, and it stays out of the crossover.
+    # Empty: it decides as its samples say.
+    undecidable: str = ""
 
 
 @dataclass
@@ -277,12 +281,15 @@ def _regime(spec: SystemSpec, result: SystemResult, deterministic: set[str]) -> 
             raise ContractError(f"{spec.name}: regime point {sample.value:g} has no deployable baseline")
         best = _strongest(deployable, med, head.better)
         bs, ts = sample.samples[best], sample.samples[head.technique]
+        verdict = against_strongest({b: sample.samples[b] for b in deployable}, best, ts, head.better,
+                                    deterministic=head.metric in deterministic, independent=independent, looks=looks)
+        if sample.undecidable:  # the run says this point decides nothing: no verdict, whatever the samples say
+            verdict = Verdict(outcome="ties", ratio=None, pairs=verdict.pairs,
+                              why=f"undecidable: {sample.undecidable} (the samples say {verdict.label()})")
         points.append(RegimePoint(value=sample.value, ratio=oriented_ratio(med[best], med[head.technique], head.better),
                                   range=_ratio_range(bs, ts, head.better), kind=sample.kind, baseline=best,
                                   repeats=min(len(bs), len(ts)), valid=sample.valid, invalid=sample.invalid,
-                                  verdict=against_strongest({b: sample.samples[b] for b in deployable}, best, ts,
-                                                            head.better, deterministic=head.metric in deterministic,
-                                                            independent=independent, looks=looks)))
+                                  verdict=verdict))
     valid = [p for p in points if p.valid]
     # the crossover rests on points whose verdict decides: a tie says nothing about which side of 1 the
     # ratio is on, and one decided point says nothing about where it crosses

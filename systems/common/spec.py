@@ -21,6 +21,10 @@ ROLES: tuple[str, ...] = ("deployable", "paper", "oracle")
 # emulated: a cost injected by sleeping or a replayed delay (contract v4), never `measured`.
 Kind = Literal["measured", "counted", "modelled", "simulated", "emulated"]
 KINDS: tuple[str, ...] = ("measured", "counted", "modelled", "simulated", "emulated")
+# A claim whose statement starts with this is a diagnostic: a variant no user could deploy (e.g. the technique
+# with a cost it really pays left out), shown beside the headline's verdict so a reader sees what that cost
+# decides; it never counts as a baseline nor as the verdict.
+DIAGNOSTIC = "diagnostic, not deployable"
 # Kinds that rest on stated constants: a metric of these kinds lists them under ``assumptions``. An
 # emulated cost is an injected sleep or a replayed delay: what it stands for and where that comes from.
 ASSUMED: tuple[str, ...] = ("modelled", "simulated", "emulated")

@@ -17,16 +17,22 @@ KINDS = {"geomean_samples_per_s": "measured", "samples_per_s": "measured", "seco
          "num_workers": "measured"}
 
 
-def fake_result(samples: int, times: dict[str, list[float]], best_w: int, calibrated_w: int | None = None) -> dict:
+def fake_result(samples: int, times: dict[str, list[float]], best_w: int, calibrated_w: int | None = None,
+                cached_w: int = 0) -> dict:
     """What bench_pipeline returns, for given run times per repeat (the calibration chose
-    ``calibrated_w``, by default the evaluated runs' best)."""
+    ``calibrated_w``, by default the evaluated runs' best, and ``cached_w`` for the caching loader;
+    without times of its own, the caching DataLoader takes 0.9 of the plain one's at ``calibrated_w``)."""
     calibrated_w = best_w if calibrated_w is None else calibrated_w
+    times = {"dataloader_cached": [0.9 * t for t in times[f"dataloader_w{calibrated_w}"]],
+             "cedar_optimized_epochs": [0.8 * t for t in times["cedar_optimized"]], **times}
     med = {k: statistics.median(v) for k, v in times.items()}
     variants = {k: {"samples_per_s": samples / s, "seconds": s} for k, s in med.items()}
     variants["dataloader"] = dict(variants[f"dataloader_w{calibrated_w}"], num_workers=float(calibrated_w))
     variants["dataloader_oracle"] = dict(variants[f"dataloader_w{best_w}"], num_workers=float(best_w))
+    variants["dataloader_cached"]["num_workers"] = float(cached_w)
     return {"variants": variants, "samples": samples, "epochs": 3, "best_num_workers": best_w, "plan": "plan",
             "calibrated_num_workers": calibrated_w, "calibration_s": {"0": 1.0, "2": 1.0}, "calibrate_items": 16,
+            "cached_num_workers": cached_w, "cached_calibration_s": {"0": 0.5, "2": 0.7}, "cached_ops": ["read", "decode"],
             "verified": ["dataloader_w0"], "times": times}
 
 
@@ -70,7 +76,7 @@ def check_headline_is_geomean_of_ratios(samples: dict, results: dict) -> Ratio:
 def test_geomean_aggregate_against_an_independent_computation():
     samples = aggregate(RESULTS)
     which = {"dataloader": "calibrated_num_workers", "dataloader_oracle": "best_num_workers"}
-    for kind in ("dataloader", "dataloader_oracle", "cedar", "cedar_optimized"):
+    for kind in ("dataloader", "dataloader_cached", "dataloader_oracle", "cedar", "cedar_optimized"):
         for i in range(3):
             rates = [r["samples"] / r["times"][f"dataloader_w{r[which[kind]]}" if kind in which
                                                else kind][i] for r in RESULTS.values()]
@@ -134,9 +140,18 @@ def test_correct_pipeline_passes_and_lists_what_was_checked():
     build = builder(lambda p: p.map(slow_triple, name="triple", reads=("a",), writes=("a",))
                     .filter(lambda s: s["b"] < 3, name="small_b", reads=("b",)).batch(4))
     result = run(build)
-    assert result["verified"] == ["dataloader_w0", "dataloader_w1", "cedar_optimized (every rewrite)",
-                                  "cedar_optimized (timed plan)"]
+    assert result["verified"] == ["dataloader_w0", "dataloader_w1", "dataloader_cached_w0", "dataloader_cached_w1",
+                                  "cedar_optimized (every rewrite)", "cedar_optimized (timed plan)"]
+    # the caching DataLoader ran at its calibrated num_workers and cached the deterministic prefix
+    assert result["cached_ops"] == ["triple", "small_b"] and result["cached_num_workers"] in (0, 1)
+    assert result["variants"]["dataloader_cached"]["num_workers"] == result["cached_num_workers"]
+    assert len(result["times"]["dataloader_cached"]) == 1
     assert result["samples"] == 2 * 24
+    # optimize()'s share, computed in the run from its two timings: the diagnostic epochs-only time is the
+    # same run less optimize(), so the share is 1 - epochs / whole run
+    (whole,), (epochs_only,) = result["times"]["cedar_optimized"], result["times"]["cedar_optimized_epochs"]
+    assert 0 < epochs_only < whole and result["optimize_share"] == pytest.approx(1 - epochs_only / whole)
+    assert result["variants"]["cedar_optimized_epochs"]["samples_per_s"] == pytest.approx(2 * 24 / epochs_only)
 
 
 def test_misdeclared_operator_makes_the_run_fail():
@@ -167,6 +182,7 @@ def test_the_deployable_dataloader_is_the_calibrated_choice_and_the_oracle_is_ne
             statistics.median(samples[f"{name}/dataloader"]["samples_per_s"])
     assert any("calibration split" in n for n in notes)
     assert SPEC.role("dataloader") == ("paper", "deployable") and SPEC.role("dataloader_oracle") == ("oracle",)
+    assert SPEC.role("dataloader_cached") == ("deployable",)
     assert SPEC.mechanism.ablation == "cedar" and SPEC.contract_v3
 
 
@@ -192,11 +208,14 @@ def test_the_cost_sweep_runs_every_variant_on_the_same_samples():
         built.append((us, limit))
         return cost_pipeline(limit or 24, int(us), 8, 0)
 
-    pts = sweep_cost([4.0, 1.0], build, epochs=2, workers_grid=[0], profile_samples=8, calibrate_items=8)
+    pts = sweep_cost([4.0, 1.0], build, epochs=2, workers_grid=[0], profile_samples=8, calibrate_items=8, repeats=2)
     assert list(pts) == [4.0, 1.0]
     for us, pt in pts.items():
-        assert all(pt[v] > 0 for v in REGIME_VARIANTS) and pt["num_workers"] == 0.0
+        assert all(len(pt[v]) == 2 and min(pt[v]) > 0 for v in REGIME_VARIANTS) and pt["num_workers"] == 0.0
+        assert pt["cached_num_workers"] == 0.0 and "dataloader_cached" in REGIME_VARIANTS
         assert isinstance(pt["applied"], list)
+        # optimize()'s share of each cedar optimized run, computed from its timings (the fixed-cost rule reads it)
+        assert len(pt["optimize_share"]) == 2 and all(0 < s < 1 for s in pt["optimize_share"])
         assert (us, 8) in built and (us, None) in built  # a calibration split, then the evaluated pipeline
 
 

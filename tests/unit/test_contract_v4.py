@@ -90,7 +90,7 @@ def test_the_crossover_never_rests_on_a_point_where_a_side_broke_its_constraint(
     assert curve.series[curve.hollow[0]] == ([2.0], [0.5])
     phrase = regime_phrase(g.model_dump())
     assert phrase.startswith("ratio > 1 over all of skew 1-3") and "1 of 3 points left out" in phrase
-    assert "(2 of 2 points decided)" in phrase
+    assert "(2 of 2 points decided: 2 wins)" in phrase
     for broken in ({1.0: (1.5, False), 2.0: (0.5, False)}, {1.0: (1.5, True), 2.0: (0.5, False), 3.0: (0.4, False)}):
         undecided = report(spec(), regime=sweep(broken)).regime  # one valid point says nothing of a crossover
         assert undecided.crossover is None and undecided.wins == "undecided"
