@@ -85,7 +85,10 @@ def regime_phrase(regime: dict | None) -> str:
         return (f"undecided over {param} {fmt.number(lo)}-{fmt.number(hi)}{unit}: {decided} of {len(valid)} points "
                 f"decided{_no_verdict(verdicts)} ({how}a crossover needs 2; the ratios are on the curve){left_out}")
     if wins in ("everywhere", "nowhere"):
-        lo, hi = valid[0]["value"], valid[-1]["value"]
+        # the span of the decided points: "everywhere" and "nowhere" rest on them alone (a tie at the end of
+        # the sweep says nothing of the ratio's side there)
+        decided = [p for p in valid if (p.get("verdict") or {}).get("outcome", "ties") != "ties"] or valid
+        lo, hi = decided[0]["value"], decided[-1]["value"]
         span = f"{param} {fmt.number(lo)}-{fmt.number(hi)}{unit}"
         core = f"ratio > 1 over all of {span}" if wins == "everywhere" else f"ratio > 1 nowhere over {span}"
     elif wins in ("between", "outside", "mixed"):

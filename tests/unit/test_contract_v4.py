@@ -91,6 +91,9 @@ def test_the_crossover_never_rests_on_a_point_where_a_side_broke_its_constraint(
     phrase = regime_phrase(g.model_dump())
     assert phrase.startswith("ratio > 1 over all of skew 1-3") and "1 of 3 points left out" in phrase
     assert "(2 of 2 points decided: 2 wins)" in phrase
+    # a tie at the end of the sweep is no part of the span "everywhere" covers
+    tied_end = report(spec(), kind="counted", regime=sweep({1.0: (1.5, True), 2.0: (1.4, True), 3.0: (1.0, True)}))
+    assert regime_phrase(tied_end.regime.model_dump()).startswith("ratio > 1 over all of skew 1-2 ")
     for broken in ({1.0: (1.5, False), 2.0: (0.5, False)}, {1.0: (1.5, True), 2.0: (0.5, False), 3.0: (0.4, False)}):
         undecided = report(spec(), regime=sweep(broken)).regime  # one valid point says nothing of a crossover
         assert undecided.crossover is None and undecided.wins == "undecided"
